@@ -1,0 +1,5 @@
+import sys
+
+from kafkaguard.cli import main
+
+sys.exit(main())

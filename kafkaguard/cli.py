@@ -1,0 +1,100 @@
+"""``kafkaguard`` command line: run, demo, check-config (and acls, explain as they arrive)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from kafkaguard.config_tree import ConfigError
+from kafkaguard.proxy.config import HostPort, ProxyConfig, UpstreamConfig, load_config
+from kafkaguard.proxy.server import ProxyServer, install_event_loop_policy, raise_open_file_limit
+
+DEMO_CONFIG = Path(__file__).parent / "demo" / "config.yaml"
+
+log = logging.getLogger("kafkaguard")
+
+
+async def _serve(config: ProxyConfig) -> None:
+    from kafkaguard.tansu import TansuBroker
+
+    broker: TansuBroker | None = None
+    if not config.upstream.bootstrap_servers:
+        broker = TansuBroker()
+        log.info("no upstream configured: starting the embedded Tansu broker on %s", broker.address)
+        await broker.__aenter__()
+        config = replace(
+            config, upstream=UpstreamConfig((broker.address,), config.upstream.connect_timeout_s)
+        )
+    server = ProxyServer(config)
+    try:
+        await server.start()
+        for listener in server.listeners:
+            print(  # noqa: T201 - the one line a user of the demo needs
+                f"kafkaguard listener {listener.config.name}: bootstrap "
+                f"{HostPort(listener.config.advertised_host, listener.bootstrap_port)}",
+                flush=True,
+            )
+        await server.serve_forever()
+    finally:
+        await server.close()
+        if broker is not None:
+            broker.stop()
+
+
+def _run(config_path: Path) -> int:
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    raise_open_file_limit()
+    loop_name = install_event_loop_policy()
+    log.info("event loop: %s", loop_name)
+    asyncio.run(_serve(config))
+    return 0
+
+
+def _check_config(config_path: Path) -> int:
+    try:
+        load_config(config_path)
+    except ConfigError as exc:
+        print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    print(f"{config_path}: ok")  # noqa: T201
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafkaguard", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the proxy")
+    run.add_argument("--config", type=Path, default=DEMO_CONFIG, help="YAML configuration")
+    commands.add_parser(
+        "demo", help="embedded Tansu broker + the proxy with the sample config and ACLs"
+    )
+    check = commands.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("--config", type=Path, required=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args.config)
+    if args.command == "demo":
+        return _run(DEMO_CONFIG)
+    if args.command == "check-config":
+        return _check_config(args.config)
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

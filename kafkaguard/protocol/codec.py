@@ -1,0 +1,219 @@
+"""The one module that talks to kio: schemas, header versions, decode and encode.
+
+Why one module: kio's reader API changed between releases (IO-based in 0.4, ``(buffer,
+offset) -> (value, size)`` since 0.5, native code now). kio is pinned in ``pyproject.toml`` and
+every call into it lives here, so an upgrade touches one file.
+
+Frames passed in and returned always include the 4-byte size prefix (see :mod:`framing`).
+Nothing here performs I/O.
+"""
+
+from __future__ import annotations
+
+import io
+import typing
+import uuid
+from collections.abc import Mapping
+from dataclasses import MISSING, fields, is_dataclass, replace
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from types import NoneType, UnionType
+from typing import Any, Final
+
+from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+from kafkaguard.protocol.errors import MalformedFrame, UnknownApiKey, UnsupportedVersion
+from kafkaguard.protocol.framing import Frame
+
+__all__ = [
+    "API_NAMES",
+    "ErrorCode",
+    "RequestPayload",
+    "ResponsePayload",
+    "build_error_response",
+    "codec_versions",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "replace",
+    "request_schema",
+    "response_header_version",
+    "response_schema",
+]
+
+API_NAMES: Final[Mapping[int, str]] = api_key_map
+"""Every API key kio knows, to its snake_case name (``3 -> "metadata"``)."""
+
+
+@cache
+def codec_versions(api_key: int) -> range:
+    """The contiguous range of versions kio can decode for ``api_key`` (empty if unknown)."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return range(0)
+    versions = sorted(schema_name_map[name])
+    low = versions[0]
+    high = low
+    for version in versions[1:]:  # stop at the first gap: a hole must never be advertised
+        if version != high + 1:
+            break
+        high = version
+    return range(low, high + 1)
+
+
+@cache
+def request_schema(api_key: int, version: int) -> type[RequestPayload]:
+    if api_key not in api_key_map:
+        raise UnknownApiKey(f"unknown api key {api_key}")
+    if version not in codec_versions(api_key):
+        raise UnsupportedVersion(f"{api_key_map[api_key]} v{version} is not supported")
+    try:
+        return load_request_schema(api_key, version)
+    except UnknownEntity as exc:  # pragma: no cover - guarded by codec_versions
+        raise UnsupportedVersion(str(exc)) from exc
+
+
+@cache
+def response_schema(api_key: int, version: int) -> type[ResponsePayload]:
+    request_schema(api_key, version)  # same validation and errors
+    return load_response_schema(api_key, version)
+
+
+def _request_header_type(api_key: int, version: int) -> type[RequestHeaderV1 | RequestHeaderV2]:
+    header = request_schema(api_key, version).__header_schema__
+    return RequestHeaderV2 if header.__version__ == 2 else RequestHeaderV1
+
+
+@cache
+def response_header_version(api_key: int, version: int) -> int:
+    """0 or 1. ApiVersions responses always use v0 (KIP-511), which kio's schemas encode."""
+    return int(response_schema(api_key, version).__header_schema__.__version__)
+
+
+def decode_request(frame: Frame, api_key: int, version: int) -> RequestPayload:
+    """Decode the body of a whole request frame whose header was already peeked."""
+    schema = request_schema(api_key, version)
+    header_type = _request_header_type(api_key, version)
+    try:
+        _, header_size = entity_reader(header_type)(frame, 4)
+        body, _ = entity_reader(schema)(frame, 4 + header_size)
+    except Exception as exc:  # noqa: BLE001 - kio raises many types on bad input
+        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
+    return body
+
+
+def encode_request(
+    body: RequestPayload, correlation_id: int, client_id: str | None
+) -> bytes:
+    """A whole request frame for ``body`` (used only when a request must be rewritten)."""
+    api_key = int(body.__api_key__)
+    version = int(body.__version__)
+    header_type = _request_header_type(api_key, version)
+    header = header_type(
+        request_api_key=i16(api_key),
+        request_api_version=i16(version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    entity_writer(header_type)(out, header)
+    entity_writer(type(body))(out, body)
+    data = out.getbuffer()
+    data[0:4] = (len(data) - 4).to_bytes(4, "big")
+    return out.getvalue()
+
+
+def decode_response(frame: Frame, api_key: int, version: int) -> ResponsePayload:
+    """Decode the body of a whole response frame to a request of (api_key, version)."""
+    schema = response_schema(api_key, version)
+    header_type = ResponseHeaderV0 if response_header_version(api_key, version) == 0 else (
+        ResponseHeaderV1
+    )
+    try:
+        _, header_size = entity_reader(header_type)(frame, 4)
+        body, _ = entity_reader(schema)(frame, 4 + header_size)
+    except Exception as exc:  # noqa: BLE001 - kio raises many types on bad input
+        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
+    return body
+
+
+def encode_response(body: ResponsePayload, correlation_id: int) -> bytes:
+    """A whole response frame, header version taken from the schema (v0 for ApiVersions)."""
+    header_type = body.__header_schema__
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    entity_writer(header_type)(out, header_type(correlation_id=i32(correlation_id)))
+    entity_writer(type(body))(out, body)
+    data = out.getbuffer()
+    data[0:4] = (len(data) - 4).to_bytes(4, "big")
+    return out.getvalue()
+
+
+# -- error responses built from the schema ---------------------------------------------------
+
+_ZERO: Final[dict[str, Any]] = {
+    "bool": False,
+    "string": "",
+    "bytes": b"",
+    "uuid": uuid.UUID(int=0),
+    "float64": 0.0,
+    "timedelta_i32": timedelta(0),
+    "timedelta_i64": timedelta(0),
+    # Kafka writes -1 here; kio cannot represent negative timestamps, so the epoch it is.
+    "datetime_i64": datetime.fromtimestamp(0, UTC),
+    "records": None,
+}
+
+
+def _zero_value(field_type: Any, kafka_type: str, error_code: ErrorCode) -> Any:
+    origin = typing.get_origin(field_type)
+    if origin is tuple:
+        return ()
+    if origin is UnionType or origin is typing.Union:
+        if NoneType in typing.get_args(field_type):
+            return None
+    if isinstance(field_type, type) and is_dataclass(field_type):
+        return _zero_entity(field_type, error_code)
+    if kafka_type == "error_code":
+        return error_code
+    if kafka_type in _ZERO:
+        return _ZERO[kafka_type]
+    return field_type(0)  # the integer primitives (i8 … i64, BrokerId, …)
+
+
+def _zero_entity(entity_type: type[Any], error_code: ErrorCode) -> Any:
+    hints = _type_hints(entity_type)
+    values: dict[str, Any] = {}
+    for f in fields(entity_type):
+        if f.default is not MISSING or f.default_factory is not MISSING:
+            if f.metadata.get("kafka_type") == "error_code":
+                values[f.name] = error_code
+            continue
+        values[f.name] = _zero_value(hints[f.name], f.metadata.get("kafka_type", ""), error_code)
+    return entity_type(**values)
+
+
+@cache
+def _type_hints(entity_type: type[Any]) -> dict[str, Any]:
+    return typing.get_type_hints(entity_type)
+
+
+def build_error_response(api_key: int, version: int, error_code: ErrorCode) -> ResponsePayload:
+    """The API's response with every ``error_code`` set and every list empty.
+
+    This is the shape Kafka's ``AbstractRequest.getErrorResponse`` produces for whole-request
+    failures when there are no entities to echo (per-entity answers are built by handlers).
+    """
+    body: ResponsePayload = _zero_entity(response_schema(api_key, version), error_code)
+    return body

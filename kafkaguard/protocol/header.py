@@ -1,0 +1,63 @@
+"""Request-header peek: the few fields every routing decision needs, read without kio.
+
+Why not kio here: the peek runs for every frame, including multi-megabyte Produce requests that
+may be forwarded untouched, and it needs only fixed offsets plus the client id. Request header
+v1 and v2 share these fields (v2 only appends tagged fields, which :mod:`codec` skips when it
+decodes a body); header v0 (ControlledShutdown v0 only) has no client id and is refused by the
+registry before the client id would matter.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from kafkaguard.protocol.errors import MalformedFrame
+
+_FIXED = struct.Struct(">ihhi")  # size, api key, api version, correlation id
+_INT16 = struct.Struct(">h")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaderInfo:
+    """The routing fields of a request header (Kafka's RequestHeader v1/v2)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_id_end: int
+    """Offset in the frame (size prefix included) just past the client id."""
+
+
+def peek_request_header(frame: bytes | memoryview) -> RequestHeaderInfo:
+    """Read api key, version, correlation id and client id from a whole frame.
+
+    >>> f = bytes.fromhex("0000000e 0003 000c 00000007 0004 6b636174".replace(" ", ""))
+    >>> peek_request_header(f)
+    RequestHeaderInfo(api_key=3, api_version=12, correlation_id=7, client_id='kcat', client_id_end=18)
+    """
+    if len(frame) < 12:
+        raise MalformedFrame(f"request of {len(frame) - 4} bytes is shorter than a header")
+    _, api_key, api_version, correlation_id = _FIXED.unpack_from(frame, 0)
+    if len(frame) < 14:
+        # Header v0 (no client id) only exists for ControlledShutdown v0, which is refused.
+        return RequestHeaderInfo(api_key, api_version, correlation_id, None, 12)
+    (length,) = _INT16.unpack_from(frame, 12)
+    if length < 0:
+        return RequestHeaderInfo(api_key, api_version, correlation_id, None, 14)
+    end = 14 + length
+    if end > len(frame):
+        raise MalformedFrame("client id runs past the end of the request")
+    try:
+        client_id = bytes(frame[14:end]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedFrame("client id is not valid UTF-8") from exc
+    return RequestHeaderInfo(api_key, api_version, correlation_id, client_id, end)
+
+
+def peek_correlation_id(frame: bytes | memoryview) -> int:
+    """The correlation id of a response frame (the first field of every response header)."""
+    if len(frame) < 8:
+        raise MalformedFrame("response is shorter than its correlation id")
+    return int.from_bytes(frame[4:8], "big", signed=True)

@@ -1,0 +1,127 @@
+"""Reply ordering for one client connection, without I/O.
+
+Theory of operation. Kafka clients match each response to their *oldest* outstanding request
+and treat anything else as fatal (aiokafka closes with OUT_OF_SYNC; the Java client throws).
+The broker answers one connection's requests in order, but the proxy also answers some requests
+itself (errors, denials) and those answers must not overtake earlier requests still at the
+broker. So every request that expects a response takes a *slot*, in arrival order:
+
+* a slot forwarded upstream waits for the broker's response; responses from the broker fill
+  the upstream slots strictly in FIFO order (and must carry the expected correlation id);
+* a slot answered locally is filled at once;
+* :meth:`InflightQueue.take_ready` releases filled slots from the head only.
+
+Worked example: requests A (forwarded), B (answered locally), C (forwarded) arrive. B is filled
+at once but cannot leave before A. The broker answers A → A and B are released; the broker
+answers C → C is released.
+
+``acks=0`` Produce requests expect no response and take no slot (Kafka sends none).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from kafkaguard.protocol.errors import ProtocolError
+from kafkaguard.protocol.framing import Frame
+
+ResponseTransform = Callable[[Frame], Frame]
+"""Turns the broker's response frame into the frame the client receives."""
+
+
+class OutOfSync(ProtocolError):
+    """The broker answered with a correlation id that is not the oldest one outstanding."""
+
+
+class Slot:
+    """One request awaiting its response (upstream or local)."""
+
+    __slots__ = ("api_key", "api_version", "correlation_id", "response", "transform")
+
+    def __init__(
+        self,
+        correlation_id: int,
+        api_key: int,
+        api_version: int,
+        transform: ResponseTransform | None,
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.transform = transform
+        self.response: Frame | None = None
+
+    def __repr__(self) -> str:
+        state = "ready" if self.response is not None else "waiting"
+        return f"Slot(corr={self.correlation_id}, api={self.api_key}v{self.api_version}, {state})"
+
+
+class InflightQueue:
+    """Slots in request order; at most ``limit`` outstanding (the shell pauses reading)."""
+
+    __slots__ = ("_limit", "_slots", "_upstream")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._slots: deque[Slot] = deque()
+        self._upstream: deque[Slot] = deque()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @property
+    def full(self) -> bool:
+        return len(self._slots) >= self._limit
+
+    @property
+    def awaiting_upstream(self) -> int:
+        return len(self._upstream)
+
+    def forward(
+        self,
+        correlation_id: int,
+        api_key: int,
+        api_version: int,
+        transform: ResponseTransform | None = None,
+    ) -> None:
+        """Reserve a slot that the broker's next unclaimed response will fill."""
+        slot = Slot(correlation_id, api_key, api_version, transform)
+        self._slots.append(slot)
+        self._upstream.append(slot)
+
+    def respond(self, correlation_id: int, api_key: int, api_version: int, frame: Frame) -> None:
+        """Reserve a slot filled by the proxy itself."""
+        slot = Slot(correlation_id, api_key, api_version, None)
+        slot.response = frame
+        self._slots.append(slot)
+
+    def claim(self, correlation_id: int) -> Slot:
+        """The slot a broker response with ``correlation_id`` belongs to (oldest upstream)."""
+        if not self._upstream:
+            raise OutOfSync(f"unexpected response with correlation id {correlation_id}")
+        slot = self._upstream[0]
+        if slot.correlation_id != correlation_id:
+            raise OutOfSync(
+                f"response correlation id {correlation_id}, expected {slot.correlation_id}"
+            )
+        self._upstream.popleft()
+        return slot
+
+    def take_ready(self) -> list[Frame]:
+        """Responses that may be written now, in request order."""
+        out: list[Frame] = []
+        slots = self._slots
+        while slots and slots[0].response is not None:
+            response = slots.popleft().response
+            assert response is not None
+            out.append(response)
+        return out
+
+    def describe(self) -> list[dict[str, Any]]:
+        """A snapshot for logs when a connection closes with requests outstanding."""
+        return [
+            {"correlation_id": s.correlation_id, "api_key": s.api_key, "ready": s.response is not None}
+            for s in self._slots
+        ]

@@ -1,0 +1,180 @@
+"""The proxy's configuration: one immutable object, validated once at start.
+
+Every value is read through :class:`~kafkaguard.config_tree.ConfigSection`, so a bad or unknown
+key is reported with its file, line and dotted path. ``config.example.yaml`` documents every
+key; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final
+
+from kafkaguard.config_tree import REQUIRED, ConfigError, ConfigSection
+from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+IMPLEMENTED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT",)
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_host_port(text: str, section: ConfigSection, key: str) -> HostPort:
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise section.error(key, f"must be host:port, got {text!r}")
+    return HostPort(host, int(port))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerPorts:
+    """How upstream node ids map to proxy ports on one listener.
+
+    Either ``base + node_id`` or an explicit map. A node id outside an explicit map has no
+    proxy address: responses naming it cannot be rewritten and the connection is closed
+    (fail closed) rather than leak the broker's address.
+    """
+
+    base: int | None
+    explicit: Mapping[int, int]
+
+    def port_for(self, node_id: int) -> int | None:
+        if self.explicit:
+            return self.explicit.get(node_id)
+        assert self.base is not None
+        port = self.base + node_id
+        return port if 0 < port < 65536 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    name: str
+    security_protocol: str
+    bind_host: str
+    port: int
+    advertised_host: str
+    broker_ports: BrokerPorts
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    bootstrap_servers: tuple[HostPort, ...]
+    """Empty: no upstream configured, ``kafkaguard run`` starts the embedded demo broker."""
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_inflight_requests: int = 100
+    max_connections: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    listeners: tuple[ListenerConfig, ...]
+    upstream: UpstreamConfig
+    limits: LimitsConfig = LimitsConfig()
+    log_level: str = "INFO"
+    source: str = "<defaults>"
+    base_dir: Path = field(default_factory=Path.cwd)
+    section: ConfigSection | None = None
+    """The parsed tree, for parsers of other parts (authorizer, stores) that own their keys."""
+
+
+def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
+    base = section.get_int("base", None, minimum=1)
+    raw = section.raw("map", None)
+    section.reject_unknown()
+    if raw is not None:
+        if base is not None:
+            raise section.error("map", "give either base or map, not both")
+        if not isinstance(raw, dict) or not all(
+            isinstance(k, int) and isinstance(v, int) and 0 < v < 65536 for k, v in raw.items()
+        ):
+            raise section.error("map", "must map node ids (integers) to ports")
+        return BrokerPorts(None, MappingProxyType(dict(raw)))
+    return BrokerPorts(base if base is not None else listener_port + 1, MappingProxyType({}))
+
+
+def _listener(section: ConfigSection) -> ListenerConfig:
+    name = section.get_str("name", REQUIRED)
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise section.error("name", f"must be a listener name like EXTERNAL, got {name!r}")
+    protocol = section.choice("security_protocol", SECURITY_PROTOCOLS, "PLAINTEXT")
+    if protocol not in IMPLEMENTED_SECURITY_PROTOCOLS:
+        raise section.error("security_protocol", f"{protocol} is not available in this build")
+    bind_host = section.get_str("bind_host", "127.0.0.1")
+    port = section.get_int("port", REQUIRED, minimum=1)
+    if port > 65535:
+        raise section.error("port", "must be a TCP port")
+    try:
+        unspecified = ipaddress.ip_address(bind_host).is_unspecified
+    except ValueError:
+        unspecified = False
+    advertised = section.get_str("advertised_host", None)
+    if advertised is None:
+        if unspecified:
+            raise section.error("advertised_host", f"is required when binding to {bind_host}")
+        advertised = bind_host
+    ports = _broker_ports(section.section("broker_ports"), port)
+    section.reject_unknown()
+    return ListenerConfig(name, protocol, bind_host, port, advertised, ports)
+
+
+def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
+    listeners = tuple(_listener(s) for s in root.sections("listeners"))
+    if not listeners:
+        raise root.error("listeners", "at least one listener is required")
+    names = [ls.name for ls in listeners]
+    if len(set(names)) != len(names):
+        raise root.error("listeners", "listener names must be unique")
+    up = root.section("upstream")
+    servers = tuple(
+        parse_host_port(s, up, "bootstrap_servers") for s in up.str_list("bootstrap_servers", [])
+    )
+    upstream = UpstreamConfig(servers, up.get_float("connect_timeout_s", 10.0))
+    up.reject_unknown()
+    lim = root.section("limits")
+    limits = LimitsConfig(
+        max_frame_bytes=lim.get_int("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES, minimum=1024),
+        max_inflight_requests=lim.get_int("max_inflight_requests", 100, minimum=1),
+        max_connections=lim.get_int("max_connections", 10_000, minimum=1),
+    )
+    lim.reject_unknown()
+    logging_section = root.section("logging")
+    log_level = logging_section.choice("level", ("DEBUG", "INFO", "WARNING", "ERROR"), "INFO")
+    logging_section.reject_unknown()
+    # Sections owned by other parts are parsed by them (they call reject_unknown themselves).
+    for owned in ("authorizer", "acl_store"):
+        root.section(owned)
+    root.reject_unknown()
+    return ProxyConfig(
+        listeners=listeners,
+        upstream=upstream,
+        limits=limits,
+        log_level=log_level,
+        source=root.file,
+        base_dir=base_dir or Path.cwd(),
+        section=root,
+    )
+
+
+def load_config(path: str | Path) -> ProxyConfig:
+    path = Path(path)
+    return parse_config(ConfigSection.from_file(path), path.resolve().parent)
+
+
+__all__ = ["ConfigError", "ProxyConfig", "load_config", "parse_config"]

@@ -1,0 +1,354 @@
+"""One client connection and its upstream connection: the thin asyncio shell.
+
+Theory of operation. A client connection owns exactly one upstream connection, to the broker
+its listener port stands for (the bootstrap port goes to a bootstrap server). Both sides are
+``asyncio.Protocol`` objects (no stream wrappers: fewer copies and tasks on the hot path).
+
+Request path: bytes → :class:`FrameBuffer` → header peek → registry lookup and version gate →
+handler verdict (synchronous) → the original frame (or a rewritten one) is queued for the
+broker; all frames completed by one read are written with one ``writelines``.
+
+Response path: bytes → frames → each claims the oldest upstream slot of the
+:class:`InflightQueue` (correlation ids must match) → the slot's transform runs only when the
+handler asked to rewrite → ready responses leave strictly in request order.
+
+Flow control: client reads pause while the in-flight queue is full (checked after each read,
+so the cap is exceeded by at most one read's worth of requests) or while the broker side's
+write buffer is over its high-water mark; broker reads pause while the client's write buffer is
+full. Any protocol error closes this connection only, with one log line naming the peer and the
+reason (principle 5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.errors import ProtocolError
+from kafkaguard.protocol.framing import Frame, FrameBuffer
+from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
+from kafkaguard.protocol.inflight import InflightQueue, ResponseTransform
+from kafkaguard.proxy.config import HostPort
+from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.handlers.base import (
+    Close,
+    Forward,
+    Request,
+    Respond,
+    ResponseRewrite,
+    Verdict,
+)
+
+if TYPE_CHECKING:
+    from kafkaguard.proxy.listener import ListenerRuntime
+
+log = logging.getLogger("kafkaguard.proxy")
+
+_UPSTREAM_MAX_FRAME = (1 << 31) - 1  # the broker is trusted to size its own responses
+
+# Reasons client reading is paused; reading resumes when none is left.
+_PAUSE_CONNECTING = "connecting"
+_PAUSE_INFLIGHT = "inflight"
+_PAUSE_UPSTREAM_FULL = "upstream-full"
+
+
+class ClientConnection(asyncio.Protocol):
+    """The client side; also the :class:`HandlerContext` its handlers see."""
+
+    def __init__(self, listener: ListenerRuntime, node_id: int | None) -> None:
+        self._listener = listener
+        self._node_id = node_id
+        self._frames = FrameBuffer(listener.limits.max_frame_bytes)
+        self._inflight = InflightQueue(listener.limits.max_inflight_requests)
+        self._transport: asyncio.Transport | None = None
+        self._upstream: UpstreamConnection | None = None
+        self._paused: set[str] = set()
+        self._backlog: list[Frame] = []
+        """Requests accepted before the upstream connection is up (uvloop starts reading
+        right after ``connection_made``, whatever ``pause_reading`` said)."""
+        self._closed = False
+        self.peer = "?"
+
+    # -- HandlerContext --------------------------------------------------------------------
+    @property
+    def listener_name(self) -> str:
+        return self._listener.config.name
+
+    def advertise_node(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        return self._listener.advertise_node(node_id, host, port)
+
+    def advertised_node(self, node_id: int) -> tuple[str, int] | None:
+        return self._listener.advertised_node(node_id)
+
+    def record_broker_api_versions(self, versions: dict[int, range]) -> None:
+        self._listener.cluster.record_broker_api_versions(versions)
+
+    def supported_versions(self, api_key: int) -> range:
+        return self._listener.cluster.supported_versions(api_key)
+
+    # -- client side -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._listener.connections.add(self)
+        self._pause(_PAUSE_CONNECTING)
+        self._listener.spawn(self._connect_upstream())
+
+    async def _connect_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        cluster = self._listener.cluster
+        if self._node_id is None:
+            targets = list(cluster.bootstrap_servers)
+        else:
+            address = cluster.node_address(self._node_id)
+            targets = [address] if address is not None else []
+        if not targets:
+            self.close(f"no known address for upstream node {self._node_id}")
+            return
+        error: BaseException | None = None
+        for target in targets:
+            try:
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(
+                        lambda: UpstreamConnection(self, target), target.host, target.port
+                    ),
+                    timeout=cluster.connect_timeout_s,
+                )
+            except (OSError, TimeoutError) as exc:
+                error = exc
+                continue
+            if self._closed:
+                upstream.close()
+                return
+            self._upstream = upstream
+            if self._backlog:
+                upstream.send(self._backlog)
+                self._backlog = []
+            self._resume(_PAUSE_CONNECTING)
+            return
+        self.close(f"cannot connect upstream ({', '.join(map(str, targets))}): {error}")
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            frames = self._frames.feed(data)
+            outgoing: list[Frame] = []
+            for frame in frames:
+                if not self._on_request(frame, outgoing):
+                    break
+        except ProtocolError as exc:
+            self.close(f"bad request: {exc}")
+            return
+        if outgoing:
+            if self._upstream is not None:
+                self._upstream.send(outgoing)
+            else:
+                self._backlog += outgoing
+        self._flush()
+        if self._inflight.full:
+            self._pause(_PAUSE_INFLIGHT)
+
+    def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
+        """Route one request; returns False when the connection was closed."""
+        header = peek_request_header(frame)
+        handler = REGISTRY.get(header.api_key)
+        if handler is None:
+            self.close(
+                f"api key {header.api_key} is not served by the proxy "
+                f"(correlation id {header.correlation_id})"
+            )
+            return False
+        verdict: Verdict
+        if header.api_version not in self.supported_versions(header.api_key):
+            log.info(
+                "%s: %s v%d is not supported (correlation id %d)",
+                self.peer,
+                codec.API_NAMES.get(header.api_key, header.api_key),
+                header.api_version,
+                header.correlation_id,
+            )
+            verdict = handler.unsupported_version(header, self)
+        else:
+            body = (
+                codec.decode_request(frame, header.api_key, header.api_version)
+                if handler.decode_request
+                else None
+            )
+            verdict = handler.on_request(Request(header, frame, body), self)
+        return self._apply(verdict, header, frame, outgoing)
+
+    def _apply(
+        self, verdict: Verdict, header: RequestHeaderInfo, frame: Frame, outgoing: list[Frame]
+    ) -> bool:
+        if isinstance(verdict, Forward):
+            if verdict.request is not None:
+                frame = codec.encode_request(
+                    verdict.request, header.correlation_id, header.client_id
+                )
+            if verdict.expects_response:
+                transform = None
+                if verdict.rewrite is not None:
+                    transform = _transform(verdict.rewrite, header)
+                self._inflight.forward(
+                    header.correlation_id, header.api_key, header.api_version, transform
+                )
+            outgoing.append(frame)
+            return True
+        if isinstance(verdict, Respond):
+            self._inflight.respond(
+                header.correlation_id,
+                header.api_key,
+                header.api_version,
+                codec.encode_response(verdict.response, header.correlation_id),
+            )
+            return True
+        assert isinstance(verdict, Close)
+        self.close(verdict.reason)
+        return False
+
+    def _flush(self) -> None:
+        ready = self._inflight.take_ready()
+        if ready and self._transport is not None and not self._closed:
+            self._transport.writelines(ready)
+        if _PAUSE_INFLIGHT in self._paused and not self._inflight.full:
+            self._resume(_PAUSE_INFLIGHT)
+
+    # -- responses from the broker -----------------------------------------------------------
+    def on_responses(self, frames: list[Frame]) -> None:
+        if self._closed:
+            return
+        try:
+            for frame in frames:
+                slot = self._inflight.claim(peek_correlation_id(frame))
+                slot.response = frame if slot.transform is None else slot.transform(frame)
+        except Exception as exc:  # noqa: BLE001 - a bad response must close only this pair
+            self.close(f"cannot relay the broker's response: {exc!r}")
+            return
+        self._flush()
+
+    # -- flow control ----------------------------------------------------------------------
+    def _pause(self, reason: str) -> None:
+        if not self._paused and self._transport is not None:
+            self._transport.pause_reading()
+        self._paused.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        self._paused.discard(reason)
+        if not self._paused and self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    def upstream_pause_writing(self) -> None:
+        self._pause(_PAUSE_UPSTREAM_FULL)
+
+    def upstream_resume_writing(self) -> None:
+        self._resume(_PAUSE_UPSTREAM_FULL)
+
+    def pause_writing(self) -> None:
+        if self._upstream is not None:
+            self._upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._upstream is not None:
+            self._upstream.resume_reading()
+
+    # -- closing ---------------------------------------------------------------------------
+    def close(self, reason: str | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if reason is not None:
+            log.warning(
+                "closing connection from %s on listener %s: %s (%d requests in flight)",
+                self.peer,
+                self.listener_name,
+                reason,
+                len(self._inflight),
+            )
+        if self._transport is not None:
+            self._transport.close()
+        if self._upstream is not None:
+            self._upstream.close()
+        self._listener.connections.discard(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            log.debug("client %s disconnected", self.peer)
+            self.close()
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            detail = f": {exc}" if exc else ""
+            self.close(f"the broker closed the connection{detail}")
+
+
+def _transform(rewrite: ResponseRewrite, header: RequestHeaderInfo) -> ResponseTransform:
+    """Decode → rewrite → re-encode, or the broker's own bytes when nothing changed."""
+
+    def transform(frame: Frame) -> Frame:
+        body = codec.decode_response(frame, header.api_key, header.api_version)
+        new = rewrite(body)
+        if new is body:
+            return frame
+        return codec.encode_response(new, header.correlation_id)
+
+    return transform
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """The broker side of one client connection."""
+
+    def __init__(self, client: ClientConnection, target: HostPort) -> None:
+        self._client = client
+        self._target = target
+        self._frames = FrameBuffer(_UPSTREAM_MAX_FRAME)
+        self._transport: asyncio.Transport | None = None
+        self._reading_paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def send(self, frames: list[Frame]) -> None:
+        if self._transport is not None:
+            self._transport.writelines(frames)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._frames.feed(data)
+        except ProtocolError as exc:
+            self._client.close(f"bad response from broker {self._target}: {exc}")
+            return
+        if frames:
+            self._client.on_responses(frames)
+
+    def pause_writing(self) -> None:
+        self._client.upstream_pause_writing()
+
+    def resume_writing(self) -> None:
+        self._client.upstream_resume_writing()
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._client.upstream_lost(exc)
+
+
+ConnectionFactory = Callable[[], ClientConnection]

@@ -1,0 +1,124 @@
+"""The contract between the connection shell and the per-API handlers.
+
+A handler turns one decoded request into a :data:`Verdict`, synchronously and without I/O
+(Kroxylicious' ``ApiEnforcement``, made synchronous):
+
+* :class:`Forward` — send the request upstream. With ``request=None`` the client's original
+  frame is sent byte for byte; a ``rewrite`` asks the shell to decode the broker's response and
+  pass it through the function (an unchanged object returned means the broker's bytes are
+  forwarded as they were).
+* :class:`Respond` — the proxy answers; nothing reaches the broker.
+* :class:`Close` — drop the connection (e.g. a denied ``acks=0`` Produce, which has no response).
+
+Handlers are stateless singletons; what a connection knows lives in :class:`HandlerContext`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from kafkaguard.protocol.codec import (
+    ErrorCode,
+    RequestPayload,
+    ResponsePayload,
+    build_error_response,
+    codec_versions,
+)
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.header import RequestHeaderInfo
+
+ResponseRewrite = Callable[[ResponsePayload], ResponsePayload]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request as the handler sees it."""
+
+    header: RequestHeaderInfo
+    frame: Frame
+    """The whole original frame, size prefix included."""
+    body: RequestPayload | None
+    """Decoded by kio when the handler asked for it (``decode_request``), else ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    request: RequestPayload | None = None
+    """A replacement body to encode; ``None`` forwards the original bytes."""
+    rewrite: ResponseRewrite | None = None
+    expects_response: bool = True
+    """False only for ``acks=0`` Produce, which the broker never answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    response: ResponsePayload
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    reason: str
+
+
+Verdict = Forward | Respond | Close
+
+FORWARD = Forward()
+"""The verdict for "send the client's own bytes, return the broker's own bytes"."""
+
+
+class HandlerContext(Protocol):
+    """What a handler may ask of the proxy about the connection it serves."""
+
+    @property
+    def listener_name(self) -> str: ...
+
+    def advertise_node(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        """Record a broker's real address; return the proxy address clients must use."""
+        ...
+
+    def advertised_node(self, node_id: int) -> tuple[str, int] | None:
+        """The proxy address of a node learned earlier, ``None`` if unknown."""
+        ...
+
+    def record_broker_api_versions(self, versions: dict[int, range]) -> None: ...
+
+    def supported_versions(self, api_key: int) -> range:
+        """What the proxy advertises: handler ∩ codec ∩ broker."""
+        ...
+
+
+class ApiHandler:
+    """Base: forward the original bytes. Subclasses override what they must."""
+
+    api_key: ClassVar[int]
+    max_version: ClassVar[int | None] = None
+    """Cap below what kio knows, for versions the handler cannot reason about yet."""
+    decode_request: ClassVar[bool] = False
+
+    @property
+    def versions(self) -> range:
+        known = codec_versions(self.api_key)
+        if self.max_version is None:
+            return known
+        return range(known.start, min(known.stop, self.max_version + 1))
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        return FORWARD
+
+    def unsupported_version(self, header: RequestHeaderInfo, ctx: HandlerContext) -> Verdict:
+        """Kafka answers an unsupported version with the API's UNSUPPORTED_VERSION error when
+        the version can be parsed at all; otherwise the connection is closed."""
+        if header.api_version in codec_versions(self.api_key):
+            return Respond(
+                build_error_response(
+                    self.api_key, header.api_version, ErrorCode.unsupported_version
+                )
+            )
+        return Close(f"unsupported version {header.api_version} of api key {self.api_key}")
+
+
+def forwarding_handler(api_key: int) -> ApiHandler:
+    """A handler that forwards an API unchanged (no address in it, nothing to decide yet)."""
+    return type(f"ForwardApi{api_key}Handler", (ApiHandler,), {"api_key": api_key})()

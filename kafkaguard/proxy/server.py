@@ -1,0 +1,91 @@
+"""The proxy process: upstream probe, listeners, signals, shutdown.
+
+Start order matters: the upstream is probed first (its API versions bound what clients may
+use), then every listener is opened. A listener never accepts a connection before the proxy
+can make decisions for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import signal
+
+from kafkaguard.proxy.cluster import UpstreamCluster
+from kafkaguard.proxy.config import ProxyConfig
+from kafkaguard.proxy.listener import ListenerRuntime
+
+log = logging.getLogger("kafkaguard.proxy")
+
+
+def raise_open_file_limit() -> int:
+    """A 1:1 proxy holds two descriptors per client: lift the soft limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            log.warning("cannot raise the open-file limit above %d", soft)
+    return soft
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.cluster = UpstreamCluster(
+            config.upstream.bootstrap_servers, config.upstream.connect_timeout_s
+        )
+        self.listeners = [
+            ListenerRuntime(listener, self.cluster, config.limits) for listener in config.listeners
+        ]
+        self._stopped = asyncio.Event()
+
+    async def start(self, probe_attempts: int = 30) -> None:
+        for attempt in range(1, probe_attempts + 1):
+            try:
+                server = await self.cluster.probe()
+                log.info("upstream %s answered the version probe", server)
+                break
+            except OSError as exc:
+                if attempt == probe_attempts:
+                    raise
+                log.warning("upstream not reachable yet (attempt %d): %s", attempt, exc)
+                await asyncio.sleep(1.0)
+        for listener in self.listeners:
+            await listener.start()
+
+    def bootstrap(self, listener_name: str | None = None) -> str:
+        listener = self.listeners[0] if listener_name is None else next(
+            ls for ls in self.listeners if ls.config.name == listener_name
+        )
+        return f"{listener.config.advertised_host}:{listener.bootstrap_port}"
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop)
+        try:
+            await self._stopped.wait()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    async def close(self) -> None:
+        for listener in self.listeners:
+            await listener.close()
+
+
+def install_event_loop_policy() -> str:
+    """uvloop in production; plain asyncio when it is not installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"

