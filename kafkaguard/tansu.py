@@ -57,7 +57,7 @@ class TansuBroker:
         return HostPort(self.host, self.port)
 
     def start(self) -> None:
-        self.process = subprocess.Popen(  # noqa: S603 - fixed argument list, our own binary
+        self.process = subprocess.Popen(
             [
                 tansu_binary(),
                 "broker",

@@ -18,7 +18,7 @@ from dataclasses import MISSING, fields, is_dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from types import NoneType, UnionType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -37,6 +37,8 @@ from kafkaguard.protocol.framing import Frame
 __all__ = [
     "API_NAMES",
     "ErrorCode",
+    "make_entity",
+    "nested_type",
     "RequestPayload",
     "ResponsePayload",
     "build_error_response",
@@ -50,6 +52,8 @@ __all__ = [
     "response_header_version",
     "response_schema",
 ]
+
+_T = TypeVar("_T")
 
 API_NAMES: Final[Mapping[int, str]] = api_key_map
 """Every API key kio knows, to its snake_case name (``3 -> "metadata"``)."""
@@ -107,14 +111,12 @@ def decode_request(frame: Frame, api_key: int, version: int) -> RequestPayload:
     try:
         _, header_size = entity_reader(header_type)(frame, 4)
         body, _ = entity_reader(schema)(frame, 4 + header_size)
-    except Exception as exc:  # noqa: BLE001 - kio raises many types on bad input
+    except Exception as exc:
         raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
     return body
 
 
-def encode_request(
-    body: RequestPayload, correlation_id: int, client_id: str | None
-) -> bytes:
+def encode_request(body: RequestPayload, correlation_id: int, client_id: str | None) -> bytes:
     """A whole request frame for ``body`` (used only when a request must be rewritten)."""
     api_key = int(body.__api_key__)
     version = int(body.__version__)
@@ -137,13 +139,13 @@ def encode_request(
 def decode_response(frame: Frame, api_key: int, version: int) -> ResponsePayload:
     """Decode the body of a whole response frame to a request of (api_key, version)."""
     schema = response_schema(api_key, version)
-    header_type = ResponseHeaderV0 if response_header_version(api_key, version) == 0 else (
-        ResponseHeaderV1
+    header_type = (
+        ResponseHeaderV0 if response_header_version(api_key, version) == 0 else (ResponseHeaderV1)
     )
     try:
         _, header_size = entity_reader(header_type)(frame, 4)
         body, _ = entity_reader(schema)(frame, 4 + header_size)
-    except Exception as exc:  # noqa: BLE001 - kio raises many types on bad input
+    except Exception as exc:
         raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
     return body
 
@@ -180,11 +182,12 @@ def _zero_value(field_type: Any, kafka_type: str, error_code: ErrorCode) -> Any:
     origin = typing.get_origin(field_type)
     if origin is tuple:
         return ()
-    if origin is UnionType or origin is typing.Union:
-        if NoneType in typing.get_args(field_type):
-            return None
+    if (origin is UnionType or origin is typing.Union) and NoneType in typing.get_args(
+        field_type
+    ):
+        return None
     if isinstance(field_type, type) and is_dataclass(field_type):
-        return _zero_entity(field_type, error_code)
+        return make_entity(field_type, error_code)
     if kafka_type == "error_code":
         return error_code
     if kafka_type in _ZERO:
@@ -192,21 +195,44 @@ def _zero_value(field_type: Any, kafka_type: str, error_code: ErrorCode) -> Any:
     return field_type(0)  # the integer primitives (i8 … i64, BrokerId, …)
 
 
-def _zero_entity(entity_type: type[Any], error_code: ErrorCode) -> Any:
+def make_entity(entity_type: type[_T], error_code: ErrorCode = ErrorCode.none, **values: Any) -> _T:
+    """An instance of a kio entity: ``values`` as given, every ``error_code`` field set to
+    ``error_code``, other required fields zero/empty, defaulted fields left at their defaults.
+
+    Handlers use it to synthesize per-item error entries for whatever version the client
+    speaks, without one constructor call per schema version.
+    """
     hints = _type_hints(entity_type)
-    values: dict[str, Any] = {}
-    for f in fields(entity_type):
-        if f.default is not MISSING or f.default_factory is not MISSING:
-            if f.metadata.get("kafka_type") == "error_code":
-                values[f.name] = error_code
+    for f in fields(entity_type):  # type: ignore[arg-type]
+        if f.name in values:
             continue
-        values[f.name] = _zero_value(hints[f.name], f.metadata.get("kafka_type", ""), error_code)
+        if f.metadata.get("kafka_type") == "error_code":
+            values[f.name] = error_code
+        elif f.default is MISSING and f.default_factory is MISSING:
+            values[f.name] = _zero_value(hints[f.name], f.metadata.get("kafka_type", ""), error_code)
     return entity_type(**values)
 
 
-@cache
+def nested_type(entity_type: type[Any], field_name: str) -> type[Any]:
+    """The entity class of ``field_name`` (the element class for an array field)."""
+    hint = _type_hints(entity_type)[field_name]
+    if typing.get_origin(hint) in (UnionType, typing.Union):
+        hint = next(a for a in typing.get_args(hint) if a is not NoneType)
+    if typing.get_origin(hint) is tuple:
+        hint = typing.get_args(hint)[0]
+    if not (isinstance(hint, type) and is_dataclass(hint)):
+        raise TypeError(f"{entity_type.__name__}.{field_name} is not an entity field")
+    return hint
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
 def _type_hints(entity_type: type[Any]) -> dict[str, Any]:
-    return typing.get_type_hints(entity_type)
+    hints = _HINTS.get(entity_type)
+    if hints is None:
+        hints = _HINTS[entity_type] = typing.get_type_hints(entity_type)
+    return hints
 
 
 def build_error_response(api_key: int, version: int, error_code: ErrorCode) -> ResponsePayload:
@@ -215,5 +241,4 @@ def build_error_response(api_key: int, version: int, error_code: ErrorCode) -> R
     This is the shape Kafka's ``AbstractRequest.getErrorResponse`` produces for whole-request
     failures when there are no entities to echo (per-entity answers are built by handlers).
     """
-    body: ResponsePayload = _zero_entity(response_schema(api_key, version), error_code)
-    return body
+    return make_entity(response_schema(api_key, version), error_code)

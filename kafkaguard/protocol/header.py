@@ -34,8 +34,9 @@ def peek_request_header(frame: bytes | memoryview) -> RequestHeaderInfo:
     """Read api key, version, correlation id and client id from a whole frame.
 
     >>> f = bytes.fromhex("0000000e 0003 000c 00000007 0004 6b636174".replace(" ", ""))
-    >>> peek_request_header(f)
-    RequestHeaderInfo(api_key=3, api_version=12, correlation_id=7, client_id='kcat', client_id_end=18)
+    >>> h = peek_request_header(f)
+    >>> (h.api_key, h.api_version, h.correlation_id, h.client_id, h.client_id_end)
+    (3, 12, 7, 'kcat', 18)
     """
     if len(frame) < 12:
         raise MalformedFrame(f"request of {len(frame) - 4} bytes is shorter than a header")

@@ -122,6 +122,10 @@ class InflightQueue:
     def describe(self) -> list[dict[str, Any]]:
         """A snapshot for logs when a connection closes with requests outstanding."""
         return [
-            {"correlation_id": s.correlation_id, "api_key": s.api_key, "ready": s.response is not None}
+            {
+                "correlation_id": s.correlation_id,
+                "api_key": s.api_key,
+                "ready": s.response is not None,
+            }
             for s in self._slots
         ]

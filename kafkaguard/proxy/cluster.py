@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
+from uuid import UUID
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
@@ -31,6 +33,8 @@ class UpstreamCluster:
         self._nodes: dict[int, HostPort] = {}
         self._broker_versions: Mapping[int, range] | None = None
         self._supported: dict[int, range] = {}
+        self.topic_names: dict[UUID, str] = {}
+        """Topic ids seen in broker responses; an id never seen is unknown (fail closed)."""
 
     # -- nodes -----------------------------------------------------------------------------
     def learn_node(self, node_id: int, host: str, port: int) -> None:
@@ -41,6 +45,11 @@ class UpstreamCluster:
 
     def node_address(self, node_id: int) -> HostPort | None:
         return self._nodes.get(node_id)
+
+    def learn_topic_names(self, topics: Iterable[tuple[UUID, str]]) -> None:
+        for topic_id, name in topics:
+            if topic_id.int and name:
+                self.topic_names[topic_id] = name
 
     # -- versions --------------------------------------------------------------------------
     def record_broker_api_versions(self, versions: Mapping[int, range]) -> None:
@@ -100,10 +109,7 @@ async def fetch_api_versions(server: HostPort) -> dict[int, range]:
             got = frames.feed(data)
             if got:
                 break
-        response = codec.decode_response(got[0], 18, 3)
-        return {
-            int(e.api_key): range(e.min_version, e.max_version + 1)
-            for e in response.api_keys  # type: ignore[attr-defined]
-        }
+        response: Any = codec.decode_response(got[0], 18, 3)
+        return {int(e.api_key): range(e.min_version, e.max_version + 1) for e in response.api_keys}
     finally:
         writer.close()

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Final
 
 from kafkaguard.config_tree import REQUIRED, ConfigError, ConfigSection
+from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -87,6 +88,9 @@ class ProxyConfig:
     listeners: tuple[ListenerConfig, ...]
     upstream: UpstreamConfig
     limits: LimitsConfig = LimitsConfig()
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """Authorizer and ACL store. Without an ``authorizer`` section: Kafka's StandardAuthorizer
+    with no ACLs and no super users, i.e. every request is denied (fail closed)."""
     log_level: str = "INFO"
     source: str = "<defaults>"
     base_dir: Path = field(default_factory=Path.cwd)
@@ -157,14 +161,13 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     logging_section = root.section("logging")
     log_level = logging_section.choice("level", ("DEBUG", "INFO", "WARNING", "ERROR"), "INFO")
     logging_section.reject_unknown()
-    # Sections owned by other parts are parsed by them (they call reject_unknown themselves).
-    for owned in ("authorizer", "acl_store"):
-        root.section(owned)
+    policy = parse_policy_config(root)
     root.reject_unknown()
     return ProxyConfig(
         listeners=listeners,
         upstream=upstream,
         limits=limits,
+        policy=policy,
         log_level=log_level,
         source=root.file,
         base_dir=base_dir or Path.cwd(),

@@ -23,9 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, cast
+from uuid import UUID
 
+from kafkaguard.policy.authorizer import (
+    Action,
+    AuthorizationResult,
+    RequestContext,
+    operations_bitfield,
+)
+from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
@@ -34,6 +43,7 @@ from kafkaguard.protocol.inflight import InflightQueue, ResponseTransform
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.handlers import REGISTRY
 from kafkaguard.proxy.handlers.base import (
+    ApiHandler,
     Close,
     Forward,
     Request,
@@ -41,6 +51,7 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
+from kafkaguard.proxy.session import Session, peer_address
 
 if TYPE_CHECKING:
     from kafkaguard.proxy.listener import ListenerRuntime
@@ -71,6 +82,11 @@ class ClientConnection(asyncio.Protocol):
         right after ``connection_made``, whatever ``pause_reading`` said)."""
         self._closed = False
         self.peer = "?"
+        self.session = Session(
+            listener.config.name, listener.security_protocol, peer_address(None)
+        )
+        self._context_header: RequestHeaderInfo | None = None
+        self._context: RequestContext | None = None
 
     # -- HandlerContext --------------------------------------------------------------------
     @property
@@ -89,12 +105,55 @@ class ClientConnection(asyncio.Protocol):
     def supported_versions(self, api_key: int) -> range:
         return self._listener.cluster.supported_versions(api_key)
 
+    def _request_context(self, request: Request) -> RequestContext:
+        """KIP-504 context of ``request``, built once per request however many checks run."""
+        header = request.header
+        if self._context_header is not header or self._context is None:
+            self._context = RequestContext(
+                listener_name=self.session.listener_name,
+                security_protocol=self.session.security_protocol,
+                principal=self.session.principal,
+                client_address=self.session.client_address,
+                api_key=header.api_key,
+                api_version=header.api_version,
+                client_id=header.client_id,
+                correlation_id=header.correlation_id,
+            )
+            self._context_header = header
+        return self._context
+
+    def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
+        return self._listener.authorizer.authorize(self._request_context(request), actions)
+
+    def authorize_by_resource_type(
+        self, request: Request, operation: AclOperation, resource_type: ResourceType
+    ) -> AuthorizationResult:
+        return self._listener.authorizer.authorize_by_resource_type(
+            self._request_context(request), operation, resource_type
+        )
+
+    def authorized_operations(self, request: Request, resource: ResourcePattern) -> int:
+        return operations_bitfield(
+            self._listener.authorizer.authorized_operations(
+                self._request_context(request), resource
+            )
+        )
+
+    def topic_name(self, topic_id: UUID) -> str | None:
+        return self._listener.cluster.topic_names.get(topic_id)
+
+    def learn_topic_names(self, topics: Iterable[tuple[UUID, str]]) -> None:
+        self._listener.cluster.learn_topic_names(topics)
+
     # -- client side -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.session = Session(
+            self._listener.config.name, self._listener.security_protocol, peer_address(peer)
+        )
         self._listener.connections.add(self)
         self._pause(_PAUSE_CONNECTING)
         self._listener.spawn(self._connect_upstream())
@@ -115,7 +174,7 @@ class ClientConnection(asyncio.Protocol):
             try:
                 _, upstream = await asyncio.wait_for(
                     loop.create_connection(
-                        lambda: UpstreamConnection(self, target), target.host, target.port
+                        partial(UpstreamConnection, self, target), target.host, target.port
                     ),
                     timeout=cluster.connect_timeout_s,
                 )
@@ -180,8 +239,24 @@ class ClientConnection(asyncio.Protocol):
                 if handler.decode_request
                 else None
             )
-            verdict = handler.on_request(Request(header, frame, body), self)
+            verdict = self._decide(handler, Request(header, frame, body))
         return self._apply(verdict, header, frame, outgoing)
+
+    def _decide(self, handler: ApiHandler, request: Request) -> Verdict:
+        """Run the handler; a fault in it closes this connection (fail closed), never the
+        process and never by forwarding."""
+        try:
+            return handler.on_request(request, self)
+        except ProtocolError:
+            raise
+        except Exception:
+            log.exception(
+                "%s: handler for %s failed (correlation id %d)",
+                self.peer,
+                codec.API_NAMES.get(request.header.api_key),
+                request.header.correlation_id,
+            )
+            return Close("internal error while authorizing the request")
 
     def _apply(
         self, verdict: Verdict, header: RequestHeaderInfo, frame: Frame, outgoing: list[Frame]

@@ -15,6 +15,7 @@ import socket
 from collections.abc import Coroutine
 from typing import Any
 
+from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
 from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
 from kafkaguard.proxy.connection import ClientConnection
@@ -30,9 +31,15 @@ class ListenerRuntime:
     """The servers, connections and node ports of one configured listener."""
 
     def __init__(
-        self, config: ListenerConfig, cluster: UpstreamCluster, limits: LimitsConfig
+        self,
+        config: ListenerConfig,
+        cluster: UpstreamCluster,
+        limits: LimitsConfig,
+        authorizer: Authorizer,
     ) -> None:
         self.config = config
+        self.authorizer = authorizer
+        self.security_protocol = SecurityProtocol(config.security_protocol)
         self.cluster = cluster
         self.limits = limits
         self.connections: set[ClientConnection] = set()

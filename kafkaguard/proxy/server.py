@@ -12,6 +12,8 @@ import logging
 import resource
 import signal
 
+from kafkaguard.policy.authorizer import Authorizer
+from kafkaguard.policy.config import build_authorizer
 from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import ProxyConfig
 from kafkaguard.proxy.listener import ListenerRuntime
@@ -33,13 +35,15 @@ def raise_open_file_limit() -> int:
 
 
 class ProxyServer:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, authorizer: Authorizer | None = None) -> None:
         self.config = config
         self.cluster = UpstreamCluster(
             config.upstream.bootstrap_servers, config.upstream.connect_timeout_s
         )
+        self.authorizer = authorizer or build_authorizer(config.policy)
         self.listeners = [
-            ListenerRuntime(listener, self.cluster, config.limits) for listener in config.listeners
+            ListenerRuntime(listener, self.cluster, config.limits, self.authorizer)
+            for listener in config.listeners
         ]
         self._stopped = asyncio.Event()
 
@@ -54,12 +58,17 @@ class ProxyServer:
                     raise
                 log.warning("upstream not reachable yet (attempt %d): %s", attempt, exc)
                 await asyncio.sleep(1.0)
+        # KIP-504: a listener accepts connections only once its authorizer is ready for it.
+        ready = self.authorizer.start([ls.config.name for ls in self.listeners])
         for listener in self.listeners:
+            await ready[listener.config.name]
             await listener.start()
 
     def bootstrap(self, listener_name: str | None = None) -> str:
-        listener = self.listeners[0] if listener_name is None else next(
-            ls for ls in self.listeners if ls.config.name == listener_name
+        listener = (
+            self.listeners[0]
+            if listener_name is None
+            else next(ls for ls in self.listeners if ls.config.name == listener_name)
         )
         return f"{listener.config.advertised_host}:{listener.bootstrap_port}"
 
@@ -76,9 +85,14 @@ class ProxyServer:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
+    async def serve_forever_until_stopped(self) -> None:
+        """Wait for :meth:`stop` without installing signal handlers (embedding, tests)."""
+        await self._stopped.wait()
+
     async def close(self) -> None:
         for listener in self.listeners:
             await listener.close()
+        await self.authorizer.close()
 
 
 def install_event_loop_policy() -> str:

@@ -49,7 +49,8 @@ class _AddressRewriteHandler(ApiHandler):
 
     def rewriter(self, ctx: HandlerContext) -> ResponseRewrite:
         def rewrite(response: ResponsePayload) -> ResponsePayload:
-            return self.rewrite(response, ctx)
+            rewritten: ResponsePayload = self.rewrite(response, ctx)
+            return rewritten
 
         return rewrite
 

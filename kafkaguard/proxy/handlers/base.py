@@ -15,10 +15,13 @@ Handlers are stateless singletons; what a connection knows lives in :class:`Hand
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
+from uuid import UUID
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
+from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
 from kafkaguard.protocol.codec import (
     ErrorCode,
     RequestPayload,
@@ -28,6 +31,9 @@ from kafkaguard.protocol.codec import (
 )
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
+
+if TYPE_CHECKING:
+    from kafkaguard.proxy.session import Session
 
 ResponseRewrite = Callable[[ResponsePayload], ResponsePayload]
 
@@ -70,6 +76,27 @@ FORWARD = Forward()
 
 class HandlerContext(Protocol):
     """What a handler may ask of the proxy about the connection it serves."""
+
+    @property
+    def session(self) -> Session: ...
+
+    def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
+        """The authorizer's decisions, in order, for this request's KIP-504 context."""
+        ...
+
+    def authorize_by_resource_type(
+        self, request: Request, operation: AclOperation, resource_type: ResourceType
+    ) -> AuthorizationResult: ...
+
+    def authorized_operations(self, request: Request, resource: ResourcePattern) -> int:
+        """KIP-430 bitfield of the operations allowed on ``resource``."""
+        ...
+
+    def topic_name(self, topic_id: UUID) -> str | None:
+        """The name of a topic id seen in a broker response, ``None`` if never seen."""
+        ...
+
+    def learn_topic_names(self, topics: Iterable[tuple[UUID, str]]) -> None: ...
 
     @property
     def listener_name(self) -> str: ...
@@ -121,4 +148,6 @@ class ApiHandler:
 
 def forwarding_handler(api_key: int) -> ApiHandler:
     """A handler that forwards an API unchanged (no address in it, nothing to decide yet)."""
-    return type(f"ForwardApi{api_key}Handler", (ApiHandler,), {"api_key": api_key})()
+    handler_type = type(f"ForwardApi{api_key}Handler", (ApiHandler,), {"api_key": api_key})
+    handler: ApiHandler = handler_type()
+    return handler

@@ -1,0 +1,543 @@
+"""Data-path benchmark: the same workloads directly against Tansu and through kafkaguard.
+
+Usage (from the repository root, with the test extras installed)::
+
+    .venv/bin/python bench/proxy_bench.py              # full run (~4 min)
+    .venv/bin/python bench/proxy_bench.py --quick      # smoke run (< 1 min)
+    .venv/bin/python bench/proxy_bench.py --relay      # add the plain byte-relay floor
+
+What runs where. Tansu and the proxy each run in their own process (``python -m kafkaguard
+run --config <tmp yaml>``, uvloop), so the load generator (confluent-kafka, in this process)
+never shares a GIL with the proxy. Everything is on loopback.
+
+Sides. ``direct``: clients bootstrap to Tansu A. ``kafkaguard``: clients bootstrap to the proxy
+in front of Tansu A (it rewrites every broker address). ``relay`` (``--relay``): a ~30-line
+uvloop ``asyncio.Protocol`` byte pipe in its own process, in front of a second Tansu B that
+advertises the relay's port (a byte relay cannot rewrite addresses) — the floor any Python
+proxy can reach.
+
+Workloads (one per side, interleaved: for every round and workload the sides run back to back,
+their order rotated per round; medians over rounds are printed with proxy/direct ratios):
+
+* ``produce-1k`` / ``produce-100``: one confluent-kafka Producer, ``acks=all`` (Tansu is a
+  single node, so ``acks=1`` is the same), ``linger.ms=5`` (librdkafka's default), no
+  compression, one partition; fixed message count; timed from the first ``produce()`` to the
+  end of ``flush()``, after a warm-up message so metadata lookup is excluded. The topic is
+  deleted after every run (Tansu keeps every record in memory).
+* ``consume``: a confluent-kafka Consumer ``assign()``-ed to a pre-filled 1 KiB topic from the
+  beginning (no group join, no commits), timed from ``assign()`` to the last message.
+* ``latency``: produce one 100 B message with ``linger.ms=0`` and wait for its delivery report,
+  repeated; p50/p99 per side. ``metadata-rtt``: a raw-socket Metadata v1 request (no topics)
+  round trip, p50/p99 (through kafkaguard this response is decoded and re-encoded).
+
+``--profile-proxy FILE`` runs the proxy under cProfile (``python -m cProfile -o FILE``); it is
+stopped with SIGINT so the profile is written. ``--kafkaguard-path DIR`` runs the proxy from
+another checkout (prepended to ``PYTHONPATH``), for comparing a prototype change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from kafkaguard.proxy.config import HostPort  # noqa: E402
+from kafkaguard.tansu import TansuBroker, free_port  # noqa: E402
+
+# --------------------------------------------------------------------------------------------
+# The byte-relay baseline (runs in its own process: ``proxy_bench.py --serve-relay``).
+
+
+class _Pipe(asyncio.Protocol):
+    """One direction of a relay: bytes in → the peer's transport, with back-pressure."""
+
+    def __init__(self, peer: _Pipe | None = None) -> None:
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self.pending: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.peer is None:  # client side: connect upstream, buffer until connected
+            self.transport.pause_reading()  # type: ignore[union-attr]
+            asyncio.ensure_future(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            _, up = await loop.create_connection(lambda: _Pipe(self), *UPSTREAM)
+        except OSError:
+            self.transport.close()  # type: ignore[union-attr]
+            return
+        self.peer = up
+        up.transport.writelines(self.pending)  # type: ignore[union-attr]
+        self.pending = []
+        self.transport.resume_reading()  # type: ignore[union-attr]
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is None:  # uvloop may deliver data before the upstream is up
+            self.pending.append(data)
+        else:
+            self.peer.transport.write(data)  # type: ignore[union-attr]
+
+    def pause_writing(self) -> None:
+        self.peer.transport.pause_reading()  # type: ignore[union-attr]
+
+    def resume_writing(self) -> None:
+        self.peer.transport.resume_reading()  # type: ignore[union-attr]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+
+UPSTREAM: tuple[str, int] = ("127.0.0.1", 0)
+
+
+def serve_relay(listen_port: int, upstream: str) -> None:
+    global UPSTREAM
+    host, port = upstream.rsplit(":", 1)
+    UPSTREAM = (host, int(port))
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_Pipe, "127.0.0.1", listen_port)
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        print("relay ready", flush=True)
+        await stop.wait()
+        server.close()
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@dataclass
+class Side:
+    name: str
+    bootstrap: str
+    admin_bootstrap: str
+    """Where topics are created and deleted (always the broker itself)."""
+    consume_topic: str = ""
+
+
+@dataclass
+class Env:
+    brokers: list[TansuBroker] = field(default_factory=list)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    tmp: tempfile.TemporaryDirectory[str] = field(default_factory=tempfile.TemporaryDirectory)
+
+    def start_broker(self, advertised: HostPort | None = None) -> TansuBroker:
+        broker = TansuBroker(advertised=advertised)
+        broker.start()
+        self.brokers.append(broker)
+        asyncio.run(broker.wait_ready())
+        return broker
+
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.processes.append(
+            subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        )
+
+    def start_proxy(self, upstream: HostPort, profile: str | None, path: str | None) -> str:
+        port = free_port()
+        config = Path(self.tmp.name) / "kafkaguard.yaml"
+        config.write_text(
+            "listeners:\n"
+            "  - name: PLAINTEXT\n"
+            "    bind_host: 127.0.0.1\n"
+            f"    port: {port}\n"
+            f"    broker_ports: {{base: {free_port()}}}\n"
+            f"upstream:\n  bootstrap_servers: ['{upstream}']\n"
+            "logging:\n  level: WARNING\n"
+        )
+        env = dict(os.environ)
+        if path:
+            env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
+        argv = [sys.executable]
+        if profile:
+            argv += ["-m", "cProfile", "-o", profile]
+        argv += ["-m", "kafkaguard", "run", "--config", str(config)]
+        self.spawn(argv, env)
+        wait_port(port)
+        return f"127.0.0.1:{port}"
+
+    def start_relay(self, port: int, upstream: HostPort) -> str:
+        self.spawn([sys.executable, __file__, "--serve-relay", str(port), str(upstream)])
+        wait_port(port)
+        return f"127.0.0.1:{port}"
+
+    def close(self) -> None:
+        for proc in self.processes:  # SIGINT: lets cProfile write its output
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for broker in self.brokers:
+            broker.stop()
+        self.tmp.cleanup()
+
+
+# --------------------------------------------------------------------------------------------
+# Workloads (confluent-kafka in this process)
+
+QUIET = {"log_level": 3}
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        fut.result(15)
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for fut in admin.delete_topics([topic]).values():
+        with contextlib.suppress(KafkaException):
+            fut.result(15)
+
+
+def producer(bootstrap: str, **extra: object) -> Producer:
+    config = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "none",
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        **QUIET,
+    }
+    config.update(extra)
+    return Producer(config)
+
+
+def produce_run(side: Side, size: int, count: int) -> float:
+    """Messages per second for ``count`` records of ``size`` bytes."""
+    topic = f"bench-p-{uuid.uuid4().hex[:8]}"
+    create_topic(side.admin_bootstrap, topic)
+    try:
+        prod = producer(side.bootstrap)
+        prod.produce(topic, b"w")
+        if prod.flush(15) != 0:
+            raise RuntimeError(f"{side.name}: warm-up message not delivered")
+        payload = os.urandom(size)
+        failed = 0
+
+        def on_delivery(err: object, _msg: object) -> None:
+            nonlocal failed
+            if err is not None:
+                failed += 1
+
+        start = time.perf_counter()
+        for _ in range(count):
+            while True:
+                try:
+                    prod.produce(topic, payload, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    prod.poll(0.001)
+        if prod.flush(120) != 0:
+            raise RuntimeError(f"{side.name}: messages left undelivered")
+        elapsed = time.perf_counter() - start
+        if failed:
+            raise RuntimeError(f"{side.name}: {failed} deliveries failed")
+        return count / elapsed
+    finally:
+        delete_topic(side.admin_bootstrap, topic)
+
+
+def fill_topic(side: Side, count: int, size: int) -> None:
+    side.consume_topic = f"bench-c-{uuid.uuid4().hex[:8]}"
+    create_topic(side.admin_bootstrap, side.consume_topic)
+    prod = producer(side.admin_bootstrap, **{"linger.ms": 20})
+    payload = os.urandom(size)
+    for _ in range(count):
+        while True:
+            try:
+                prod.produce(side.consume_topic, payload)
+                break
+            except BufferError:
+                prod.poll(0.001)
+    if prod.flush(120) != 0:
+        raise RuntimeError("pre-fill failed")
+
+
+def consume_run(side: Side, count: int) -> float:
+    cons = Consumer(
+        {
+            "bootstrap.servers": side.bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            **QUIET,
+        }
+    )
+    try:
+        cons.list_topics(side.consume_topic, timeout=15)  # metadata lookup not timed
+        start = time.perf_counter()
+        cons.assign([TopicPartition(side.consume_topic, 0, 0)])
+        got = 0
+        deadline = time.monotonic() + 120
+        while got < count:
+            for msg in cons.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is None:
+                    got += 1
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{side.name}: consumed only {got} of {count}")
+        return count / (time.perf_counter() - start)
+    finally:
+        cons.close()
+
+
+def latency_run(side: Side, count: int) -> list[float]:
+    """Milliseconds from produce() to delivery report, one message at a time."""
+    topic = f"bench-l-{uuid.uuid4().hex[:8]}"
+    create_topic(side.admin_bootstrap, topic)
+    try:
+        prod = producer(side.bootstrap, **{"linger.ms": 0})
+        prod.produce(topic, b"w")
+        prod.flush(15)
+        payload = os.urandom(100)
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            prod.produce(topic, payload)
+            if prod.flush(10) != 0:
+                raise RuntimeError(f"{side.name}: latency message not delivered")
+            samples.append((time.perf_counter() - start) * 1000)
+        return samples
+    finally:
+        delete_topic(side.admin_bootstrap, topic)
+
+
+def metadata_rtt(side: Side, count: int) -> list[float]:
+    """Raw-socket Metadata v1 (no topics) round trips, milliseconds."""
+    host, port = side.bootstrap.rsplit(":", 1)
+    samples = []
+    with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for corr in range(count + 10):
+            client = b"bench"
+            body = struct.pack(">hhih", 3, 1, corr, len(client)) + client + struct.pack(">i", 0)
+            request = struct.pack(">i", len(body)) + body
+            start = time.perf_counter()
+            sock.sendall(request)
+            size = struct.unpack(">i", _recv(sock, 4))[0]
+            _recv(sock, size)
+            if corr >= 10:  # the first round trips warm up
+                samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return bytes(buf)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+
+
+@dataclass
+class Plan:
+    rounds: int
+    produce_1k: int
+    produce_100: int
+    consume: int
+    latency: int
+
+
+PLANS = {
+    "full": Plan(
+        rounds=7, produce_1k=300_000, produce_100=1_000_000, consume=300_000, latency=2000
+    ),
+    "quick": Plan(rounds=3, produce_1k=100_000, produce_100=300_000, consume=100_000, latency=500),
+}
+
+WORKLOADS = ("produce-1k", "produce-100", "consume", "latency", "metadata-rtt")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = PLANS["quick" if args.quick else "full"]
+    rounds = args.rounds or plan.rounds
+    if args.messages:
+        scale = args.messages / plan.produce_1k
+        plan = Plan(
+            rounds,
+            args.messages,
+            int(plan.produce_100 * scale),
+            args.messages,
+            plan.latency,
+        )
+    workloads = args.workloads.split(",") if args.workloads else list(WORKLOADS)
+    unknown = set(workloads) - set(WORKLOADS)
+    if unknown:
+        print(f"unknown workloads: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    env = Env()
+    began = time.monotonic()
+    try:
+        tansu = env.start_broker()
+        sides = [
+            Side("direct", str(tansu.address), str(tansu.address)),
+            Side(
+                "kafkaguard",
+                env.start_proxy(tansu.address, args.profile_proxy, args.kafkaguard_path),
+                str(tansu.address),
+            ),
+        ]
+        if args.relay:
+            relay_port = free_port()
+            relay_tansu = env.start_broker(advertised=HostPort("127.0.0.1", relay_port))
+            relay = env.start_relay(relay_port, relay_tansu.address)
+            sides.insert(1, Side("relay", relay, str(relay_tansu.address)))
+        if "consume" in workloads:  # one pre-filled topic per broker, read by every round
+            filled: dict[str, str] = {}
+            for side in sides:
+                if side.admin_bootstrap not in filled:
+                    fill_topic(side, plan.consume, 1024)
+                    filled[side.admin_bootstrap] = side.consume_topic
+                side.consume_topic = filled[side.admin_bootstrap]
+        jobs: dict[str, Callable[[Side], float | list[float]]] = {
+            "produce-1k": lambda s: produce_run(s, 1024, plan.produce_1k),
+            "produce-100": lambda s: produce_run(s, 100, plan.produce_100),
+            "consume": lambda s: consume_run(s, plan.consume),
+            "latency": lambda s: latency_run(s, plan.latency),
+            "metadata-rtt": lambda s: metadata_rtt(s, plan.latency),
+        }
+        results: dict[tuple[str, str], list[float | list[float]]] = {}
+        for r in range(rounds):
+            order = sides[r % len(sides) :] + sides[: r % len(sides)]
+            for workload in workloads:
+                for side in order:
+                    value = jobs[workload](side)
+                    results.setdefault((workload, side.name), []).append(value)
+                    shown = (
+                        f"{value:,.0f} msg/s"
+                        if isinstance(value, float)
+                        else f"p50 {percentile(value, 0.5):.3f} ms"
+                    )
+                    print(
+                        f"round {r + 1}/{rounds} {workload:<13} {side.name:<11} {shown}", flush=True
+                    )
+        print()
+        report(results, sides, workloads, plan, rounds)
+        print(f"\nwall time {time.monotonic() - began:.0f} s")
+    finally:
+        env.close()
+    return 0
+
+
+def report(
+    results: dict[tuple[str, str], list[float | list[float]]],
+    sides: list[Side],
+    workloads: list[str],
+    plan: Plan,
+    rounds: int,
+) -> None:
+    names = [s.name for s in sides]
+    print(f"medians over {rounds} rounds (messages: 1k={plan.produce_1k}, 100B={plan.produce_100},")
+    print(f"consume={plan.consume}, latency samples={plan.latency} per round)")
+    header = f"{'workload':<22}" + "".join(f"{n:>14}" for n in names)
+    header += "".join(f"{n + '/direct':>19}" for n in names[1:])
+    print(header)
+    for workload in workloads:
+        rows: list[tuple[str, dict[str, float], bool]] = []
+        if workload in ("latency", "metadata-rtt"):
+            for q, label in ((0.5, "p50 ms"), (0.99, "p99 ms")):
+                # Per-round percentile, then the median over rounds.
+                values = {
+                    n: statistics.median(percentile(v, q) for v in results[(workload, n)])  # type: ignore[arg-type]
+                    for n in names
+                }
+                rows.append((f"{workload} {label}", values, False))
+        else:
+            values = {n: statistics.median(results[(workload, n)]) for n in names}  # type: ignore[arg-type]
+            size = 100 if workload == "produce-100" else 1024
+            rows.append((f"{workload} msg/s", values, True))
+            rows.append((f"{workload} MB/s", {n: v * size / 1e6 for n, v in values.items()}, True))
+        for label, values, throughput in rows:
+            line = f"{label:<22}" + "".join(f"{values[n]:>14,.3f}" for n in names)
+            for n in names[1:]:
+                if throughput:
+                    line += f"{values[n] / values['direct']:>18.2f}x"
+                else:
+                    line += f"{values[n] - values['direct']:>+18.3f}ms"
+            print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
+    parser.add_argument("--messages", type=int, help="1 KiB produce/consume message count")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (< 1 min)")
+    parser.add_argument("--relay", action="store_true", help="add the plain byte-relay floor")
+    parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    parser.add_argument("--profile-proxy", metavar="FILE", help="run the proxy under cProfile")
+    parser.add_argument("--kafkaguard-path", metavar="DIR", help="run the proxy from DIR")
+    parser.add_argument(
+        "--serve-relay", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args(argv)
+    if args.serve_relay:
+        serve_relay(int(args.serve_relay[0]), args.serve_relay[1])
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The KIP-504 authorizer contract, in Python.
+
+This module owns the types that cross the boundary between the proxy and any authorizer
+(``RequestContext``, ``Action``, results) and the ``Authorizer`` protocol itself; it decides
+nothing. ``authorize`` is synchronous and answers in request order, "designed for use with
+locally cached ACLs" (``org.apache.kafka.server.authorizer.Authorizer``), so the proxy never
+awaits on the hot path. ACL changes are coroutines because a store may persist them.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import ipaddress
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from kafkaguard.policy.model import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    KafkaPrincipal,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+"""KIP-430: ``Int.MinValue`` in a response means "authorized operations were not requested"."""
+
+
+class SecurityProtocol(enum.Enum):
+    """``SecurityProtocol`` of the listener the request arrived on."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+
+class AuthorizationResult(enum.Enum):
+    ALLOWED = "ALLOWED"
+    DENIED = "DENIED"
+
+
+class AuthorizerNotReadyError(RuntimeError):
+    """``AuthorizerNotReadyException``: the ACLs have not been loaded yet."""
+
+
+class ApiErrorCode(enum.IntEnum):
+    """The Kafka error codes an authorizer reports in Create/DeleteAcls results."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_REQUEST = 42
+    SECURITY_DISABLED = 54
+
+
+@dataclass(frozen=True, slots=True)
+class ApiError:
+    """``ApiError``: a Kafka error code plus the message sent back to the client."""
+
+    code: ApiErrorCode
+    message: str
+
+
+def java_host_address(address: IPAddress) -> str:
+    """``InetAddress.getHostAddress()``: the text ACL hosts are compared with (spec §1.2).
+
+    IPv6 is printed as eight lower-case groups without ``::`` compression; an IPv4-mapped
+    address is an ``Inet4Address`` in Java and prints as dotted quad.
+
+    >>> java_host_address(ipaddress.ip_address("::1"))
+    '0:0:0:0:0:0:0:1'
+    >>> java_host_address(ipaddress.ip_address("::ffff:10.0.0.1"))
+    '10.0.0.1'
+    """
+    if isinstance(address, ipaddress.IPv4Address):
+        return str(address)
+    mapped = address.ipv4_mapped
+    if mapped is not None:
+        return str(mapped)
+    groups = address.exploded.split("%", 1)[0].split(":")
+    text = ":".join(format(int(group, 16), "x") for group in groups)
+    return f"{text}%{address.scope_id}" if address.scope_id else text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestContext:
+    """``AuthorizableRequestContext`` (KIP-504): who asks, from where, through which listener."""
+
+    listener_name: str
+    security_protocol: SecurityProtocol
+    principal: KafkaPrincipal
+    client_address: IPAddress
+    api_key: int
+    api_version: int
+    client_id: str | None = None
+    correlation_id: int = 0
+    host: str = field(init=False, compare=False)
+    """The client address as Java prints it, computed once per context (spec §1.2)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "host", java_host_address(self.client_address))
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """``Action``: one operation on one concrete (LITERAL) resource.
+
+    ``log_if_allowed``/``log_if_denied`` carry KIP-504's AuthorizationMode: filtering a list
+    (e.g. Metadata for all topics) must not flood the audit log with denials.
+    """
+
+    operation: AclOperation
+    resource_pattern: ResourcePattern
+    resource_reference_count: int = 1
+    log_if_allowed: bool = True
+    log_if_denied: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AclCreateResult:
+    """``AclCreateResult``: ``error is None`` means the binding was created (or already existed)."""
+
+    error: ApiError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingDeleteResult:
+    binding: AclBinding
+    error: ApiError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AclDeleteResult:
+    """``AclDeleteResult``: every binding a filter matched, or a filter-level error."""
+
+    binding_results: tuple[AclBindingDeleteResult, ...] = ()
+    error: ApiError | None = None
+
+
+@runtime_checkable
+class Authorizer(Protocol):
+    """KIP-504 ``Authorizer``; implementations are configured by ``authorizer.class``."""
+
+    def start(self, listeners: Sequence[str]) -> Mapping[str, Awaitable[None]]:
+        """Begin loading; per listener, an awaitable that completes when it may accept clients.
+
+        Must be called from inside the running event loop.
+        """
+        ...
+
+    def authorize(
+        self, context: RequestContext, actions: Sequence[Action]
+    ) -> list[AuthorizationResult]: ...
+
+    def authorize_by_resource_type(
+        self, context: RequestContext, operation: AclOperation, resource_type: ResourceType
+    ) -> AuthorizationResult: ...
+
+    def authorized_operations(
+        self, context: RequestContext, resource: ResourcePattern
+    ) -> set[AclOperation]: ...
+
+    async def create_acls(
+        self, context: RequestContext, bindings: Sequence[AclBinding]
+    ) -> list[AclCreateResult]: ...
+
+    async def delete_acls(
+        self, context: RequestContext, filters: Sequence[AclBindingFilter]
+    ) -> list[AclDeleteResult]: ...
+
+    def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]: ...
+
+    async def close(self) -> None: ...
+
+
+def check_literal(action: Action) -> None:
+    """Authorizers reject a non-LITERAL action pattern (``IllegalArgumentException``)."""
+    if action.resource_pattern.pattern_type != PatternType.LITERAL:
+        raise ValueError(
+            "Only literal resources are supported. Got: "
+            f"{action.resource_pattern.pattern_type.name}"
+        )
+
+
+def operations_bitfield(operations: set[AclOperation] | frozenset[AclOperation]) -> int:
+    """``Utils.to32BitField``: the KIP-430 int32 for ``authorizedOperations`` fields.
+
+    >>> operations_bitfield({AclOperation.DESCRIBE, AclOperation.ALTER})
+    384
+    """
+    bits = 0
+    for operation in operations:
+        if not 0 <= operation.value < 32:
+            raise ValueError(f"operation code {operation.value} does not fit a 32-bit field")
+        bits |= 1 << operation.value
+    return bits
+
+
+def load_authorizer(class_path: str, *args: Any, **kwargs: Any) -> Authorizer:
+    """Instantiate ``package.module:Class`` (uvicorn-style import string) as the authorizer.
+
+    Sites plug in their own decision point this way; the result is checked against the
+    :class:`Authorizer` protocol so a wrong class fails at start, not on the first request.
+    """
+    module_name, sep, class_name = class_path.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ValueError(
+            f"authorizer class must look like 'package.module:Class', got {class_path!r}"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import authorizer module {module_name!r}: {exc}") from exc
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"module {module_name!r} has no attribute {class_name!r}")
+    instance = cls(*args, **kwargs)
+    if not isinstance(instance, Authorizer):
+        raise ValueError(f"{class_path} does not implement the Authorizer protocol")
+    return instance

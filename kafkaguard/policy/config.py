@@ -1,0 +1,180 @@
+"""The ``authorizer:`` and ``acl_store:`` config sections, and the factories they drive.
+
+Kafka's settings keep Kafka's syntax (``super_users`` is ``super.users``: ``;``-separated
+``Type:name``), so values can be copied from ``server.properties``. Everything beyond Kafka
+sits under ``authorizer.extensions`` and is off unless configured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.policy.audit_log import DecisionEvent
+from kafkaguard.policy.authorizer import Authorizer, load_authorizer
+from kafkaguard.policy.model import KafkaPrincipal
+from kafkaguard.policy.stores.base import AclStore, MemoryAclStore
+
+DEFAULT_AUTHORIZER_CLASS = "kafkaguard.policy.standard:StandardAuthorizer"
+STORE_TYPES = ("file", "memory")
+
+
+def parse_super_users(value: str) -> frozenset[str]:
+    """``StandardAuthorizer.getConfiguredSuperUsers``: split on ``;``, trim, skip empties.
+
+    Each entry must parse as ``Type:name`` (Kafka fails ``configure`` otherwise); the trimmed
+    strings are kept and compared with ``principal.toString()``, case-sensitively.
+    """
+    users = []
+    for raw in value.split(";"):
+        text = raw.strip()
+        if not text:
+            continue
+        KafkaPrincipal.parse(text)  # raises ValueError naming the bad entry
+        users.append(text)
+    return frozenset(users)
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerPolicy:
+    """Extension: per-listener replacements (not additions) for the two Kafka settings."""
+
+    super_users: frozenset[str] | None = None
+    allow_everyone_if_no_acl_found: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizerConfig:
+    class_path: str = DEFAULT_AUTHORIZER_CLASS
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+    host_cidr: bool = False
+    """Extension: ACL hosts like ``10.0.0.0/8`` match by network (Kafka: string equality)."""
+    listeners: Mapping[str, ListenerPolicy] = field(default_factory=lambda: MappingProxyType({}))
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Free-form ``authorizer.options`` for a pluggable authorizer class."""
+
+
+@dataclass(frozen=True, slots=True)
+class AclStoreConfig:
+    type: str = "file"
+    path: Path | None = None
+    poll_interval_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
+    acl_store: AclStoreConfig = field(default_factory=lambda: AclStoreConfig(type="memory"))
+
+
+def _super_users(section: ConfigSection, key: str) -> frozenset[str] | None:
+    value = section.raw(key)
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = ";".join(value)
+    if not isinstance(value, str):
+        raise section.error(key, "must be a string like 'User:admin;User:ops' or a list")
+    try:
+        return parse_super_users(value)
+    except ValueError as exc:
+        raise section.error(key, str(exc)) from exc
+
+
+def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
+    """Parse the ``authorizer:`` section; unknown keys are errors naming file:line."""
+    class_path = section.get_str("class", DEFAULT_AUTHORIZER_CLASS)
+    if ":" not in class_path:
+        raise section.error("class", "must look like 'package.module:Class'")
+    super_users = _super_users(section, "super_users") or frozenset()
+    allow_everyone = section.get_bool("allow_everyone_if_no_acl_found", False)
+    options = section.raw("options", {}) or {}
+    if not isinstance(options, dict):
+        raise section.error("options", "must be a mapping")
+    ext = section.section("extensions")
+    host_cidr = ext.get_bool("host_cidr", False)
+    listeners_section = ext.section("listeners")
+    listeners: dict[str, ListenerPolicy] = {}
+    for name in list(listeners_section.keys()):
+        sub = listeners_section.section(name)
+        listeners[name] = ListenerPolicy(
+            super_users=_super_users(sub, "super_users"),
+            allow_everyone_if_no_acl_found=sub.get_bool("allow_everyone_if_no_acl_found", None),
+        )
+        sub.reject_unknown()
+    listeners_section.reject_unknown()
+    ext.reject_unknown()
+    section.reject_unknown()
+    return AuthorizerConfig(
+        class_path=class_path,
+        super_users=super_users,
+        allow_everyone_if_no_acl_found=allow_everyone,
+        host_cidr=host_cidr,
+        listeners=MappingProxyType(listeners),
+        options=MappingProxyType(options),
+    )
+
+
+def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
+    """Parse ``acl_store:``; a relative ``path`` is relative to the config file's directory."""
+    kind = section.choice("type", STORE_TYPES, "file")
+    raw_path = section.get_str("path", None)
+    poll = section.get_float("poll_interval_s", 1.0)
+    if poll < 0:
+        raise section.error("poll_interval_s", "must be >= 0 (0 disables polling)")
+    section.reject_unknown()
+    path: Path | None = None
+    if kind == "file":
+        if not raw_path:
+            raise section.error("path", "is required for a file store")
+        path = Path(raw_path)
+        if not path.is_absolute() and not section.file.startswith("<"):
+            path = Path(section.file).resolve().parent / path
+    return AclStoreConfig(type=kind, path=path, poll_interval_s=poll)
+
+
+def parse_policy_config(root: ConfigSection) -> PolicyConfig:
+    """Both sections from the top of the proxy config; without ``acl_store`` ACLs are in memory."""
+    authorizer = parse_authorizer_config(root.section("authorizer"))
+    store = (
+        parse_acl_store_config(root.section("acl_store"))
+        if "acl_store" in root
+        else AclStoreConfig(type="memory")
+    )
+    return PolicyConfig(authorizer=authorizer, acl_store=store)
+
+
+def build_store(cfg: AclStoreConfig) -> AclStore:
+    """The seam for more store types (a ZooKeeper store, issue 6, registers here)."""
+    if cfg.type == "memory":
+        return MemoryAclStore()
+    if cfg.type == "file":
+        from kafkaguard.policy.stores.file import FileAclStore
+
+        if cfg.path is None:
+            raise ConfigError("acl_store.path is required for a file store")
+        return FileAclStore(cfg.path, poll_interval_s=cfg.poll_interval_s)
+    raise ConfigError(f"unknown acl_store.type {cfg.type!r}")
+
+
+def build_authorizer(
+    cfg: PolicyConfig,
+    *,
+    store: AclStore | None = None,
+    decision_listener: Callable[[DecisionEvent], None] | None = None,
+) -> Authorizer:
+    """Instantiate ``authorizer.class`` as ``Class(config, store, decision_listener=...)``.
+
+    A pluggable class receives the same arguments as :class:`StandardAuthorizer`; it may
+    ignore the store. Its ``start()`` must load (or start) the store it was given.
+    """
+    if store is None:
+        store = build_store(cfg.acl_store)
+    return load_authorizer(
+        cfg.authorizer.class_path, cfg.authorizer, store, decision_listener=decision_listener
+    )

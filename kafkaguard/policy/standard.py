@@ -1,0 +1,371 @@
+"""StandardAuthorizer: Kafka's ``StandardAuthorizer`` decisions over an :class:`AclIndex`.
+
+Theory of operation
+-------------------
+* The ACLs in force are one immutable :class:`AclIndex` held in ``self._index``. ``authorize``
+  reads that attribute once per call and never locks; a store change builds a new index
+  (incrementally when the change is small) and assigns it — the swap is a single reference
+  store, atomic for readers. Writers (store callbacks, ``load_snapshot``) serialise on a lock.
+* Until the store's first load completes, ``authorize`` raises
+  :class:`AuthorizerNotReadyError` for the whole batch, except for super users
+  (``StandardAuthorizer.authorize`` checks super users first). ``start()`` hands out one
+  future per listener that resolves when the load is done, so listeners open only then.
+* Decisions follow spec §2.2 exactly (see :mod:`.acl_index`); the audit line follows §9.
+* Beyond Kafka, off unless configured: CIDR hosts, per-listener super users / allow-everyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+
+from kafkaguard.policy.acl_index import USER_WILDCARD_KEY, AclIndex, Entry, Verdict
+from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason, log_decision
+from kafkaguard.policy.authorizer import (
+    AclBindingDeleteResult,
+    AclCreateResult,
+    AclDeleteResult,
+    Action,
+    ApiError,
+    ApiErrorCode,
+    AuthorizationResult,
+    AuthorizerNotReadyError,
+    RequestContext,
+    check_literal,
+)
+from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.model import (
+    SUPPORTED_OPERATIONS,
+    WILDCARD_HOST,
+    WILDCARD_RESOURCE,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    InvalidAclBindingError,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from kafkaguard.policy.stores.acl_file_format import sort_key
+from kafkaguard.policy.stores.base import AclStore
+
+ALLOWED = AuthorizationResult.ALLOWED
+DENIED = AuthorizationResult.DENIED
+_FULL_REBUILD_RATIO = 0.05  # above 5% changed, rebuilding beats patching buckets
+DecisionListener = Callable[[DecisionEvent], None]
+
+
+class _Policy:
+    __slots__ = ("allow_everyone", "super_users")
+
+    def __init__(self, super_users: frozenset[str], allow_everyone: bool) -> None:
+        self.super_users = super_users
+        self.allow_everyone = allow_everyone
+
+
+class StandardAuthorizer:
+    """The default :class:`~kafkaguard.policy.authorizer.Authorizer` (Kafka's semantics)."""
+
+    def __init__(
+        self,
+        config: AuthorizerConfig | None = None,
+        store: AclStore | None = None,
+        *,
+        decision_listener: DecisionListener | None = None,
+    ) -> None:
+        self.config = config or AuthorizerConfig()
+        self.store = store
+        self.decision_listener = decision_listener
+        self._index = AclIndex.empty(self.config.host_cidr)
+        self._ready = False
+        self._swap_lock = threading.Lock()
+        self._write_lock: asyncio.Lock | None = None
+        self._default = _Policy(self.config.super_users, self.config.allow_everyone_if_no_acl_found)
+        self._listener_policy: dict[str, _Policy] = {
+            name: _Policy(
+                self.config.super_users if o.super_users is None else o.super_users,
+                self.config.allow_everyone_if_no_acl_found
+                if o.allow_everyone_if_no_acl_found is None
+                else o.allow_everyone_if_no_acl_found,
+            )
+            for name, o in self.config.listeners.items()
+        }
+        self._load_task: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    def start(self, listeners: Sequence[str]) -> Mapping[str, Awaitable[None]]:
+        """``Authorizer.start``: one future per listener, done when the ACLs are loaded."""
+        loop = asyncio.get_running_loop()
+        futures: dict[str, asyncio.Future[None]] = {
+            name: loop.create_future() for name in listeners
+        }
+
+        async def load() -> None:
+            try:
+                if self.store is not None:
+                    self._unsubscribe = self.store.subscribe(self.load_snapshot)
+                    await self.store.start()
+                    self.load_snapshot(self.store.snapshot())
+                else:
+                    self.load_snapshot(frozenset())
+            except BaseException as exc:
+                for fut in futures.values():
+                    if not fut.done():
+                        fut.set_exception(exc)
+                raise
+            for fut in futures.values():
+                if not fut.done():
+                    fut.set_result(None)
+
+        if self._load_task is None:
+            self._load_task = loop.create_task(load(), name="authorizer-initial-load")
+            # The failure is delivered through the listener futures; keep the task quiet.
+            self._load_task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        elif self._ready:
+            for fut in futures.values():
+                fut.set_result(None)
+        return futures
+
+    def load_snapshot(self, bindings: Iterable[AclBinding]) -> None:
+        """Swap in a new ACL set (store callback, tests); marks the authorizer ready."""
+        snapshot = bindings if isinstance(bindings, frozenset) else frozenset(bindings)
+        with self._swap_lock:
+            current = self._index
+            if snapshot is not current.bindings:
+                added = snapshot - current.bindings
+                removed = current.bindings - snapshot
+                if len(added) + len(removed) <= max(64, len(current) * _FULL_REBUILD_RATIO):
+                    self._index = current.updated(added, removed)
+                else:
+                    self._index = AclIndex.build(snapshot, self.config.host_cidr)
+            self._ready = True
+
+    async def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._load_task is not None and not self._load_task.done():
+            self._load_task.cancel()
+        if self.store is not None:
+            await self.store.close()
+
+    # -- decisions ---------------------------------------------------------------------------
+    def _policy(self, context: RequestContext) -> _Policy:
+        if self._listener_policy:
+            return self._listener_policy.get(context.listener_name, self._default)
+        return self._default
+
+    def authorize(
+        self, context: RequestContext, actions: Sequence[Action]
+    ) -> list[AuthorizationResult]:
+        """``StandardAuthorizer.authorize``: one result per action, in order."""
+        policy = self._policy(context)
+        listener = self.decision_listener
+        if context.principal.text in policy.super_users:
+            for action in actions:
+                check_literal(action)
+                self._record(context, action, ALLOWED, DecisionReason.SUPER_USER, None, listener)
+            return [ALLOWED] * len(actions)
+        if not self._ready:
+            raise AuthorizerNotReadyError("the authorizer has not finished loading ACLs")
+        index = self._index
+        pkey = context.principal.key
+        host, address = context.host, context.client_address
+        results: list[AuthorizationResult] = []
+        for action in actions:
+            pattern = action.resource_pattern
+            if pattern.pattern_type != PatternType.LITERAL:
+                check_literal(action)
+            verdict, entry = index.match(
+                pkey, host, address, action.operation, pattern.resource_type, pattern.name
+            )
+            if verdict is Verdict.ALLOW_ACL:
+                result, reason = ALLOWED, DecisionReason.ALLOW_ACL
+            elif verdict is Verdict.DENY_ACL:
+                result, reason = DENIED, DecisionReason.DENY_ACL
+            elif verdict is Verdict.NO_ACL and policy.allow_everyone:
+                result, reason = ALLOWED, DecisionReason.DEFAULT_ALLOW
+            else:
+                result, reason = DENIED, DecisionReason.DEFAULT_DENY
+            results.append(result)
+            self._record(context, action, result, reason, entry, listener, verdict)
+        return results
+
+    @staticmethod
+    def _record(
+        context: RequestContext,
+        action: Action,
+        result: AuthorizationResult,
+        reason: DecisionReason,
+        entry: Entry | None,
+        listener: DecisionListener | None,
+        verdict: Verdict | None = None,
+    ) -> None:
+        acl = entry.binding if entry is not None else None
+        log_decision(context, action, result, reason, acl)
+        if listener is not None:
+            implied = entry is not None and entry.operation not in (
+                action.operation,
+                AclOperation.ALL,
+            )
+            listener(
+                DecisionEvent(
+                    context, action, result, reason, acl, implied, verdict is not Verdict.NO_ACL
+                )
+            )
+
+    def authorize_by_resource_type(
+        self, context: RequestContext, operation: AclOperation, resource_type: ResourceType
+    ) -> AuthorizationResult:
+        """``Authorizer.authorizeByResourceType`` default method (spec §3), used for KIP-679.
+
+        "May ``operation`` be done on at least one resource of this type?" — no implication;
+        a DENY only cancels an ALLOW whose name it covers.
+        """
+        if operation in (AclOperation.ANY, AclOperation.UNKNOWN):
+            raise ValueError(f"Must specify a non-filter operation type, got {operation.name}")
+        if resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
+            raise ValueError(f"Must specify a non-filter resource type, got {resource_type.name}")
+        probe = Action(operation, ResourcePattern(resource_type, "hardcode"), 0, True, False)
+        if self.authorize(context, [probe])[0] is ALLOWED:
+            return ALLOWED
+        index = self._index
+        pkey = context.principal.key
+        keys = (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY)
+        deny_literal: set[str] = set()
+        deny_prefix: set[str] = set()
+        allow_literal: set[str] = set()
+        allow_prefix: set[str] = set()
+        wildcard_allow = False
+        for key in keys:
+            for entry in index.principal_entries(resource_type, key):
+                if (
+                    entry.host != WILDCARD_HOST
+                    and entry.host != context.host
+                    and (entry.network is None or context.client_address not in entry.network)
+                ):
+                    continue
+                if entry.operation != operation and entry.operation != AclOperation.ALL:
+                    continue
+                pattern = entry.binding.pattern
+                literal = pattern.pattern_type == PatternType.LITERAL
+                if not entry.allow:
+                    if literal and pattern.name == WILDCARD_RESOURCE:
+                        return DENIED
+                    (deny_literal if literal else deny_prefix).add(pattern.name)
+                elif literal and pattern.name == WILDCARD_RESOURCE:
+                    wildcard_allow = True  # a later wildcard DENY still wins
+                else:
+                    (allow_literal if literal else allow_prefix).add(pattern.name)
+        if wildcard_allow:
+            return ALLOWED
+        return self._dominance(allow_literal, allow_prefix, deny_literal, deny_prefix)
+
+    @staticmethod
+    def _dominance(
+        allow_literal: set[str],
+        allow_prefix: set[str],
+        deny_literal: set[str],
+        deny_prefix: set[str],
+    ) -> AuthorizationResult:
+        for literal, names in ((True, allow_literal), (False, allow_prefix)):
+            for name in names:
+                if literal and name in deny_literal:
+                    continue
+                if not any(name[:i] in deny_prefix for i in range(1, len(name) + 1)):
+                    return ALLOWED
+        return DENIED
+
+    def authorized_operations(
+        self, context: RequestContext, resource: ResourcePattern
+    ) -> set[AclOperation]:
+        """KIP-430 ``AuthHelper.authorizedOperations``: the supported ops allowed, unlogged."""
+        ops = SUPPORTED_OPERATIONS.get(resource.resource_type, ())
+        actions = [Action(op, resource, 1, False, False) for op in ops]
+        results = self.authorize(context, actions)
+        return {op for op, result in zip(ops, results, strict=True) if result is ALLOWED}
+
+    # -- ACL management ----------------------------------------------------------------------
+    def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """``Authorizer.acls``: every stored binding the filter matches, in a stable order."""
+        return sorted((b for b in self._index.bindings if acl_filter.matches(b)), key=sort_key)
+
+    def _lock(self) -> asyncio.Lock:
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        return self._write_lock
+
+    async def _persist(self, add: frozenset[AclBinding], remove: frozenset[AclBinding]) -> None:
+        if self.store is None:
+            current = self._index.bindings
+            self.load_snapshot((current - remove) | add)
+        elif add:
+            await self.store.add(add)
+        else:
+            await self.store.remove(remove)
+
+    async def create_acls(
+        self, context: RequestContext, bindings: Sequence[AclBinding]
+    ) -> list[AclCreateResult]:
+        """``createAcls``: invalid bindings fail with 42; the valid ones are stored as one batch.
+
+        Authorizing the caller (ALTER on CLUSTER) is the request handler's job, as in Kafka's
+        ``AclApis``.
+        """
+        results: list[AclCreateResult | None] = []
+        valid: list[int] = []
+        for i, binding in enumerate(bindings):
+            try:
+                binding.validate()
+            except InvalidAclBindingError as exc:
+                results.append(AclCreateResult(ApiError(ApiErrorCode.INVALID_REQUEST, str(exc))))
+                continue
+            results.append(None)
+            valid.append(i)
+        if valid:
+            try:
+                async with self._lock():
+                    await self._persist(frozenset(bindings[i] for i in valid), frozenset())
+            except Exception as exc:  # noqa: BLE001 - reported per binding, like Kafka
+                error = ApiError(ApiErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to store ACLs: {exc}")
+                for i in valid:
+                    results[i] = AclCreateResult(error)
+        return [r if r is not None else AclCreateResult() for r in results]
+
+    async def delete_acls(
+        self, context: RequestContext, filters: Sequence[AclBindingFilter]
+    ) -> list[AclDeleteResult]:
+        """``deleteAcls``: each filter sees the ACLs as they were before the request (KRaft)."""
+        async with self._lock():
+            before = self._index.bindings
+            matched: list[tuple[AclBinding, ...] | ApiError] = []
+            for flt in filters:
+                if flt.pattern_filter.is_unknown():
+                    matched.append(ApiError(ApiErrorCode.INVALID_REQUEST, "Unknown patternFilter."))
+                elif flt.entry_filter.is_unknown():
+                    matched.append(ApiError(ApiErrorCode.INVALID_REQUEST, "Unknown entryFilter."))
+                else:
+                    matched.append(
+                        tuple(sorted((b for b in before if flt.matches(b)), key=sort_key))
+                    )
+            doomed = frozenset(b for m in matched if not isinstance(m, ApiError) for b in m)
+            error: ApiError | None = None
+            if doomed:
+                try:
+                    await self._persist(frozenset(), doomed)
+                except Exception as exc:  # noqa: BLE001 - reported per binding, like Kafka
+                    error = ApiError(
+                        ApiErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to remove ACLs: {exc}"
+                    )
+        out = []
+        for m in matched:
+            if isinstance(m, ApiError):
+                out.append(AclDeleteResult(error=m))
+            else:
+                out.append(AclDeleteResult(tuple(AclBindingDeleteResult(b, error) for b in m)))
+        return out

@@ -1,0 +1,183 @@
+"""The YAML ACL file format: parse with errors that name the entry, and write deterministically.
+
+Format (one mapping per binding; ``principal``, ``operation`` and ``host`` may also be lists,
+which expand like kafka-acls.sh's repeatable options)::
+
+    version: 1
+    acls:
+      - {principal: "User:alice", host: "*", operation: READ, permission: ALLOW,
+         resource_type: TOPIC, pattern_type: LITERAL, name: orders}
+
+Enum values are read case-insensitively, as Kafka's ``fromString`` does (``read``,
+``DescribeConfigs``, ``transactional_id``). ``host`` defaults to ``*``, ``pattern_type`` to
+``LITERAL``, ``permission`` is required (an omitted "deny" must never turn into an allow).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+from kafkaguard.policy.model import (
+    WILDCARD_HOST,
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    InvalidAclBindingError,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+
+FORMAT_VERSION = 1
+_KEYS = ("principal", "host", "operation", "permission", "resource_type", "pattern_type", "name")
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class AclFileError(ValueError):
+    """The ACL file is not valid; the message names the file, line and entry."""
+
+
+def _entry_lines(text: str) -> list[int]:
+    """Line numbers of the entries, computed only when an error must be reported."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError:
+        return []
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if key.value == "acls":
+                node = value
+                break
+    if isinstance(node, yaml.SequenceNode):
+        return [item.start_mark.line + 1 for item in node.value]
+    return []
+
+
+def _as_list(value: Any, key: str) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{key} must be a string or a non-empty list of strings, got {value!r}")
+    return values
+
+
+def _required_str(item: dict[str, Any], key: str) -> str:
+    if key not in item:
+        raise ValueError(f"{key} is required")
+    value = item[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def parse_entry(item: Any) -> list[AclBinding]:
+    """One file entry → its bindings, validated with Kafka's CreateAcls rules."""
+    if not isinstance(item, dict):
+        raise ValueError(f"must be a mapping, got {item!r}")
+    unknown = sorted(set(item) - set(_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} (expected {', '.join(_KEYS)})")
+    if "principal" not in item:
+        raise ValueError("principal is required")
+    if "operation" not in item:
+        raise ValueError("operation is required")
+    principals = _as_list(item["principal"], "principal")
+    operations = [AclOperation.parse(op) for op in _as_list(item["operation"], "operation")]
+    hosts = _as_list(item.get("host", WILDCARD_HOST), "host")
+    permission = AclPermissionType.parse(_required_str(item, "permission"))
+    resource_type = ResourceType.parse(_required_str(item, "resource_type"))
+    pattern_type = PatternType.parse(item.get("pattern_type", "LITERAL"))
+    name = item.get("name")
+    if not isinstance(name, str):  # YAML turns 2024 or yes into int/bool: insist on quoting
+        raise ValueError(f"name is required and must be a string (quote it), got {name!r}")
+    pattern = ResourcePattern(resource_type, name, pattern_type)
+    out = []
+    for principal in principals:
+        for host in hosts:
+            for operation in operations:
+                binding = AclBinding(
+                    pattern,
+                    AccessControlEntry(principal.strip(), host.strip(), operation, permission),
+                )
+                binding.validate()
+                out.append(binding)
+    return out
+
+
+def parse_acl_text(text: str, file: str) -> frozenset[AclBinding]:
+    """Parse a whole file; the first bad entry fails the whole file (no partial policy)."""
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise AclFileError(f"{file}: not valid YAML: {exc}") from exc
+    if data is None:
+        return frozenset()
+    if isinstance(data, dict):
+        extra = sorted(set(data) - {"version", "acls"})
+        if extra:
+            raise AclFileError(
+                f"{file}: unknown top-level key {extra[0]!r} (expected acls, version)"
+            )
+        version = data.get("version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise AclFileError(
+                f"{file}: unsupported version {version!r} (expected {FORMAT_VERSION})"
+            )
+        items = data.get("acls") or []
+    else:
+        items = data
+    if not isinstance(items, list):
+        raise AclFileError(f"{file}: 'acls' must be a list of entries")
+    bindings: list[AclBinding] = []
+    for index, item in enumerate(items):
+        try:
+            bindings.extend(parse_entry(item))
+        except (ValueError, InvalidAclBindingError) as exc:
+            lines = _entry_lines(text)
+            where = f"{file}:{lines[index]}" if index < len(lines) else file
+            raise AclFileError(f"{where} acls[{index}]: {exc}") from exc
+    return frozenset(bindings)
+
+
+def _q(text: str) -> str:
+    """A YAML double-quoted scalar (JSON strings are valid YAML)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def sort_key(binding: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+    p, e = binding.pattern, binding.entry
+    return (
+        p.resource_type.value,
+        p.name,
+        p.pattern_type.value,
+        e.principal,
+        e.host,
+        e.operation.value,
+        e.permission_type.value,
+    )
+
+
+def format_acl_text(bindings: Iterable[AclBinding]) -> str:
+    """Serialise in a stable order, one flow mapping per line, so diffs stay readable."""
+    lines = [
+        "# kafkaguard ACLs (Kafka AclBinding semantics). Written by `kafkaguard acls`;",
+        "# comments are not preserved when the tool rewrites this file.",
+        f"version: {FORMAT_VERSION}",
+        "acls:",
+    ]
+    ordered = sorted(bindings, key=sort_key)
+    if not ordered:
+        lines[-1] = "acls: []"
+    for b in ordered:
+        p, e = b.pattern, b.entry
+        lines.append(
+            f"  - {{principal: {_q(e.principal)}, host: {_q(e.host)}, "
+            f"operation: {e.operation.name}, permission: {e.permission_type.name}, "
+            f"resource_type: {p.resource_type.name}, pattern_type: {p.pattern_type.name}, "
+            f"name: {_q(p.name)}}}"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+"""The authorizer/acl_store config sections and the factories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from policy_helpers import Op, acl, allowed, ctx
+
+from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.policy.authorizer import load_authorizer
+from kafkaguard.policy.config import build_authorizer, parse_policy_config, parse_super_users
+from kafkaguard.policy.standard import StandardAuthorizer
+from kafkaguard.policy.stores.file import FileAclStore
+
+SNIPPET = Path(__file__).parents[2] / "kafkaguard" / "policy" / "config.example.snippet.yaml"
+
+
+def test_parse_full_section(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "proxy.yaml"
+    cfg_file.write_text(
+        """
+authorizer:
+  class: kafkaguard.policy.standard:StandardAuthorizer
+  super_users: "User:admin; User:ops ;"
+  allow_everyone_if_no_acl_found: true
+  extensions:
+    host_cidr: true
+    listeners:
+      EXTERNAL: {super_users: "User:x", allow_everyone_if_no_acl_found: false}
+acl_store:
+  type: file
+  path: acls.yaml
+  poll_interval_s: 0.5
+"""
+    )
+    cfg = parse_policy_config(ConfigSection.from_file(cfg_file))
+    assert cfg.authorizer.super_users == {"User:admin", "User:ops"}
+    assert cfg.authorizer.allow_everyone_if_no_acl_found is True
+    assert cfg.authorizer.host_cidr is True
+    assert cfg.authorizer.listeners["EXTERNAL"].super_users == {"User:x"}
+    assert cfg.authorizer.listeners["EXTERNAL"].allow_everyone_if_no_acl_found is False
+    assert cfg.acl_store.path == tmp_path / "acls.yaml"
+    assert cfg.acl_store.poll_interval_s == 0.5
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("authorizer:\n  super_user: x\n", "proxy.yaml:2 authorizer.super_user: unknown key"),
+        ("authorizer:\n  super_users: 'User:a;bob'\n", "authorizer.super_users"),
+        ("authorizer:\n  extensions: {host_cdir: true}\n", "unknown key 'host_cdir'"),
+        ("authorizer:\n  class: nope\n", "package.module:Class"),
+        ("acl_store:\n  type: zk\n", "must be one of file, memory"),
+        ("acl_store:\n  type: file\n", "path: is required"),
+    ],
+)
+def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        parse_policy_config(ConfigSection.from_file(path))
+
+
+def test_defaults_and_super_user_syntax() -> None:
+    cfg = parse_policy_config(ConfigSection.from_text(""))
+    assert cfg.acl_store.type == "memory"
+    assert cfg.authorizer.super_users == frozenset()
+    assert parse_super_users("") == frozenset()
+    with pytest.raises(ValueError):
+        parse_super_users("User:a; admin")
+
+
+async def test_build_authorizer_with_file_store(tmp_path: Path) -> None:
+    (tmp_path / "acls.yaml").write_text(
+        "acls:\n  - {principal: User:alice, operation: read, permission: allow, resource_type: topic, name: foo}\n"
+    )
+    (tmp_path / "p.yaml").write_text("acl_store: {type: file, path: acls.yaml, poll_interval_s: 0}\n")
+    auth = build_authorizer(parse_policy_config(ConfigSection.from_file(tmp_path / "p.yaml")))
+    assert isinstance(auth, StandardAuthorizer) and isinstance(auth.store, FileAclStore)
+    await auth.start(["PLAINTEXT"])["PLAINTEXT"]
+    assert allowed(auth, ctx(), Op.READ)
+    await auth.close()
+
+
+def test_load_authorizer_errors() -> None:
+    with pytest.raises(ValueError, match="package.module:Class"):
+        load_authorizer("kafkaguard.policy.standard")
+    with pytest.raises(ValueError, match="cannot import"):
+        load_authorizer("kafkaguard.nope:X")
+    with pytest.raises(ValueError, match="has no attribute"):
+        load_authorizer("kafkaguard.policy.standard:Nope")
+    with pytest.raises(ValueError, match="does not implement"):
+        load_authorizer("kafkaguard.policy.model:ResourcePattern", None, "x")
+    assert acl("User:a", Op.READ) is not None
+
+
+def test_example_snippet_parses() -> None:
+    cfg = parse_policy_config(ConfigSection.from_file(SNIPPET))
+    assert cfg.authorizer.class_path.endswith(":StandardAuthorizer")

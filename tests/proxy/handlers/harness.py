@@ -1,0 +1,192 @@
+"""Drive handlers without sockets: a real StandardAuthorizer, real kio messages, no mocks.
+
+``HandlerHarness.send(body)`` encodes a kio request exactly as a client would, runs it through
+the registry's handler with a real :class:`StandardAuthorizer` holding the given ACLs, and
+returns the verdict; ``complete(verdict, broker_response)`` applies the handler's response
+rewrite the way the connection does. ``checks`` records every (action, result) in order, so
+tests can assert Kafka's check order and log flags.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from kafkaguard.policy.authorizer import (
+    Action,
+    AuthorizationResult,
+    RequestContext,
+    SecurityProtocol,
+    operations_bitfield,
+)
+from kafkaguard.policy.config import AuthorizerConfig, parse_super_users
+from kafkaguard.policy.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    KafkaPrincipal,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from kafkaguard.policy.standard import StandardAuthorizer
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.header import peek_request_header
+from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.handlers.base import Close, Forward, Request, Respond, Verdict
+from kafkaguard.proxy.session import Session
+
+
+def acl(
+    principal: str,
+    operation: str,
+    resource_type: str,
+    name: str,
+    *,
+    permission: str = "ALLOW",
+    pattern: str = "LITERAL",
+    host: str = "*",
+) -> AclBinding:
+    """``acl("User:alice", "READ", "TOPIC", "orders")`` — the shape of a kafka-acls.sh line."""
+    return AclBinding(
+        ResourcePattern(ResourceType[resource_type], name, PatternType[pattern]),
+        AccessControlEntry(principal, host, AclOperation[operation], AclPermissionType[permission]),
+    )
+
+
+class HandlerHarness:
+    """A :class:`HandlerContext` for one simulated client connection."""
+
+    def __init__(
+        self,
+        acls: Iterable[AclBinding] = (),
+        *,
+        principal: str = "User:alice",
+        super_users: str = "",
+        allow_everyone_if_no_acl_found: bool = False,
+        listener_name: str = "PLAINTEXT",
+        client_address: str = "10.0.0.1",
+        topic_ids: dict[UUID, str] | None = None,
+        broker_api_versions: dict[int, range] | None = None,
+    ) -> None:
+        self.authorizer = StandardAuthorizer(
+            AuthorizerConfig(
+                super_users=parse_super_users(super_users),
+                allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
+            )
+        )
+        self.authorizer.load_snapshot(acls)
+        self.session = Session(
+            listener_name,
+            SecurityProtocol.PLAINTEXT,
+            ipaddress.ip_address(client_address),
+            KafkaPrincipal.parse(principal),
+        )
+        self.topic_names: dict[UUID, str] = dict(topic_ids or {})
+        self.checks: list[tuple[Action, AuthorizationResult]] = []
+        self.advertised: dict[int, tuple[str, int]] = {}
+        self.broker_api_versions = broker_api_versions
+
+    # -- HandlerContext --------------------------------------------------------------------
+    @property
+    def listener_name(self) -> str:
+        return self.session.listener_name
+
+    def _context(self, request: Request) -> RequestContext:
+        header = request.header
+        return RequestContext(
+            listener_name=self.session.listener_name,
+            security_protocol=self.session.security_protocol,
+            principal=self.session.principal,
+            client_address=self.session.client_address,
+            api_key=header.api_key,
+            api_version=header.api_version,
+            client_id=header.client_id,
+            correlation_id=header.correlation_id,
+        )
+
+    def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
+        results = self.authorizer.authorize(self._context(request), actions)
+        self.checks.extend(zip(actions, results, strict=True))
+        return results
+
+    def authorize_by_resource_type(
+        self, request: Request, operation: AclOperation, resource_type: ResourceType
+    ) -> AuthorizationResult:
+        return self.authorizer.authorize_by_resource_type(
+            self._context(request), operation, resource_type
+        )
+
+    def authorized_operations(self, request: Request, resource: ResourcePattern) -> int:
+        return operations_bitfield(
+            self.authorizer.authorized_operations(self._context(request), resource)
+        )
+
+    def topic_name(self, topic_id: UUID) -> str | None:
+        return self.topic_names.get(topic_id)
+
+    def learn_topic_names(self, topics: Iterable[tuple[UUID, str]]) -> None:
+        for topic_id, name in topics:
+            self.topic_names[topic_id] = name
+
+    def advertise_node(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        self.advertised[node_id] = ("proxy.test", 30000 + node_id)
+        return self.advertised[node_id]
+
+    def advertised_node(self, node_id: int) -> tuple[str, int] | None:
+        return self.advertised.get(node_id)
+
+    def record_broker_api_versions(self, versions: dict[int, range]) -> None:
+        self.broker_api_versions = versions
+
+    def supported_versions(self, api_key: int) -> range:
+        handler = REGISTRY.get(api_key)
+        return handler.versions if handler is not None else range(0)
+
+    # -- driving ---------------------------------------------------------------------------
+    def send(
+        self, body: Any, *, correlation_id: int = 7, client_id: str | None = "test"
+    ) -> Verdict:
+        """Run ``body`` through its handler as the connection would, returning the verdict."""
+        self.checks.clear()
+        frame = codec.encode_request(body, correlation_id, client_id)
+        header = peek_request_header(frame)
+        handler = REGISTRY[header.api_key]
+        if header.api_version not in self.supported_versions(header.api_key):
+            return handler.unsupported_version(header, self)
+        decoded = codec.decode_request(frame, header.api_key, header.api_version)
+        return handler.on_request(
+            Request(header, frame, decoded if handler.decode_request else None), self
+        )
+
+    @staticmethod
+    def forwarded_body(verdict: Verdict, original: Any) -> Any:
+        """The body the broker would receive (the original when forwarded unchanged)."""
+        assert isinstance(verdict, Forward), verdict
+        return original if verdict.request is None else verdict.request
+
+    @staticmethod
+    def complete(verdict: Verdict, broker_response: Any = None) -> Any:
+        """The response the client would receive."""
+        if isinstance(verdict, Respond):
+            return verdict.response
+        assert not isinstance(verdict, Close), verdict
+        assert isinstance(verdict, Forward)
+        if verdict.rewrite is None:
+            return broker_response
+        return verdict.rewrite(broker_response)
+
+    def checked(self) -> list[tuple[str, str, str, str]]:
+        """The checks made, as (operation, resource type, name, result) in order."""
+        return [
+            (
+                a.operation.name,
+                a.resource_pattern.resource_type.name,
+                a.resource_pattern.name,
+                r.name,
+            )
+            for a, r in self.checks
+        ]
