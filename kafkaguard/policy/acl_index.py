@@ -120,6 +120,27 @@ def _entry(binding: AclBinding, host_cidr: bool) -> Entry:
     )
 
 
+_STEM: Bucket = {}  # a walk entry that is only a stem of longer prefixes (falsy)
+
+
+def _walk_index(real: dict[str, Bucket]) -> tuple[dict[str, Bucket], tuple[int, ...]]:
+    """Prefixes plus their stems at every prefix length in use, for an early-exit walk.
+
+    Probing ``name[:L]`` for ascending lengths ``L`` can stop at the first miss: if no ACL
+    prefix has ``name[:L]`` as a stem, none of the longer probes can hit either.
+    """
+    lengths = tuple(sorted({len(p) for p in real}))
+    walk: dict[str, Bucket] = {}
+    for prefix in real:
+        size = len(prefix)
+        for length in lengths:
+            if length >= size:
+                break
+            walk.setdefault(prefix[:length], _STEM)
+    walk.update(real)
+    return walk, lengths
+
+
 class AclIndex:
     """A frozen snapshot; build with :meth:`build`, derive changes with :meth:`updated`."""
 
@@ -145,10 +166,31 @@ class AclIndex:
         self._literal = literal
         self._prefixed = prefixed
         self._by_principal = by_principal
-        self._prefix_lengths = {
-            rtype: tuple(sorted({len(p) for p in names}, reverse=True))
-            for rtype, names in prefixed.items()
-        }
+        self._prefix_walk: dict[ResourceType, dict[str, Bucket]] = {}
+        self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
+        for rtype, real in prefixed.items():
+            self._prefix_walk[rtype], self._prefix_lengths[rtype] = _walk_index(real)
+
+    def _derive(
+        self,
+        bindings: frozenset[AclBinding],
+        literal: dict[ResourceType, dict[str, Bucket]],
+        prefixed: dict[ResourceType, dict[str, Bucket]],
+        by_principal: dict[tuple[ResourceType, PrincipalKey], tuple[Entry, ...]],
+        touched_types: set[ResourceType],
+    ) -> AclIndex:
+        """A sibling index that reuses the prefix walks of untouched resource types."""
+        new = AclIndex.__new__(AclIndex)
+        new.bindings, new.host_cidr = bindings, self.host_cidr
+        new._literal, new._prefixed, new._by_principal = literal, prefixed, by_principal
+        new._prefix_walk, new._prefix_lengths = {}, {}
+        for rtype, real in prefixed.items():
+            if rtype in touched_types or rtype not in self._prefix_walk:
+                new._prefix_walk[rtype], new._prefix_lengths[rtype] = _walk_index(real)
+            else:
+                new._prefix_walk[rtype] = self._prefix_walk[rtype]
+                new._prefix_lengths[rtype] = self._prefix_lengths[rtype]
+        return new
 
     @classmethod
     def empty(cls, host_cidr: bool = False) -> AclIndex:
@@ -249,7 +291,8 @@ class AclIndex:
                 by_principal[(rtype, pkey)] = tuple(kept)
             else:
                 by_principal.pop((rtype, pkey), None)
-        return AclIndex(bindings, literal, prefixed, by_principal, self.host_cidr)
+        touched_types = {rtype for ptype, rtype, _ in buckets if ptype == PatternType.PREFIXED}
+        return self._derive(bindings, literal, prefixed, by_principal, touched_types)
 
     def __len__(self) -> int:
         return len(self.bindings)
@@ -284,14 +327,16 @@ class AclIndex:
                     if not found.allow:
                         return Verdict.DENY_ACL, found
                     allow = found
-        prefixed = self._prefixed.get(resource_type)
-        if prefixed is not None:
+        walk = self._prefix_walk.get(resource_type)
+        if walk is not None:
             size = len(name)
             for length in self._prefix_lengths[resource_type]:
                 if length > size:
-                    continue
-                bucket = prefixed.get(name[:length])
-                if bucket is not None:
+                    break
+                bucket = walk.get(name[:length])
+                if bucket is None:
+                    break  # no ACL prefix continues this stem
+                if bucket:
                     applicable = True
                     found = self._scan(bucket, keys, host, address, allow_ops, deny_ops)
                     if found is not None:

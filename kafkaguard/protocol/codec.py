@@ -182,9 +182,7 @@ def _zero_value(field_type: Any, kafka_type: str, error_code: ErrorCode) -> Any:
     origin = typing.get_origin(field_type)
     if origin is tuple:
         return ()
-    if (origin is UnionType or origin is typing.Union) and NoneType in typing.get_args(
-        field_type
-    ):
+    if (origin is UnionType or origin is typing.Union) and NoneType in typing.get_args(field_type):
         return None
     if isinstance(field_type, type) and is_dataclass(field_type):
         return make_entity(field_type, error_code)
@@ -209,7 +207,9 @@ def make_entity(entity_type: type[_T], error_code: ErrorCode = ErrorCode.none, *
         if f.metadata.get("kafka_type") == "error_code":
             values[f.name] = error_code
         elif f.default is MISSING and f.default_factory is MISSING:
-            values[f.name] = _zero_value(hints[f.name], f.metadata.get("kafka_type", ""), error_code)
+            values[f.name] = _zero_value(
+                hints[f.name], f.metadata.get("kafka_type", ""), error_code
+            )
     return entity_type(**values)
 
 

@@ -93,9 +93,14 @@ class InflightQueue:
 
     def respond(self, correlation_id: int, api_key: int, api_version: int, frame: Frame) -> None:
         """Reserve a slot filled by the proxy itself."""
+        self.reserve(correlation_id, api_key, api_version).response = frame
+
+    def reserve(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
+        """Reserve a slot the proxy fills later (an answer computed asynchronously); set its
+        ``response`` and call :meth:`take_ready`."""
         slot = Slot(correlation_id, api_key, api_version, None)
-        slot.response = frame
         self._slots.append(slot)
+        return slot
 
     def claim(self, correlation_id: int) -> Slot:
         """The slot a broker response with ``correlation_id`` belongs to (oldest upstream)."""

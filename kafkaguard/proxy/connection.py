@@ -48,6 +48,7 @@ from kafkaguard.proxy.handlers.base import (
     Forward,
     Request,
     Respond,
+    RespondLater,
     ResponseRewrite,
     Verdict,
 )
@@ -82,9 +83,7 @@ class ClientConnection(asyncio.Protocol):
         right after ``connection_made``, whatever ``pause_reading`` said)."""
         self._closed = False
         self.peer = "?"
-        self.session = Session(
-            listener.config.name, listener.security_protocol, peer_address(None)
-        )
+        self.session = Session(listener.config.name, listener.security_protocol, peer_address(None))
         self._context_header: RequestHeaderInfo | None = None
         self._context: RequestContext | None = None
 
@@ -282,6 +281,23 @@ class ClientConnection(asyncio.Protocol):
                 header.api_version,
                 codec.encode_response(verdict.response, header.correlation_id),
             )
+            return True
+        if isinstance(verdict, RespondLater):
+            slot = self._inflight.reserve(header.correlation_id, header.api_key, header.api_version)
+
+            async def answer() -> None:
+                try:
+                    response = await verdict.response()
+                    slot.response = codec.encode_response(response, header.correlation_id)
+                except Exception:
+                    log.exception(
+                        "%s: answering correlation id %d failed", self.peer, slot.correlation_id
+                    )
+                    self.close("internal error while answering the request")
+                    return
+                self._flush()
+
+            self._listener.spawn(answer())
             return True
         assert isinstance(verdict, Close)
         self.close(verdict.reason)

@@ -21,6 +21,25 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from kafkaguard.proxy.handlers import (
+    acls,
+    api_versions,
+    cluster_admin,
+    configs,
+    consumer_groups,
+    delegation_tokens,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    partitions,
+    produce,
+    share_groups,
+    streams_groups,
+    telemetry,
+    topics_admin,
+    transactions,
+)
 from kafkaguard.proxy.handlers.addresses import (
     DescribeClusterHandler,
     FetchHandler,
@@ -29,12 +48,30 @@ from kafkaguard.proxy.handlers.addresses import (
     ShareAcknowledgeHandler,
     ShareFetchHandler,
 )
-from kafkaguard.proxy.handlers.api_versions import ApiVersionsHandler
 from kafkaguard.proxy.handlers.base import ApiHandler, forwarding_handler
-from kafkaguard.proxy.handlers.produce import ProduceHandler
 
-# Client-facing APIs whose requests and responses carry no broker address. In this stage they
-# are forwarded unchanged; authorization handlers replace these entries one by one.
+_FAMILIES: Final = (
+    acls,
+    api_versions,
+    cluster_admin,
+    configs,
+    consumer_groups,
+    delegation_tokens,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    partitions,
+    produce,
+    share_groups,
+    streams_groups,
+    telemetry,
+    topics_admin,
+    transactions,
+)
+
+# Transitional (backbone stage): client-facing APIs still forwarded unchecked until their
+# family module enforces them. A family handler always takes precedence over these.
 _FORWARDED: Final = (
     2, 8, 9, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33,
     34, 35, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 57, 61, 64, 65, 66,
@@ -43,22 +80,23 @@ _FORWARDED: Final = (
 
 
 def _build() -> Mapping[int, ApiHandler]:
-    handlers: list[ApiHandler] = [
-        ProduceHandler(),
+    table: dict[int, ApiHandler] = {}
+    for family in _FAMILIES:
+        for handler in family.HANDLERS:
+            if handler.api_key in table:
+                raise RuntimeError(f"two handlers for api key {handler.api_key}")
+            table[handler.api_key] = handler
+    legacy: list[ApiHandler] = [
         FetchHandler(),
         MetadataHandler(),
         FindCoordinatorHandler(),
-        ApiVersionsHandler(),
         DescribeClusterHandler(),
         ShareFetchHandler(),
         ShareAcknowledgeHandler(),
     ]
-    handlers += [forwarding_handler(key) for key in _FORWARDED]
-    table: dict[int, ApiHandler] = {}
-    for handler in handlers:
-        if handler.api_key in table:
-            raise RuntimeError(f"two handlers for api key {handler.api_key}")
-        table[handler.api_key] = handler
+    legacy += [forwarding_handler(key) for key in _FORWARDED]
+    for handler in legacy:
+        table.setdefault(handler.api_key, handler)
     return MappingProxyType(table)
 
 

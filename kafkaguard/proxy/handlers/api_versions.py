@@ -71,3 +71,6 @@ class ApiVersionsHandler(ApiHandler):
         return Respond(
             ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=tuple(entries))
         )
+
+
+HANDLERS: list[ApiHandler] = [ApiVersionsHandler()]

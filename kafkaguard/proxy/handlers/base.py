@@ -15,7 +15,7 @@ Handlers are stateless singletons; what a connection knows lives in :class:`Hand
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 from uuid import UUID
@@ -64,11 +64,19 @@ class Respond:
 
 
 @dataclass(frozen=True, slots=True)
+class RespondLater:
+    """The proxy answers after awaiting ``response()`` (e.g. an ACL change persisted to a
+    store); later requests still wait behind it for their responses."""
+
+    response: Callable[[], Awaitable[ResponsePayload]]
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     reason: str
 
 
-Verdict = Forward | Respond | Close
+Verdict = Forward | Respond | RespondLater | Close
 
 FORWARD = Forward()
 """The verdict for "send the client's own bytes, return the broker's own bytes"."""

@@ -31,6 +31,7 @@ from kafkaguard.proxy.handlers.authz import (
     transactional_id,
 )
 from kafkaguard.proxy.handlers.base import (
+    ApiHandler,
     Close,
     Forward,
     HandlerContext,
@@ -173,3 +174,6 @@ class ProduceHandler(NodeEndpointsHandler):
             return codec.replace(response, responses=merged)
 
         return merge
+
+
+HANDLERS: list[ApiHandler] = [ProduceHandler()]

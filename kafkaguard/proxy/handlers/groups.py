@@ -1,0 +1,7 @@
+"""Handlers of the groups family (being written; see the registry for the rules)."""
+
+from __future__ import annotations
+
+from kafkaguard.proxy.handlers.base import ApiHandler
+
+HANDLERS: list[ApiHandler] = []
