@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kafkaguard.policy.acl_index import AclIndex  # noqa: E402
-from kafkaguard.policy.authorizer import Action, RequestContext, SecurityProtocol  # noqa: E402
-from kafkaguard.policy.config import AuthorizerConfig  # noqa: E402
-from kafkaguard.policy.model import (  # noqa: E402
+from kafkaguard.policy.acl_index import AclIndex
+from kafkaguard.policy.authorizer import Action, RequestContext, SecurityProtocol
+from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.model import (
     AclBinding,
     AclOperation,
     AclPermissionType,
@@ -36,8 +36,8 @@ from kafkaguard.policy.model import (  # noqa: E402
     ResourceType,
     acl_binding,
 )
-from kafkaguard.policy.standard import StandardAuthorizer  # noqa: E402
-from kafkaguard.policy.stores.acl_file_format import format_acl_text, parse_acl_text  # noqa: E402
+from kafkaguard.policy.standard import StandardAuthorizer
+from kafkaguard.policy.stores.acl_file_format import format_acl_text, parse_acl_text
 
 OPS = [AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE]
 
@@ -97,8 +97,8 @@ def measure(n: int, samples: int, rng: random.Random) -> dict[str, float]:
     index = AclIndex.build(acls)
     build_s = time.perf_counter() - t0
     auth = StandardAuthorizer(AuthorizerConfig())
-    auth._index = index  # noqa: SLF001 - bench: reuse the timed build
-    auth._ready = True  # noqa: SLF001
+    auth._index = index
+    auth._ready = True
     reqs = requests(acls, rng, samples)
     for ctx, actions in reqs[:2000]:  # warm-up
         auth.authorize(ctx, actions)
@@ -142,8 +142,12 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(42)
     sizes = [n for n in (1_000, 10_000, 100_000, 300_000, 1_000_000) if n <= args.max]
-    print(f"Python {sys.version.split()[0]}; one action per authorize() call, {args.samples} samples")
-    print("| ACLs | index build (s) | authorize p50 (µs) | p99 (µs) | mean (µs) | 1-ACL update (ms) |")
+    print(
+        f"Python {sys.version.split()[0]}; one action per authorize() call, {args.samples} samples"
+    )
+    print(
+        "| ACLs | index build (s) | authorize p50 (µs) | p99 (µs) | mean (µs) | 1-ACL update (ms) |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
         r = measure(n, args.samples, rng)
@@ -153,8 +157,10 @@ def main() -> None:
         )
     parse_s, build_s = file_load(100_000, rng)
     print()
-    print(f"FileAclStore load of 100,000 ACLs: YAML parse+validate {parse_s:.2f} s, "
-          f"index build {build_s:.2f} s, total {parse_s + build_s:.2f} s")
+    print(
+        f"FileAclStore load of 100,000 ACLs: YAML parse+validate {parse_s:.2f} s, "
+        f"index build {build_s:.2f} s, total {parse_s + build_s:.2f} s"
+    )
 
 
 if __name__ == "__main__":

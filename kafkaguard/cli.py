@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from kafkaguard.config_tree import ConfigError
+from kafkaguard.policy import acls_cli
 from kafkaguard.proxy.config import HostPort, ProxyConfig, UpstreamConfig, load_config
 from kafkaguard.proxy.server import ProxyServer, install_event_loop_policy, raise_open_file_limit
 
-DEMO_CONFIG = Path(__file__).parent / "demo" / "config.yaml"
+DEMO_FILES = Path(__file__).parent / "demo"
 
 log = logging.getLogger("kafkaguard")
 
@@ -62,6 +64,17 @@ def _run(config_path: Path) -> int:
     return 0
 
 
+def prepare_demo(directory: Path) -> Path:
+    """Copy the sample config and ACLs into ``directory`` (never overwriting an edited copy),
+    so the demo's ACL file can be changed with ``kafkaguard acls`` and reloads live."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("config.yaml", "acls.yaml"):
+        target = directory / name
+        if not target.exists():
+            shutil.copyfile(DEMO_FILES / name, target)
+    return directory / "config.yaml"
+
+
 def _check_config(config_path: Path) -> int:
     try:
         load_config(config_path)
@@ -76,10 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkaguard", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the proxy")
-    run.add_argument("--config", type=Path, default=DEMO_CONFIG, help="YAML configuration")
-    commands.add_parser(
+    run.add_argument("--config", type=Path, required=True, help="YAML configuration")
+    demo = commands.add_parser(
         "demo", help="embedded Tansu broker + the proxy with the sample config and ACLs"
     )
+    demo.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("kafkaguard-demo"),
+        help="where the sample config.yaml and acls.yaml are copied (kept if present)",
+    )
+    acls = commands.add_parser(
+        "acls", help="add, remove and list ACLs in the configured store (like kafka-acls.sh)"
+    )
+    acls_cli.add_arguments(acls)
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("--config", type=Path, required=True)
     return parser
@@ -90,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         return _run(args.config)
     if args.command == "demo":
-        return _run(DEMO_CONFIG)
+        return _run(prepare_demo(args.dir))
+    if args.command == "acls":
+        return acls_cli.run(args)
     if args.command == "check-config":
         return _check_config(args.config)
     raise AssertionError(args.command)  # pragma: no cover

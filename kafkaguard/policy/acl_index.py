@@ -13,7 +13,9 @@ Here the same ACLs are found by hashing instead of walking:
 
 * ``literal[type][name]`` holds LITERAL ACLs, including the ``*`` ones;
 * ``prefixed[type][prefix]`` holds PREFIXED ACLs; a request for ``orders-eu`` probes
-  ``orders-eu``, ``orders-e``, ... but only at the prefix lengths that exist for that type;
+  ``name[:L]`` for the prefix lengths ``L`` in use, shortest first, through a walk dict that
+  also holds every ACL prefix's *stems* at those lengths, so the probe stops at the first
+  miss (a name no ACL prefix starts like costs one lookup);
 * each bucket maps the ACL's principal ``(type, name)`` to its entries, so a request looks up
   its own principal and ``User:*`` and never scans other users' ACLs.
 
@@ -120,6 +122,31 @@ def _entry(binding: AclBinding, host_cidr: bool) -> Entry:
     )
 
 
+def _scan(
+    entries: tuple[Entry, ...],
+    host: str,
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    allow_ops: frozenset[AclOperation],
+    deny_ops: frozenset[AclOperation],
+) -> Entry | None:
+    """``findResult`` over one principal's entries: first matching DENY, else first ALLOW."""
+    allow: Entry | None = None
+    for entry in entries:
+        h = entry.host
+        if h != WILDCARD_HOST and h != host:
+            net = entry.network
+            if net is None or address not in net:
+                continue
+        if entry.allow:
+            if allow is None and entry.operation in allow_ops:
+                allow = entry
+        elif entry.operation in deny_ops:
+            return entry
+    return allow
+
+
+_NO_ACL: tuple[Verdict, None] = (Verdict.NO_ACL, None)
+_NO_MATCH: tuple[Verdict, None] = (Verdict.NO_MATCHING_ACL, None)
 _STEM: Bucket = {}  # a walk entry that is only a stem of longer prefixes (falsy)
 
 
@@ -148,6 +175,7 @@ class AclIndex:
         "_by_principal",
         "_literal",
         "_prefix_lengths",
+        "_prefix_walk",
         "_prefixed",
         "bindings",
         "host_cidr",
@@ -312,79 +340,55 @@ class AclIndex:
         Returns the verdict and the deciding entry (the DENY, or the first ALLOW found), so an
         audit listener gets the rule without a second lookup.
         """
-        allow_ops = _ALLOW_OPS[operation]
-        deny_ops = _DENY_OPS[operation]
-        keys = (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY)
-        applicable = False
-        allow: Entry | None = None
+        candidates: list[Bucket] = []
         literal = self._literal.get(resource_type)
         if literal is not None:
             bucket = literal.get(name)
             if bucket is not None:
-                applicable = True
-                found = self._scan(bucket, keys, host, address, allow_ops, deny_ops)
-                if found is not None:
-                    if not found.allow:
-                        return Verdict.DENY_ACL, found
-                    allow = found
+                candidates.append(bucket)
         walk = self._prefix_walk.get(resource_type)
         if walk is not None:
+            get = walk.get
             size = len(name)
             for length in self._prefix_lengths[resource_type]:
                 if length > size:
                     break
-                bucket = walk.get(name[:length])
+                bucket = get(name[:length])
                 if bucket is None:
                     break  # no ACL prefix continues this stem
                 if bucket:
-                    applicable = True
-                    found = self._scan(bucket, keys, host, address, allow_ops, deny_ops)
-                    if found is not None:
-                        if not found.allow:
-                            return Verdict.DENY_ACL, found
-                        if allow is None:
-                            allow = found
+                    candidates.append(bucket)
         if literal is not None and name != WILDCARD_RESOURCE:
             bucket = literal.get(WILDCARD_RESOURCE)
             if bucket is not None:
-                applicable = True
-                found = self._scan(bucket, keys, host, address, allow_ops, deny_ops)
+                candidates.append(bucket)
+        if not candidates:
+            return _NO_ACL
+        allow_ops = _ALLOW_OPS[operation]
+        deny_ops = _DENY_OPS[operation]
+        check_wildcard = pkey != USER_WILDCARD_KEY
+        allow: Entry | None = None
+        for bucket in candidates:
+            entries = bucket.get(pkey)
+            if entries is not None:
+                found = _scan(entries, host, address, allow_ops, deny_ops)
                 if found is not None:
                     if not found.allow:
                         return Verdict.DENY_ACL, found
                     if allow is None:
                         allow = found
+            if check_wildcard:
+                entries = bucket.get(USER_WILDCARD_KEY)
+                if entries is not None:
+                    found = _scan(entries, host, address, allow_ops, deny_ops)
+                    if found is not None:
+                        if not found.allow:
+                            return Verdict.DENY_ACL, found
+                        if allow is None:
+                            allow = found
         if allow is not None:
             return Verdict.ALLOW_ACL, allow
-        return (Verdict.NO_MATCHING_ACL if applicable else Verdict.NO_ACL), None
-
-    @staticmethod
-    def _scan(
-        bucket: Bucket,
-        keys: tuple[PrincipalKey, ...],
-        host: str,
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address,
-        allow_ops: frozenset[AclOperation],
-        deny_ops: frozenset[AclOperation],
-    ) -> Entry | None:
-        """First matching DENY in the bucket, else first matching ALLOW, else None."""
-        allow: Entry | None = None
-        for key in keys:
-            entries = bucket.get(key)
-            if entries is None:
-                continue
-            for entry in entries:
-                h = entry.host
-                if h != WILDCARD_HOST and h != host:
-                    net = entry.network
-                    if net is None or address not in net:
-                        continue
-                if entry.allow:
-                    if allow is None and entry.operation in allow_ops:
-                        allow = entry
-                elif entry.operation in deny_ops:
-                    return entry
-        return allow
+        return _NO_MATCH
 
     def principal_entries(
         self, resource_type: ResourceType, pkey: PrincipalKey

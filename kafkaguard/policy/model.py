@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 CLUSTER_NAME = "kafka-cluster"
 """``Resource.CLUSTER_NAME``: the only name a CLUSTER resource can have."""
@@ -29,6 +29,16 @@ _E = TypeVar("_E", bound="_KafkaEnum")
 
 def _squash(text: str) -> str:
     return text.replace("_", "").replace("-", "").upper()
+
+
+_NAME_TABLES: dict[type, dict[str, Any]] = {}
+
+
+def _names(cls: type[_E]) -> dict[str, _E]:
+    table = _NAME_TABLES.get(cls)
+    if table is None:
+        table = _NAME_TABLES[cls] = {_squash(m.name): m for m in cls}
+    return table
 
 
 class _KafkaEnum(enum.IntEnum):
@@ -50,11 +60,7 @@ class _KafkaEnum(enum.IntEnum):
         takes) and the PascalCase name (``DescribeConfigs``, which ``SecurityUtils.operation``
         and kafka-acls.sh take).
         """
-        key = _squash(text.strip())
-        for member in cls:
-            if _squash(member.name) == key:
-                return member
-        return cls(0)
+        return _names(cls).get(_squash(text.strip()), cls(0))
 
     @classmethod
     def parse(cls: type[_E], text: str) -> _E:

@@ -17,11 +17,18 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from kafkaguard.policy.acl_index import USER_WILDCARD_KEY, AclIndex, Entry, Verdict
-from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason, log_decision
+from kafkaguard.policy.audit_log import (
+    TRACE,
+    DecisionEvent,
+    DecisionReason,
+    audit_logger,
+    log_decision,
+)
 from kafkaguard.policy.authorizer import (
     AclBindingDeleteResult,
     AclCreateResult,
@@ -176,6 +183,7 @@ class StandardAuthorizer:
         index = self._index
         pkey = context.principal.key
         host, address = context.host, context.client_address
+        enabled = audit_logger.isEnabledFor
         results: list[AuthorizationResult] = []
         for action in actions:
             pattern = action.resource_pattern
@@ -193,7 +201,14 @@ class StandardAuthorizer:
             else:
                 result, reason = DENIED, DecisionReason.DEFAULT_DENY
             results.append(result)
-            self._record(context, action, result, reason, entry, listener, verdict)
+            # Inline level check (StandardAuthorizerData.logAuditMessage): the message is only
+            # built when the audit logger would emit it.
+            if result is ALLOWED:
+                level = logging.DEBUG if action.log_if_allowed else TRACE
+            else:
+                level = logging.INFO if action.log_if_denied else TRACE
+            if listener is not None or enabled(level):
+                self._record(context, action, result, reason, entry, listener, verdict)
         return results
 
     @staticmethod

@@ -23,18 +23,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, cast
 from uuid import UUID
 
 from kafkaguard.policy.authorizer import (
+    AclCreateResult,
+    AclDeleteResult,
     Action,
     AuthorizationResult,
     RequestContext,
     operations_bitfield,
 )
-from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
+from kafkaguard.policy.model import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    ResourcePattern,
+    ResourceType,
+)
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
@@ -138,6 +146,19 @@ class ClientConnection(asyncio.Protocol):
             )
         )
 
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        return self._listener.authorizer.acls(acl_filter)
+
+    def create_acls(
+        self, request: Request, bindings: Sequence[AclBinding]
+    ) -> Awaitable[list[AclCreateResult]]:
+        return self._listener.authorizer.create_acls(self._request_context(request), bindings)
+
+    def delete_acls(
+        self, request: Request, filters: Sequence[AclBindingFilter]
+    ) -> Awaitable[list[AclDeleteResult]]:
+        return self._listener.authorizer.delete_acls(self._request_context(request), filters)
+
     def topic_name(self, topic_id: UUID) -> str | None:
         return self._listener.cluster.topic_names.get(topic_id)
 
@@ -154,6 +175,11 @@ class ClientConnection(asyncio.Protocol):
             self._listener.config.name, self._listener.security_protocol, peer_address(peer)
         )
         self._listener.connections.add(self)
+        if len(self._listener.connections) > self._listener.limits.max_connections:
+            self.close(
+                f"listener is at its limit of {self._listener.limits.max_connections} connections"
+            )
+            return
         self._pause(_PAUSE_CONNECTING)
         self._listener.spawn(self._connect_upstream())
 

@@ -75,14 +75,23 @@ class ProxyServer:
     def stop(self) -> None:
         self._stopped.set()
 
+    def reload(self) -> None:
+        """SIGHUP: re-read the ACL store now (stores that can, e.g. the file store)."""
+        store = getattr(self.authorizer, "store", None)
+        request_reload = getattr(store, "request_reload", None)
+        if callable(request_reload):
+            log.info("SIGHUP: reloading the ACL store")
+            request_reload()
+
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop)
+        handlers = {signal.SIGINT: self.stop, signal.SIGTERM: self.stop, signal.SIGHUP: self.reload}
+        for sig, handler in handlers.items():
+            loop.add_signal_handler(sig, handler)
         try:
             await self._stopped.wait()
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in handlers:
                 loop.remove_signal_handler(sig)
 
     async def serve_forever_until_stopped(self) -> None:

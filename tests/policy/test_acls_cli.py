@@ -27,22 +27,53 @@ def stored(path: Path) -> frozenset:
 
 def test_add_list_remove(tmp_path: Path) -> None:
     f = str(tmp_path / "acls.yaml")
-    code, out = run("--acl-file", f, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "orders")
+    code, out = run(
+        "--acl-file",
+        f,
+        "--add",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--topic",
+        "orders",
+    )
     assert code == 0
     assert out == [
-        "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`: \n"
+        "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`: \n"  # noqa: E501
         " \t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
     ]
     assert stored(tmp_path / "acls.yaml") == {acl("User:alice", Op.READ, name="orders")}
-    code, out = run("--acl-file", f, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "orders")
+    code, out = run(
+        "--acl-file",
+        f,
+        "--add",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--topic",
+        "orders",
+    )
     assert out[0].startswith("Acl (pattern=ResourcePattern(resourceType=TOPIC, name=orders")
     assert out[0].endswith("already exists.")
     code, out = run("--acl-file", f, "--list", "--topic", "orders")
     assert out == [
-        "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`:\n"
+        "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`:\n"  # noqa: E501
         "\t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
     ]
-    code, _ = run("--acl-file", f, "--remove", "--force", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "orders")
+    code, _ = run(
+        "--acl-file",
+        f,
+        "--remove",
+        "--force",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--topic",
+        "orders",
+    )
     assert code == 0
     assert stored(tmp_path / "acls.yaml") == frozenset()
 
@@ -50,8 +81,19 @@ def test_add_list_remove(tmp_path: Path) -> None:
 def test_producer_consumer_idempotent_expansion(tmp_path: Path) -> None:
     f = str(tmp_path / "acls.yaml")
     code, _ = run(
-        "--acl-file", f, "--add", "--allow-principal", "User:p", "--producer", "--idempotent",
-        "--topic", "t-", "--transactional-id", "tx", "--resource-pattern-type", "literal",
+        "--acl-file",
+        f,
+        "--add",
+        "--allow-principal",
+        "User:p",
+        "--producer",
+        "--idempotent",
+        "--topic",
+        "t-",
+        "--transactional-id",
+        "tx",
+        "--resource-pattern-type",
+        "literal",
     )
     assert code == 0
     assert stored(tmp_path / "acls.yaml") == {
@@ -63,7 +105,22 @@ def test_producer_consumer_idempotent_expansion(tmp_path: Path) -> None:
         acl("User:p", Op.IDEMPOTENT_WRITE, name="kafka-cluster", rtype=CLUSTER),
     }
     g = str(tmp_path / "g.yaml")
-    code, _ = run("--acl-file", g, "--add", "--allow-principal", "User:c", "--allow-host", "10.0.0.1", "--consumer", "--topic", "in", "--group", "grp", "--resource-pattern-type", "prefixed")
+    code, _ = run(
+        "--acl-file",
+        g,
+        "--add",
+        "--allow-principal",
+        "User:c",
+        "--allow-host",
+        "10.0.0.1",
+        "--consumer",
+        "--topic",
+        "in",
+        "--group",
+        "grp",
+        "--resource-pattern-type",
+        "prefixed",
+    )
     assert code == 0
     assert stored(tmp_path / "g.yaml") == {
         acl("User:c", Op.READ, name="in", ptype=PREFIXED, host="10.0.0.1"),
@@ -74,15 +131,62 @@ def test_producer_consumer_idempotent_expansion(tmp_path: Path) -> None:
 
 def test_deny_and_default_operation_all(tmp_path: Path) -> None:
     f = str(tmp_path / "acls.yaml")
-    assert run("--acl-file", f, "--add", "--deny-principal", "User:bad", "--deny-host", "10.9.9.9", "--topic", "*")[0] == 0
-    assert stored(tmp_path / "acls.yaml") == {acl("User:bad", Op.ALL, DENY, name="*", host="10.9.9.9")}
+    assert (
+        run(
+            "--acl-file",
+            f,
+            "--add",
+            "--deny-principal",
+            "User:bad",
+            "--deny-host",
+            "10.9.9.9",
+            "--topic",
+            "*",
+        )[0]
+        == 0
+    )
+    assert stored(tmp_path / "acls.yaml") == {
+        acl("User:bad", Op.ALL, DENY, name="*", host="10.9.9.9")
+    }
 
 
 def test_list_match_and_principal(tmp_path: Path) -> None:
     f = str(tmp_path / "acls.yaml")
-    run("--acl-file", f, "--add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "*")
-    run("--acl-file", f, "--add", "--allow-principal", "User:b", "--operation", "Read", "--topic", "or", "--resource-pattern-type", "prefixed")
-    run("--acl-file", f, "--add", "--allow-principal", "User:b", "--operation", "Read", "--topic", "other")
+    run(
+        "--acl-file",
+        f,
+        "--add",
+        "--allow-principal",
+        "User:a",
+        "--operation",
+        "Read",
+        "--topic",
+        "*",
+    )
+    run(
+        "--acl-file",
+        f,
+        "--add",
+        "--allow-principal",
+        "User:b",
+        "--operation",
+        "Read",
+        "--topic",
+        "or",
+        "--resource-pattern-type",
+        "prefixed",
+    )
+    run(
+        "--acl-file",
+        f,
+        "--add",
+        "--allow-principal",
+        "User:b",
+        "--operation",
+        "Read",
+        "--topic",
+        "other",
+    )
     _, out = run("--acl-file", f, "--list", "--topic", "orders", "--resource-pattern-type", "match")
     assert len(out) == 2 and "name=*" in out[0] + out[1] and "name=or," in out[0] + out[1]
     _, out = run("--acl-file", f, "--list", "--principal", "User:b")
@@ -92,9 +196,23 @@ def test_list_match_and_principal(tmp_path: Path) -> None:
     assert len(out) == 3
 
 
-def test_remove_all_for_resource_with_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remove_all_for_resource_with_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     f = str(tmp_path / "acls.yaml")
-    run("--acl-file", f, "--add", "--allow-principal", "User:a", "--allow-principal", "User:b", "--operation", "Read", "--topic", "t")
+    run(
+        "--acl-file",
+        f,
+        "--add",
+        "--allow-principal",
+        "User:a",
+        "--allow-principal",
+        "User:b",
+        "--operation",
+        "Read",
+        "--topic",
+        "t",
+    )
     monkeypatch.setattr("builtins.input", lambda: "n")
     code, out = run("--acl-file", f, "--remove", "--topic", "t")
     assert code == 0 and "Are you sure you want to delete all ACLs for resource filter" in out[0]
@@ -109,11 +227,39 @@ def test_remove_all_for_resource_with_prompt(tmp_path: Path, monkeypatch: pytest
     [
         (["--add", "--topic", "t"], "--allow-principal, --deny-principal"),
         (["--add", "--allow-principal", "User:a", "--operation", "Read"], "at least one resource"),
-        (["--add", "--allow-principal", "User:a", "--producer"], "With --producer you must specify a --topic"),
+        (
+            ["--add", "--allow-principal", "User:a", "--producer"],
+            "With --producer you must specify a --topic",
+        ),
         (["--add", "--allow-principal", "User:a", "--consumer", "--topic", "t"], "With --consumer"),
-        (["--add", "--allow-principal", "User:a", "--idempotent", "--topic", "t"], "--idempotent option"),
-        (["--add", "--allow-principal", "User:a", "--topic", "t", "--resource-pattern-type", "match"], "not valid when adding"),
-        (["--add", "--allow-principal", "User:a", "--topic", "t", "--operation", "IdempotentWrite"], "ResourceType TOPIC only supports"),
+        (
+            ["--add", "--allow-principal", "User:a", "--idempotent", "--topic", "t"],
+            "--idempotent option",
+        ),
+        (
+            [
+                "--add",
+                "--allow-principal",
+                "User:a",
+                "--topic",
+                "t",
+                "--resource-pattern-type",
+                "match",
+            ],
+            "not valid when adding",
+        ),
+        (
+            [
+                "--add",
+                "--allow-principal",
+                "User:a",
+                "--topic",
+                "t",
+                "--operation",
+                "IdempotentWrite",
+            ],
+            "ResourceType TOPIC only supports",
+        ),
         (["--list", "--allow-principal", "User:a"], "--list cannot be combined"),
     ],
 )
@@ -125,16 +271,45 @@ def test_usage_errors(tmp_path: Path, argv: list[str], message: str, capsys) -> 
 
 
 def test_invalid_binding_and_config_lookup(tmp_path: Path, capsys) -> None:
-    code, _ = run("--acl-file", str(tmp_path / "a.yaml"), "--add", "--allow-principal", "alice", "--topic", "t")
+    code, _ = run(
+        "--acl-file",
+        str(tmp_path / "a.yaml"),
+        "--add",
+        "--allow-principal",
+        "alice",
+        "--topic",
+        "t",
+    )
     assert code == 1 and "principalType:principalName" in capsys.readouterr().err
-    code, _ = run("--acl-file", str(tmp_path / "a.yaml"), "--add", "--allow-principal", "User:a", "--topic", "*", "--resource-pattern-type", "prefixed")
+    code, _ = run(
+        "--acl-file",
+        str(tmp_path / "a.yaml"),
+        "--add",
+        "--allow-principal",
+        "User:a",
+        "--topic",
+        "*",
+        "--resource-pattern-type",
+        "prefixed",
+    )
     assert code == 1 and "LITERAL" in capsys.readouterr().err
     cfg = tmp_path / "proxy.yaml"
     cfg.write_text("acl_store:\n  type: file\n  path: sub/acls.yaml\n")
     (tmp_path / "sub").mkdir()
-    code, _ = run("--config", str(cfg), "--add", "--allow-principal", "User:a", "--cluster", "--operation", "Alter")
+    code, _ = run(
+        "--config",
+        str(cfg),
+        "--add",
+        "--allow-principal",
+        "User:a",
+        "--cluster",
+        "--operation",
+        "Alter",
+    )
     assert code == 0
-    assert stored(tmp_path / "sub" / "acls.yaml") == {acl("User:a", Op.ALTER, name="kafka-cluster", rtype=CLUSTER)}
+    assert stored(tmp_path / "sub" / "acls.yaml") == {
+        acl("User:a", Op.ALTER, name="kafka-cluster", rtype=CLUSTER)
+    }
     assert TOPIC is ResourceType.TOPIC
 
 

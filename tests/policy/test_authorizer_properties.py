@@ -45,7 +45,13 @@ requests = st.tuples(
     NAMES,
 )
 
-DESCRIBE_IMPLIERS = {AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
+DESCRIBE_IMPLIERS = {
+    AclOperation.DESCRIBE,
+    AclOperation.READ,
+    AclOperation.WRITE,
+    AclOperation.DELETE,
+    AclOperation.ALTER,
+}
 DESCRIBE_CONFIGS_IMPLIERS = {AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
 
 
@@ -129,11 +135,16 @@ def test_matching_deny_always_wins(acls, request, prefix, literal) -> None:
 def test_adding_an_acl_never_turns_deny_into_allow_unless_it_matches(acls, extra, request) -> None:
     principal, host, op, rtype, name = request
     before = authorizer(acls).authorize(ctx(principal, host), [_action(op, rtype, name)])[0]
-    after = authorizer([*acls, extra]).authorize(ctx(principal, host), [_action(op, rtype, name)])[0]
+    after = authorizer([*acls, extra]).authorize(ctx(principal, host), [_action(op, rtype, name)])[
+        0
+    ]
     if before.name == "DENIED" and after.name == "ALLOWED":
         # only an ALLOW that itself matches the request may flip the decision
         assert extra.entry.permission_type == AclPermissionType.ALLOW
-        assert authorizer([extra]).authorize(ctx(principal, host), [_action(op, rtype, name)])[0].name == "ALLOWED"
+        assert (
+            authorizer([extra]).authorize(ctx(principal, host), [_action(op, rtype, name)])[0].name
+            == "ALLOWED"
+        )
 
 
 @settings(max_examples=300, deadline=None)
@@ -148,11 +159,16 @@ def test_deny_acls_never_imply(acls, request) -> None:
     ]
     kept = [a for a in acls if a.entry.permission_type == AclPermissionType.ALLOW]
     auth = authorizer([*kept, allow_describe, *denies])
-    assert auth.authorize(ctx(principal, host), [_action(AclOperation.DESCRIBE, rtype, name)])[0].name == "ALLOWED"
+    assert (
+        auth.authorize(ctx(principal, host), [_action(AclOperation.DESCRIBE, rtype, name)])[0].name
+        == "ALLOWED"
+    )
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(bindings, max_size=15), st.lists(bindings, max_size=5), st.lists(bindings, max_size=15))
+@given(
+    st.lists(bindings, max_size=15), st.lists(bindings, max_size=5), st.lists(bindings, max_size=15)
+)
 def test_incremental_update_equals_rebuild(base, added, removed_pool) -> None:
     removed = [b for b in base if b in set(removed_pool)] + removed_pool[:2]
     index = AclIndex.build(base).updated(added, removed)
@@ -166,6 +182,6 @@ def test_incremental_update_equals_rebuild(base, added, removed_pool) -> None:
                 for op in (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.ALL):
                     args = (key, "10.0.0.1", ipaddress.ip_address("10.0.0.1"), op, rtype, name)
                     assert index.match(*args)[0] == fresh.match(*args)[0]
-            assert sorted(map(str, (e.binding for e in index.principal_entries(rtype, key)))) == sorted(
-                map(str, (e.binding for e in fresh.principal_entries(rtype, key)))
-            )
+            assert sorted(
+                map(str, (e.binding for e in index.principal_entries(rtype, key)))
+            ) == sorted(map(str, (e.binding for e in fresh.principal_entries(rtype, key))))

@@ -73,9 +73,11 @@ def test_defaults_and_super_user_syntax() -> None:
 
 async def test_build_authorizer_with_file_store(tmp_path: Path) -> None:
     (tmp_path / "acls.yaml").write_text(
-        "acls:\n  - {principal: User:alice, operation: read, permission: allow, resource_type: topic, name: foo}\n"
+        "acls:\n  - {principal: User:alice, operation: read, permission: allow, resource_type: topic, name: foo}\n"  # noqa: E501
     )
-    (tmp_path / "p.yaml").write_text("acl_store: {type: file, path: acls.yaml, poll_interval_s: 0}\n")
+    (tmp_path / "p.yaml").write_text(
+        "acl_store: {type: file, path: acls.yaml, poll_interval_s: 0}\n"
+    )
     auth = build_authorizer(parse_policy_config(ConfigSection.from_file(tmp_path / "p.yaml")))
     assert isinstance(auth, StandardAuthorizer) and isinstance(auth.store, FileAclStore)
     await auth.start(["PLAINTEXT"])["PLAINTEXT"]

@@ -65,7 +65,7 @@ def test_principal_parse_splits_at_first_colon() -> None:
     assert str(p) == "User:CN=a:b,O=c"
     assert KafkaPrincipal.parse("User:") == KafkaPrincipal("User", "")
     assert KafkaPrincipal.ANONYMOUS.text == "User:ANONYMOUS"
-    assert KafkaPrincipal.WILDCARD == KafkaPrincipal("User", "*")
+    assert KafkaPrincipal("User", "*") == KafkaPrincipal.WILDCARD
     for bad in ("", "alice"):
         with pytest.raises(ValueError, match="principalType:principalName"):
             KafkaPrincipal.parse(bad)
@@ -84,7 +84,10 @@ def test_str_forms_match_kafka() -> None:
 @pytest.mark.parametrize(
     ("binding", "message"),
     [
-        (acl_binding(ResourceType.CLUSTER, "x", "User:a", Op.ALTER), "only valid name for the CLUSTER"),
+        (
+            acl_binding(ResourceType.CLUSTER, "x", "User:a", Op.ALTER),
+            "only valid name for the CLUSTER",
+        ),
         (acl("User:a", Op.READ, name=""), "Invalid empty resource name"),
         (acl("User:a", Op.READ, ptype=PatternType.ANY), "Invalid patternType ANY"),
         (acl("User:a", Op.READ, ptype=PatternType.MATCH), "Invalid patternType MATCH"),

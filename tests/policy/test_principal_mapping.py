@@ -83,7 +83,11 @@ def test_ssl_principal_mapper(dn: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("rules", "dn", "expected"),
     [
-        ("RULE:^CN=((\\\\, *|\\w)+)(,.*|$)/$1/,DEFAULT", "CN=Tkac\\, Adam,OU=ITZ,DC=geodis,DC=cz", "Tkac\\, Adam"),
+        (
+            "RULE:^CN=((\\\\, *|\\w)+)(,.*|$)/$1/,DEFAULT",
+            "CN=Tkac\\, Adam,OU=ITZ,DC=geodis,DC=cz",
+            "Tkac\\, Adam",
+        ),
         ("RULE:(.*)/[$1]/", "CN=a", "[CN=a][]"),  # replaceAll: the empty tail matches too
         (" RULE:.*/x/ ", "CN=a", "xx"),
         ("RULE:^CN=(.)(.*)$/$12/", "CN=ab", "a2"),  # $12 with 2 groups -> $1 then '2'
@@ -109,7 +113,9 @@ def test_ssl_no_match_and_replacement_errors() -> None:
     assert "RULE:^CN=(.*)$/$1/L" in repr(SslPrincipalMapper("RULE:^CN=(.*)$/$1/L"))
 
 
-KRB_RULES = "RULE:[1:$1](App\\..*)s/App\\.(.*)/$1/g, RULE:[2:$1](App\\..*)s/App\\.(.*)/$1/g, DEFAULT"
+KRB_RULES = (
+    "RULE:[1:$1](App\\..*)s/App\\.(.*)/$1/g, RULE:[2:$1](App\\..*)s/App\\.(.*)/$1/g, DEFAULT"
+)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +131,7 @@ def test_kerberos_parse_and_short_name(name: str, expected: str) -> None:
     assert KerberosShortNamer(KRB_RULES, "REALM.COM").short_name(name) == expected
 
 
-LOWER = "RULE:[1:$1]/L, RULE:[2:$1](Test.*)s/ABC///L, RULE:[2:$1](ABC.*)s/ABC/XYZ/g/L, RULE:[2:$1](App\\..*)s/App\\.(.*)/$1/g/L, RULE:[2:$1]/L, DEFAULT"
+LOWER = "RULE:[1:$1]/L, RULE:[2:$1](Test.*)s/ABC///L, RULE:[2:$1](ABC.*)s/ABC/XYZ/g/L, RULE:[2:$1](App\\..*)s/App\\.(.*)/$1/g/L, RULE:[2:$1]/L, DEFAULT"  # noqa: E501
 
 
 @pytest.mark.parametrize(
@@ -145,8 +151,8 @@ def test_kerberos_case_rules(name: str, lower: str, upper: str) -> None:
 
 @pytest.mark.parametrize(
     "rule",
-    ["default", "DEFAUL", "DEFAULT/L", "DEFAULT/g", "rule:[1:$1]", "rule:[1:$1]/L/U", "rule:[1:$1]/U/L",
-     "rule:[1:$1]/LU", "RULE:[1:$1/L", "RULE:[1:$1]/l", "RULE:[2:$1](ABC.*)s/ABC/XYZ/L/g", "RULE:[:$1]"],
+    ["default", "DEFAUL", "DEFAULT/L", "DEFAULT/g", "rule:[1:$1]", "rule:[1:$1]/L/U", "rule:[1:$1]/U/L",  # noqa: E501
+     "rule:[1:$1]/LU", "RULE:[1:$1/L", "RULE:[1:$1]/l", "RULE:[2:$1](ABC.*)s/ABC/XYZ/L/g", "RULE:[:$1]"],  # noqa: E501
 )  # fmt: skip
 def test_kerberos_invalid_rules(rule: str) -> None:
     with pytest.raises(ValueError):
@@ -188,7 +194,14 @@ def test_unknown_oids_as_der_hex() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("a=b", "a\\=b"), ("#1", "\\#1"), ('q"<>;', 'q\\"\\<\\>\\;'), ("a\\b", "a\\\\b"), ("nul\0", "nul\\00"), ("é", "é")],
+    [
+        ("a=b", "a\\=b"),
+        ("#1", "\\#1"),
+        ('q"<>;', 'q\\"\\<\\>\\;'),
+        ("a\\b", "a\\\\b"),
+        ("nul\0", "nul\\00"),
+        ("é", "é"),
+    ],
 )
 def test_escaping(value: str, expected: str) -> None:
     assert escape_rfc2253_value(value) == expected

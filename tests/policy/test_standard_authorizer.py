@@ -7,7 +7,6 @@ import logging
 
 import pytest
 from policy_helpers import (
-    ALLOW,
     CLUSTER,
     DENY,
     GROUP,
@@ -45,53 +44,421 @@ CASES = [
     ("literal allow", [acl("User:alice", Op.READ)], "User:alice", "10.0.0.1", Op.READ, "foo", True),
     ("other op", [acl("User:alice", Op.READ)], "User:alice", "10.0.0.1", Op.WRITE, "foo", False),
     ("other user", [acl("User:alice", Op.READ)], "User:bob", "10.0.0.1", Op.READ, "foo", False),
-    ("principal case sensitive", [acl("User:Alice", Op.READ)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("principal type case sensitive", [acl("user:alice", Op.READ)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("resource name case sensitive", [acl("User:alice", Op.READ, name="Foo")], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("wildcard resource", [acl("User:alice", Op.READ, name="*")], "User:alice", "1.1.1.1", Op.READ, "anything", True),
+    (
+        "principal case sensitive",
+        [acl("User:Alice", Op.READ)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "principal type case sensitive",
+        [acl("user:alice", Op.READ)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "resource name case sensitive",
+        [acl("User:alice", Op.READ, name="Foo")],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "wildcard resource",
+        [acl("User:alice", Op.READ, name="*")],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "anything",
+        True,
+    ),
     ("wildcard principal", [acl("User:*", Op.READ)], "User:bob", "1.1.1.1", Op.READ, "foo", True),
-    ("User:* matches other principal types", [acl("User:*", Op.READ)], "Group:ops", "1.1.1.1", Op.READ, "foo", True),
-    ("Group:* is not a wildcard", [acl("Group:*", Op.READ)], "Group:ops", "1.1.1.1", Op.READ, "foo", False),
-    ("Group:x is not User:x", [acl("Group:alice", Op.READ)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("prefixed allow", [acl("User:alice", Op.READ, name="fo", ptype=PREFIXED)], "User:alice", "1.1.1.1", Op.READ, "foo", True),
-    ("prefixed equal to name", [acl("User:alice", Op.READ, name="foo", ptype=PREFIXED)], "User:alice", "1.1.1.1", Op.READ, "foo", True),
-    ("prefixed longer than name", [acl("User:alice", Op.READ, name="foo-bar", ptype=PREFIXED)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("literal prefix does not match", [acl("User:alice", Op.READ, name="fo")], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("prefixed '*' is an ordinary prefix", [acl("User:alice", Op.READ, name="*", ptype=PREFIXED)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("prefixed '*' matches '*x'", [acl("User:alice", Op.READ, name="*", ptype=PREFIXED)], "User:alice", "1.1.1.1", Op.READ, "*x", True),
-    ("deny literal beats allow", [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("prefixed deny beats literal allow", [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY, name="f", ptype=PREFIXED)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("wildcard deny beats literal allow", [acl("User:alice", Op.READ), acl("User:*", Op.READ, DENY, name="*")], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("deny ALL beats allow", [acl("User:alice", Op.READ), acl("User:alice", Op.ALL, DENY)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("allow ALL", [acl("User:alice", Op.ALL)], "User:alice", "1.1.1.1", Op.ALTER_CONFIGS, "foo", True),
-    ("allow ALL even unsupported op", [acl("User:alice", Op.ALL)], "User:alice", "1.1.1.1", Op.CLUSTER_ACTION, "foo", True),
-    ("READ implies DESCRIBE", [acl("User:alice", Op.READ)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", True),
-    ("WRITE implies DESCRIBE", [acl("User:alice", Op.WRITE)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", True),
-    ("DELETE implies DESCRIBE", [acl("User:alice", Op.DELETE)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", True),
-    ("ALTER implies DESCRIBE", [acl("User:alice", Op.ALTER)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", True),
-    ("CREATE does not imply DESCRIBE", [acl("User:alice", Op.CREATE)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", False),
-    ("ALTER_CONFIGS implies DESCRIBE_CONFIGS", [acl("User:alice", Op.ALTER_CONFIGS)], "User:alice", "1.1.1.1", Op.DESCRIBE_CONFIGS, "foo", True),
-    ("ALTER does not imply DESCRIBE_CONFIGS", [acl("User:alice", Op.ALTER)], "User:alice", "1.1.1.1", Op.DESCRIBE_CONFIGS, "foo", False),
-    ("DESCRIBE_CONFIGS does not imply DESCRIBE", [acl("User:alice", Op.DESCRIBE_CONFIGS)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", False),
-    ("READ does not imply WRITE", [acl("User:alice", Op.READ)], "User:alice", "1.1.1.1", Op.WRITE, "foo", False),
-    ("WRITE does not imply IDEMPOTENT_WRITE", [acl("User:alice", Op.WRITE)], "User:alice", "1.1.1.1", Op.IDEMPOTENT_WRITE, "foo", False),
-    ("WRITE does not imply TWO_PHASE_COMMIT", [acl("User:alice", Op.WRITE, rtype=ResourceType.TRANSACTIONAL_ID)], "User:alice", "1.1.1.1", Op.TWO_PHASE_COMMIT, "foo", False),
-    ("deny READ does not deny DESCRIBE", [acl("User:alice", Op.READ, DENY), acl("User:alice", Op.DESCRIBE)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", True),
-    ("deny READ + allow READ: DESCRIBE still implied by allow", [acl("User:alice", Op.READ, DENY), acl("User:alice", Op.READ)], "User:alice", "1.1.1.1", Op.DESCRIBE, "foo", True),
-    ("deny ALTER_CONFIGS does not deny DESCRIBE_CONFIGS", [acl("User:alice", Op.ALTER_CONFIGS, DENY), acl("User:alice", Op.DESCRIBE_CONFIGS)], "User:alice", "1.1.1.1", Op.DESCRIBE_CONFIGS, "foo", True),
-    ("host match", [acl("User:alice", Op.READ, host="10.0.0.1")], "User:alice", "10.0.0.1", Op.READ, "foo", True),
-    ("host mismatch", [acl("User:alice", Op.READ, host="10.0.0.1")], "User:alice", "10.0.0.2", Op.READ, "foo", False),
-    ("deny other host ignored", [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY, host="10.0.0.9")], "User:alice", "10.0.0.1", Op.READ, "foo", True),
-    ("IPv6 uncompressed form matches", [acl("User:alice", Op.READ, host="0:0:0:0:0:0:0:1")], "User:alice", "::1", Op.READ, "foo", True),
-    ("IPv6 compressed ACL never matches", [acl("User:alice", Op.READ, host="::1")], "User:alice", "::1", Op.READ, "foo", False),
-    ("IPv6 compressed DENY does nothing", [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY, host="::1")], "User:alice", "::1", Op.READ, "foo", True),
-    ("IPv6 full form", [acl("User:alice", Op.READ, host="2001:db8:0:0:0:0:0:1")], "User:alice", "2001:db8::1", Op.READ, "foo", True),
-    ("IPv6 upper-case ACL never matches", [acl("User:alice", Op.READ, host="2001:DB8:0:0:0:0:0:1")], "User:alice", "2001:db8::1", Op.READ, "foo", False),
-    ("IPv4-mapped seen as IPv4", [acl("User:alice", Op.READ, host="10.1.2.3")], "User:alice", "::ffff:10.1.2.3", Op.READ, "foo", True),
-    ("zero-padded IPv4 ACL never matches", [acl("User:alice", Op.READ, host="192.168.001.001")], "User:alice", "192.168.1.1", Op.READ, "foo", False),
-    ("wildcard acl is per type", [acl("User:alice", Op.READ, name="*", rtype=GROUP)], "User:alice", "1.1.1.1", Op.READ, "foo", False),
-    ("empty name only matches '*'", [acl("User:alice", Op.READ, name="*")], "User:alice", "1.1.1.1", Op.READ, "", True),
-    ("empty name and prefix", [acl("User:alice", Op.READ, name="a", ptype=PREFIXED)], "User:alice", "1.1.1.1", Op.READ, "", False),
+    (
+        "User:* matches other principal types",
+        [acl("User:*", Op.READ)],
+        "Group:ops",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "Group:* is not a wildcard",
+        [acl("Group:*", Op.READ)],
+        "Group:ops",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "Group:x is not User:x",
+        [acl("Group:alice", Op.READ)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "prefixed allow",
+        [acl("User:alice", Op.READ, name="fo", ptype=PREFIXED)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "prefixed equal to name",
+        [acl("User:alice", Op.READ, name="foo", ptype=PREFIXED)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "prefixed longer than name",
+        [acl("User:alice", Op.READ, name="foo-bar", ptype=PREFIXED)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "literal prefix does not match",
+        [acl("User:alice", Op.READ, name="fo")],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "prefixed '*' is an ordinary prefix",
+        [acl("User:alice", Op.READ, name="*", ptype=PREFIXED)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "prefixed '*' matches '*x'",
+        [acl("User:alice", Op.READ, name="*", ptype=PREFIXED)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "*x",
+        True,
+    ),
+    (
+        "deny literal beats allow",
+        [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "prefixed deny beats literal allow",
+        [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY, name="f", ptype=PREFIXED)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "wildcard deny beats literal allow",
+        [acl("User:alice", Op.READ), acl("User:*", Op.READ, DENY, name="*")],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "deny ALL beats allow",
+        [acl("User:alice", Op.READ), acl("User:alice", Op.ALL, DENY)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "allow ALL",
+        [acl("User:alice", Op.ALL)],
+        "User:alice",
+        "1.1.1.1",
+        Op.ALTER_CONFIGS,
+        "foo",
+        True,
+    ),
+    (
+        "allow ALL even unsupported op",
+        [acl("User:alice", Op.ALL)],
+        "User:alice",
+        "1.1.1.1",
+        Op.CLUSTER_ACTION,
+        "foo",
+        True,
+    ),
+    (
+        "READ implies DESCRIBE",
+        [acl("User:alice", Op.READ)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        True,
+    ),
+    (
+        "WRITE implies DESCRIBE",
+        [acl("User:alice", Op.WRITE)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        True,
+    ),
+    (
+        "DELETE implies DESCRIBE",
+        [acl("User:alice", Op.DELETE)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        True,
+    ),
+    (
+        "ALTER implies DESCRIBE",
+        [acl("User:alice", Op.ALTER)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        True,
+    ),
+    (
+        "CREATE does not imply DESCRIBE",
+        [acl("User:alice", Op.CREATE)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        False,
+    ),
+    (
+        "ALTER_CONFIGS implies DESCRIBE_CONFIGS",
+        [acl("User:alice", Op.ALTER_CONFIGS)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE_CONFIGS,
+        "foo",
+        True,
+    ),
+    (
+        "ALTER does not imply DESCRIBE_CONFIGS",
+        [acl("User:alice", Op.ALTER)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE_CONFIGS,
+        "foo",
+        False,
+    ),
+    (
+        "DESCRIBE_CONFIGS does not imply DESCRIBE",
+        [acl("User:alice", Op.DESCRIBE_CONFIGS)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        False,
+    ),
+    (
+        "READ does not imply WRITE",
+        [acl("User:alice", Op.READ)],
+        "User:alice",
+        "1.1.1.1",
+        Op.WRITE,
+        "foo",
+        False,
+    ),
+    (
+        "WRITE does not imply IDEMPOTENT_WRITE",
+        [acl("User:alice", Op.WRITE)],
+        "User:alice",
+        "1.1.1.1",
+        Op.IDEMPOTENT_WRITE,
+        "foo",
+        False,
+    ),
+    (
+        "WRITE does not imply TWO_PHASE_COMMIT",
+        [acl("User:alice", Op.WRITE, rtype=ResourceType.TRANSACTIONAL_ID)],
+        "User:alice",
+        "1.1.1.1",
+        Op.TWO_PHASE_COMMIT,
+        "foo",
+        False,
+    ),
+    (
+        "deny READ does not deny DESCRIBE",
+        [acl("User:alice", Op.READ, DENY), acl("User:alice", Op.DESCRIBE)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        True,
+    ),
+    (
+        "deny READ + allow READ: DESCRIBE still implied by allow",
+        [acl("User:alice", Op.READ, DENY), acl("User:alice", Op.READ)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE,
+        "foo",
+        True,
+    ),
+    (
+        "deny ALTER_CONFIGS does not deny DESCRIBE_CONFIGS",
+        [acl("User:alice", Op.ALTER_CONFIGS, DENY), acl("User:alice", Op.DESCRIBE_CONFIGS)],
+        "User:alice",
+        "1.1.1.1",
+        Op.DESCRIBE_CONFIGS,
+        "foo",
+        True,
+    ),
+    (
+        "host match",
+        [acl("User:alice", Op.READ, host="10.0.0.1")],
+        "User:alice",
+        "10.0.0.1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "host mismatch",
+        [acl("User:alice", Op.READ, host="10.0.0.1")],
+        "User:alice",
+        "10.0.0.2",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "deny other host ignored",
+        [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY, host="10.0.0.9")],
+        "User:alice",
+        "10.0.0.1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "IPv6 uncompressed form matches",
+        [acl("User:alice", Op.READ, host="0:0:0:0:0:0:0:1")],
+        "User:alice",
+        "::1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "IPv6 compressed ACL never matches",
+        [acl("User:alice", Op.READ, host="::1")],
+        "User:alice",
+        "::1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "IPv6 compressed DENY does nothing",
+        [acl("User:alice", Op.READ), acl("User:alice", Op.READ, DENY, host="::1")],
+        "User:alice",
+        "::1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "IPv6 full form",
+        [acl("User:alice", Op.READ, host="2001:db8:0:0:0:0:0:1")],
+        "User:alice",
+        "2001:db8::1",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "IPv6 upper-case ACL never matches",
+        [acl("User:alice", Op.READ, host="2001:DB8:0:0:0:0:0:1")],
+        "User:alice",
+        "2001:db8::1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "IPv4-mapped seen as IPv4",
+        [acl("User:alice", Op.READ, host="10.1.2.3")],
+        "User:alice",
+        "::ffff:10.1.2.3",
+        Op.READ,
+        "foo",
+        True,
+    ),
+    (
+        "zero-padded IPv4 ACL never matches",
+        [acl("User:alice", Op.READ, host="192.168.001.001")],
+        "User:alice",
+        "192.168.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "wildcard acl is per type",
+        [acl("User:alice", Op.READ, name="*", rtype=GROUP)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "foo",
+        False,
+    ),
+    (
+        "empty name only matches '*'",
+        [acl("User:alice", Op.READ, name="*")],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "",
+        True,
+    ),
+    (
+        "empty name and prefix",
+        [acl("User:alice", Op.READ, name="a", ptype=PREFIXED)],
+        "User:alice",
+        "1.1.1.1",
+        Op.READ,
+        "",
+        False,
+    ),
 ]
 
 
@@ -170,18 +537,74 @@ BY_TYPE = [
     ("prefixed allow", [acl("User:alice", Op.WRITE, name="t", ptype=PREFIXED)], True),
     ("ALL allow", [acl("User:alice", Op.ALL, name="t1")], True),
     ("no implication", [acl("User:alice", Op.WRITE, name="t1")], True),
-    ("READ does not give DESCRIBE by type", [acl("User:alice", Op.READ, name="t1")], False, Op.DESCRIBE),
-    ("wildcard deny wins", [acl("User:alice", Op.WRITE, name="t1"), acl("User:alice", Op.WRITE, DENY, name="*")], False),
-    ("wildcard allow then wildcard deny", [acl("User:alice", Op.WRITE, name="*"), acl("User:*", Op.WRITE, DENY, name="*")], False),
-    ("literal deny same literal", [acl("User:alice", Op.WRITE, name="t1"), acl("User:alice", Op.WRITE, DENY, name="t1")], False),
-    ("literal deny other literal", [acl("User:alice", Op.WRITE, name="t1"), acl("User:alice", Op.WRITE, DENY, name="t2")], True),
-    ("prefix deny dominates literal", [acl("User:alice", Op.WRITE, name="t1"), acl("User:alice", Op.WRITE, DENY, name="t", ptype=PREFIXED)], False),
-    ("prefix deny dominates prefix", [acl("User:alice", Op.WRITE, name="t1", ptype=PREFIXED), acl("User:alice", Op.WRITE, DENY, name="t", ptype=PREFIXED)], False),
-    ("longer prefix deny does not dominate", [acl("User:alice", Op.WRITE, name="t", ptype=PREFIXED), acl("User:alice", Op.WRITE, DENY, name="t1", ptype=PREFIXED)], True),
-    ("literal deny does not dominate prefix", [acl("User:alice", Op.WRITE, name="t", ptype=PREFIXED), acl("User:alice", Op.WRITE, DENY, name="t")], True),
+    (
+        "READ does not give DESCRIBE by type",
+        [acl("User:alice", Op.READ, name="t1")],
+        False,
+        Op.DESCRIBE,
+    ),
+    (
+        "wildcard deny wins",
+        [acl("User:alice", Op.WRITE, name="t1"), acl("User:alice", Op.WRITE, DENY, name="*")],
+        False,
+    ),
+    (
+        "wildcard allow then wildcard deny",
+        [acl("User:alice", Op.WRITE, name="*"), acl("User:*", Op.WRITE, DENY, name="*")],
+        False,
+    ),
+    (
+        "literal deny same literal",
+        [acl("User:alice", Op.WRITE, name="t1"), acl("User:alice", Op.WRITE, DENY, name="t1")],
+        False,
+    ),
+    (
+        "literal deny other literal",
+        [acl("User:alice", Op.WRITE, name="t1"), acl("User:alice", Op.WRITE, DENY, name="t2")],
+        True,
+    ),
+    (
+        "prefix deny dominates literal",
+        [
+            acl("User:alice", Op.WRITE, name="t1"),
+            acl("User:alice", Op.WRITE, DENY, name="t", ptype=PREFIXED),
+        ],
+        False,
+    ),
+    (
+        "prefix deny dominates prefix",
+        [
+            acl("User:alice", Op.WRITE, name="t1", ptype=PREFIXED),
+            acl("User:alice", Op.WRITE, DENY, name="t", ptype=PREFIXED),
+        ],
+        False,
+    ),
+    (
+        "longer prefix deny does not dominate",
+        [
+            acl("User:alice", Op.WRITE, name="t", ptype=PREFIXED),
+            acl("User:alice", Op.WRITE, DENY, name="t1", ptype=PREFIXED),
+        ],
+        True,
+    ),
+    (
+        "literal deny does not dominate prefix",
+        [
+            acl("User:alice", Op.WRITE, name="t", ptype=PREFIXED),
+            acl("User:alice", Op.WRITE, DENY, name="t"),
+        ],
+        True,
+    ),
     ("other host ignored", [acl("User:alice", Op.WRITE, name="t1", host="9.9.9.9")], False),
     ("User:* allow", [acl("User:*", Op.WRITE, name="t1")], True),
-    ("prefix 'h' covers hardcode", [acl("User:alice", Op.WRITE, name="h", ptype=PREFIXED), acl("User:alice", Op.WRITE, DENY, name="h", ptype=PREFIXED)], False),
+    (
+        "prefix 'h' covers hardcode",
+        [
+            acl("User:alice", Op.WRITE, name="h", ptype=PREFIXED),
+            acl("User:alice", Op.WRITE, DENY, name="h", ptype=PREFIXED),
+        ],
+        False,
+    ),
 ]
 
 
@@ -232,14 +655,18 @@ def test_cidr_hosts_only_when_enabled() -> None:
     cidr = authorizer(acls, host_cidr=True)
     assert allowed(cidr, ctx(host="10.1.2.3"), Op.READ)
     assert not allowed(cidr, ctx(host="11.1.2.3"), Op.READ)
-    deny = authorizer([acl("User:*", Op.READ), acl("User:alice", Op.READ, DENY, host="fd00::/8")], host_cidr=True)
+    deny = authorizer(
+        [acl("User:*", Op.READ), acl("User:alice", Op.READ, DENY, host="fd00::/8")], host_cidr=True
+    )
     assert not allowed(deny, ctx(host="fd00::5"), Op.READ)
     assert allowed(deny, ctx(host="fe80::5"), Op.READ)
 
 
 def test_listener_overrides() -> None:
     listeners = {
-        "EXTERNAL": ListenerPolicy(super_users=frozenset({"User:x"}), allow_everyone_if_no_acl_found=False),
+        "EXTERNAL": ListenerPolicy(
+            super_users=frozenset({"User:x"}), allow_everyone_if_no_acl_found=False
+        ),
         "INTERNAL": ListenerPolicy(allow_everyone_if_no_acl_found=True),
     }
     auth = authorizer([], super_users="User:admin", allow_everyone=False, listeners=listeners)
@@ -279,11 +706,20 @@ async def test_create_and_delete_acls_with_store() -> None:
 
 
 async def test_delete_unknown_filter_is_invalid_request() -> None:
-    from kafkaguard.policy.model import AccessControlEntryFilter, AclPermissionType, ResourcePatternFilter
+    from kafkaguard.policy.model import (
+        AccessControlEntryFilter,
+        AclPermissionType,
+        ResourcePatternFilter,
+    )
 
     auth = authorizer()
-    flt = AclBindingFilter(ResourcePatternFilter(ResourceType.UNKNOWN, None, LITERAL), AccessControlEntryFilter.ANY)
-    flt2 = AclBindingFilter(ResourcePatternFilter.ANY, AccessControlEntryFilter(None, None, Op.ANY, AclPermissionType.UNKNOWN))
+    flt = AclBindingFilter(
+        ResourcePatternFilter(ResourceType.UNKNOWN, None, LITERAL), AccessControlEntryFilter.ANY
+    )
+    flt2 = AclBindingFilter(
+        ResourcePatternFilter.ANY,
+        AccessControlEntryFilter(None, None, Op.ANY, AclPermissionType.UNKNOWN),
+    )
     res = await auth.delete_acls(ctx(), [flt, flt2])
     assert res[0].error is not None and res[0].error.code == 42
     assert res[0].error.message == "Unknown patternFilter."
@@ -329,15 +765,22 @@ def test_acls_filter_listing() -> None:
     auth = authorizer([a1, a2, a3])
     from kafkaguard.policy.model import AccessControlEntryFilter, PatternType, ResourcePatternFilter
 
-    match = AclBindingFilter(ResourcePatternFilter(TOPIC, "foo", PatternType.MATCH), AccessControlEntryFilter.ANY)
+    match = AclBindingFilter(
+        ResourcePatternFilter(TOPIC, "foo", PatternType.MATCH), AccessControlEntryFilter.ANY
+    )
     assert set(auth.acls(match)) == {a1, a2, a3}
-    exact = AclBindingFilter(ResourcePatternFilter(TOPIC, "foo", PatternType.ANY), AccessControlEntryFilter.ANY)
+    exact = AclBindingFilter(
+        ResourcePatternFilter(TOPIC, "foo", PatternType.ANY), AccessControlEntryFilter.ANY
+    )
     assert auth.acls(exact) == [a1]
 
 
 def test_incremental_snapshot_matches_rebuild() -> None:
     auth = authorizer([acl("User:alice", Op.READ, name=f"t{i}") for i in range(10)])
-    auth.load_snapshot([acl("User:alice", Op.READ, name=f"t{i}") for i in range(1, 11)] + [acl("User:alice", Op.READ, DENY, name="t5")])
+    auth.load_snapshot(
+        [acl("User:alice", Op.READ, name=f"t{i}") for i in range(1, 11)]
+        + [acl("User:alice", Op.READ, DENY, name="t5")]
+    )
     assert not allowed(auth, ctx(), Op.READ, "t0")
     assert allowed(auth, ctx(), Op.READ, "t10")
     assert not allowed(auth, ctx(), Op.READ, "t5")
@@ -359,7 +802,9 @@ def audit_records(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 def test_audit_log_line_format(audit_records: pytest.LogCaptureFixture) -> None:
     deny = acl("User:bob", Op.READ, DENY, name="alp", ptype=PREFIXED)
     auth = authorizer([deny])
-    auth.authorize(ctx("User:bob", "127.0.0.1", api_key=1), [Action(Op.READ, ResourcePattern(TOPIC, "alpha"))])
+    auth.authorize(
+        ctx("User:bob", "127.0.0.1", api_key=1), [Action(Op.READ, ResourcePattern(TOPIC, "alpha"))]
+    )
     (record,) = audit_records.records
     assert record.levelno == logging.INFO
     assert record.getMessage() == (
@@ -377,13 +822,24 @@ def test_audit_log_line_format(audit_records: pytest.LogCaptureFixture) -> None:
         ([acl("User:bob", Op.READ, rtype=TXN)], "", False, True, 5, "MatchingAcl("),
         ([], "", True, True, logging.INFO, "based on rule DefaultDeny"),
         ([], "", True, False, 5, "based on rule DefaultDeny"),
-        ([acl("User:x", Op.READ, rtype=TXN)], "", True, True, logging.INFO, "based on rule DefaultDeny"),
+        (
+            [acl("User:x", Op.READ, rtype=TXN)],
+            "",
+            True,
+            True,
+            logging.INFO,
+            "based on rule DefaultDeny",
+        ),
         ([], "User:bob", True, True, logging.DEBUG, "based on rule SuperUser"),
     ],
 )
-def test_audit_levels(audit_records, acls, super_users, log_allowed, log_denied, level, suffix) -> None:
+def test_audit_levels(
+    audit_records, acls, super_users, log_allowed, log_denied, level, suffix
+) -> None:
     auth = authorizer(acls, super_users=super_users)
-    action = Action(Op.READ, ResourcePattern(ResourceType.TRANSACTIONAL_ID, "foo"), 3, log_allowed, log_denied)
+    action = Action(
+        Op.READ, ResourcePattern(ResourceType.TRANSACTIONAL_ID, "foo"), 3, log_allowed, log_denied
+    )
     auth.authorize(ctx("User:bob", "::1", api_key=22), [action])
     (record,) = audit_records.records
     assert record.levelno == level
@@ -395,7 +851,9 @@ def test_audit_levels(audit_records, acls, super_users, log_allowed, log_denied,
 
 
 def test_default_allow_rule_logged(audit_records) -> None:
-    authorizer([], allow_everyone=True).authorize(ctx(), [Action(Op.READ, ResourcePattern(TOPIC, "x"))])
+    authorizer([], allow_everyone=True).authorize(
+        ctx(), [Action(Op.READ, ResourcePattern(TOPIC, "x"))]
+    )
     assert audit_records.records[0].getMessage().endswith("based on rule DefaultAllow")
 
 
@@ -404,10 +862,20 @@ def test_decision_events() -> None:
 
     events: list[DecisionEvent] = []
     read = acl("User:alice", Op.READ)
-    auth = StandardAuthorizer(AuthorizerConfig(allow_everyone_if_no_acl_found=True), decision_listener=events.append)
+    auth = StandardAuthorizer(
+        AuthorizerConfig(allow_everyone_if_no_acl_found=True), decision_listener=events.append
+    )
     auth.load_snapshot([read, acl("User:alice", Op.WRITE, DENY)])
     c = ctx()
-    auth.authorize(c, [Action(Op.DESCRIBE, ResourcePattern(TOPIC, "foo")), Action(Op.WRITE, ResourcePattern(TOPIC, "foo")), Action(Op.READ, ResourcePattern(TOPIC, "other")), Action(Op.ALTER, ResourcePattern(TOPIC, "foo"))])
+    auth.authorize(
+        c,
+        [
+            Action(Op.DESCRIBE, ResourcePattern(TOPIC, "foo")),
+            Action(Op.WRITE, ResourcePattern(TOPIC, "foo")),
+            Action(Op.READ, ResourcePattern(TOPIC, "other")),
+            Action(Op.ALTER, ResourcePattern(TOPIC, "foo")),
+        ],
+    )
     assert [(e.result.name, e.reason, e.implied, e.acls_applied) for e in events] == [
         ("ALLOWED", DecisionReason.ALLOW_ACL, True, True),
         ("DENIED", DecisionReason.DENY_ACL, False, True),
