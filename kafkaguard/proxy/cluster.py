@@ -66,7 +66,7 @@ class UpstreamCluster:
         result = range(0)
         if handler is not None:
             result = handler.versions
-            if self._broker_versions is not None:
+            if self._broker_versions is not None and not handler.answered_by_proxy:
                 broker = self._broker_versions.get(api_key, range(0))
                 result = range(max(result.start, broker.start), min(result.stop, broker.stop))
                 if result.start >= result.stop:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, cast
@@ -86,6 +87,8 @@ class ClientConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._upstream: UpstreamConnection | None = None
         self._paused: set[str] = set()
+        self._held: deque[Frame] = deque()
+        """Requests received but not yet handled because the in-flight queue is full."""
         self._backlog: list[Frame] = []
         """Requests accepted before the upstream connection is up (uvloop starts reading
         right after ``connection_made``, whatever ``pause_reading`` said)."""
@@ -221,22 +224,38 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         try:
-            frames = self._frames.feed(data)
-            outgoing: list[Frame] = []
-            for frame in frames:
-                if not self._on_request(frame, outgoing):
-                    break
+            self._held.extend(self._frames.feed(data))
         except ProtocolError as exc:
             self.close(f"bad request: {exc}")
             return
-        if outgoing:
-            if self._upstream is not None:
-                self._upstream.send(outgoing)
-            else:
-                self._backlog += outgoing
-        self._flush()
-        if self._inflight.full:
+        self._process()
+
+    def _process(self) -> None:
+        """Handle received requests while the in-flight queue has room. Requests beyond the
+        cap stay held (reading is paused) until responses free slots: the cap is exact even
+        when one read carries thousands of small requests."""
+        held = self._held
+        while held and not self._closed:
+            outgoing: list[Frame] = []
+            try:
+                while held and not self._inflight.full:
+                    if not self._on_request(held.popleft(), outgoing):
+                        return
+            except ProtocolError as exc:
+                self.close(f"bad request: {exc}")
+                return
+            if outgoing:
+                if self._upstream is not None:
+                    self._upstream.send(outgoing)
+                else:
+                    self._backlog += outgoing
+            self._write_ready()
+            if self._inflight.full:
+                break
+        if held or self._inflight.full:
             self._pause(_PAUSE_INFLIGHT)
+        else:
+            self._resume(_PAUSE_INFLIGHT)
 
     def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
         """Route one request; returns False when the connection was closed."""
@@ -329,12 +348,16 @@ class ClientConnection(asyncio.Protocol):
         self.close(verdict.reason)
         return False
 
-    def _flush(self) -> None:
+    def _write_ready(self) -> None:
         ready = self._inflight.take_ready()
         if ready and self._transport is not None and not self._closed:
             self._transport.writelines(ready)
+
+    def _flush(self) -> None:
+        """Write the responses now due; a freed slot lets held requests proceed."""
+        self._write_ready()
         if _PAUSE_INFLIGHT in self._paused and not self._inflight.full:
-            self._resume(_PAUSE_INFLIGHT)
+            self._process()
 
     # -- responses from the broker -----------------------------------------------------------
     def on_responses(self, frames: list[Frame]) -> None:
@@ -381,11 +404,11 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         if reason is not None:
             log.warning(
-                "closing connection from %s on listener %s: %s (%d requests in flight)",
+                "closing connection from %s on listener %s: %s (%d requests unanswered)",
                 self.peer,
                 self.listener_name,
                 reason,
-                len(self._inflight),
+                len(self._inflight) + len(self._held),
             )
         if self._transport is not None:
             self._transport.close()
@@ -394,7 +417,12 @@ class ClientConnection(asyncio.Protocol):
         self._listener.connections.discard(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self._closed:
+        if self._closed:
+            return
+        partial = self._frames.pending_bytes
+        if partial or len(self._inflight) or self._held:
+            self.close(f"client disconnected mid-request ({partial} bytes of an unfinished one)")
+        else:
             log.debug("client %s disconnected", self.peer)
             self.close()
 

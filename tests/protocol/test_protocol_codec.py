@@ -34,9 +34,7 @@ _ROUND_TRIP = [
     (60, 1),
     (18, 3),
 ]
-_SETTINGS = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize(("api_key", "version"), _ROUND_TRIP)

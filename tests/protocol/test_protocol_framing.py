@@ -42,10 +42,12 @@ def test_trailing_partial_frame_is_held_and_completed_frames_are_copied() -> Non
     assert [bytes(f) for f in got] == [first]
     assert isinstance(got[0], memoryview)
     assert buf.pending_bytes == 7
-    got = buf.feed(second[7:] + first)
-    # From the pending path, frames are independent bytes (a view would pin the buffer).
-    assert got == [second, first]
-    assert all(isinstance(f, bytes) for f in got)
+    chunk = second[7:] + first
+    got = buf.feed(chunk)
+    # From the pending path, frames are views of one joined, immutable copy: never of the
+    # caller's chunk, so later reads cannot change them.
+    assert [bytes(f) for f in got] == [second, first]
+    assert all(isinstance(f, memoryview) and f.obj is not chunk for f in got)
     assert buf.pending_bytes == 0
     # The next chunk starts clean: zero-copy again.
     again = buf.feed(first)

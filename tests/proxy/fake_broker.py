@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import typing
+import itertools
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from conftest import proxy_config
+from conftest import free_base, proxy_config
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -38,19 +38,13 @@ framed, right correlation id, junk body), ``"wrong_correlation"``, or a delay in
 def make(entity_type: type[Any], **values: Any) -> Any:
     """An entity of ``entity_type`` with every field zero/empty except ``values`` (fields the
     schema version lacks are ignored, so one call fits every version)."""
-    base = codec._zero_entity(entity_type, ErrorCode.none)  # noqa: SLF001 - test helper
-    return set_fields(base, **values)
+    names = {f.name for f in dataclasses.fields(entity_type)}
+    return codec.make_entity(entity_type, **{k: v for k, v in values.items() if k in names})
 
 
 def set_fields(entity: Any, **values: Any) -> Any:
     names = {f.name for f in dataclasses.fields(entity)}
     return dataclasses.replace(entity, **{k: v for k, v in values.items() if k in names})
-
-
-def item_type(entity_type: type[Any], field_name: str) -> type[Any]:
-    """The element type of a ``tuple[X, ...]`` field."""
-    hint = typing.get_type_hints(entity_type)[field_name]
-    return typing.cast(type[Any], typing.get_args(hint)[0])
 
 
 def request(api_key: int, version: int, **values: Any) -> Any:
@@ -79,6 +73,8 @@ class FakeBroker:
         self.seen: list[Seen] = []
         self.max_outstanding = 0
         self.open_connections = 0
+        self.errors: list[BaseException] = []
+        """Exceptions of the fake itself (a test should assert this stays empty)."""
         self.cluster_id = "fake-cluster"
         self._script: dict[int, deque[Action]] = defaultdict(deque)
         self._servers: list[asyncio.Server] = []
@@ -139,8 +135,8 @@ class FakeBroker:
             while data := await reader.read(65536):
                 for f in frames.feed(data):
                     header = peek_request_header(f)
-                    self.seen.append(Seen(node_id, header.api_key, header.api_version,
-                                          header.correlation_id))  # fmt: skip
+                    seen = Seen(node_id, header.api_key, header.api_version, header.correlation_id)
+                    self.seen.append(seen)
                     if header.api_key == 0 and self._decode(header, f).acks == 0:
                         continue  # acks=0: Kafka sends nothing back
                     outstanding[0] += 1
@@ -150,6 +146,8 @@ class FakeBroker:
             await responder
         except (ConnectionError, asyncio.CancelledError):
             pass
+        except Exception as exc:  # noqa: BLE001 - surfaced through self.errors
+            self.errors.append(exc)
         finally:
             responder.cancel()
             writer.close()
@@ -157,6 +155,21 @@ class FakeBroker:
             self._tasks.discard(task)
 
     async def _respond(
+        self,
+        node_id: int,
+        queue: asyncio.Queue[tuple[RequestHeaderInfo, bytes] | None],
+        writer: asyncio.StreamWriter,
+        outstanding: list[int],
+    ) -> None:
+        try:
+            await self._answer(node_id, queue, writer, outstanding)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - surfaced through self.errors
+            self.errors.append(exc)
+            writer.close()
+
+    async def _answer(
         self,
         node_id: int,
         queue: asyncio.Queue[tuple[RequestHeaderInfo, bytes] | None],
@@ -197,7 +210,7 @@ class FakeBroker:
         return codec.decode_request(raw, header.api_key, header.api_version)
 
     def _entries(self, body_type: type[Any], field_name: str, id_field: str) -> tuple[Any, ...]:
-        entry_type = item_type(body_type, field_name)
+        entry_type = codec.nested_type(body_type, field_name)
         return tuple(
             make(entry_type, **{id_field: n}, host=a.host, port=a.port)
             for n, a in self.nodes.items()
@@ -214,7 +227,7 @@ class FakeBroker:
         body: Any = codec.build_error_response(key, version, ErrorCode.none)
         schema = type(body)
         if key == 18:
-            entry = item_type(schema, "api_keys")
+            entry = codec.nested_type(schema, "api_keys")
             api_keys = tuple(
                 make(entry, api_key=k, min_version=r.start, max_version=r.stop - 1)
                 for k, r in sorted(self.versions.items())
@@ -235,22 +248,33 @@ class FakeBroker:
             req = self._decode(header, raw)
             if version < 4:
                 return self._coordinator(body, req.key)
-            entry = item_type(schema, "coordinators")
+            entry = codec.nested_type(schema, "coordinators")
             coordinators = tuple(self._coordinator(make(entry), k) for k in req.coordinator_keys)
             return set_fields(body, coordinators=coordinators)
         if (key == 0 and version >= 10) or (key == 1 and version >= 16):
-            return set_fields(body, node_endpoints=self._entries(schema, "node_endpoints", "node_id"))
+            return set_fields(
+                body, node_endpoints=self._entries(schema, "node_endpoints", "node_id")
+            )
         return body
 
     def _coordinator(self, entity: Any, key: str) -> Any:
         node_id = self.coordinator_for(key)
         if node_id < 0:
-            return set_fields(
-                entity, key=key, node_id=-1, host="", port=-1,
-                error_code=ErrorCode.coordinator_not_available,
-            )  # fmt: skip
+            error = ErrorCode.coordinator_not_available
+            return set_fields(entity, key=key, node_id=-1, host="", port=-1, error_code=error)
         address = self.nodes[node_id]
         return set_fields(entity, key=key, node_id=node_id, host=address.host, port=address.port)
+
+
+async def wait_until(predicate: Callable[[], bool], wait_s: float = 5.0) -> None:
+    """Poll ``predicate`` until true; ``TimeoutError`` after ``wait_s``."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    for _ in itertools.count():
+        if predicate():
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager
@@ -260,7 +284,8 @@ async def proxy_in_front(
     limits: LimitsConfig | None = None,
 ) -> AsyncIterator[ProxyServer]:
     """A kafkaguard proxy on this event loop in front of ``broker``."""
-    server = ProxyServer(proxy_config(broker.bootstrap, broker_ports=broker_ports, limits=limits))
+    ports = broker_ports or BrokerPorts(free_base(broker.node_ids), {})
+    server = ProxyServer(proxy_config(broker.bootstrap, broker_ports=ports, limits=limits))
     await server.start(probe_attempts=1)
     try:
         yield server
@@ -277,8 +302,8 @@ class RawClient:
         self._ready: deque[bytes] = deque()
 
     @classmethod
-    async def connect(cls, host: str, port: int, timeout: float = 5.0) -> RawClient:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    async def connect(cls, host: str, port: int, wait_s: float = 5.0) -> RawClient:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), wait_s)
         return cls(reader, writer)
 
     def send(self, body: Any, correlation_id: int, client_id: str | None = "raw") -> bytes:
@@ -286,9 +311,9 @@ class RawClient:
         self.writer.write(data)
         return data
 
-    async def recv_frame(self, timeout: float = 5.0) -> bytes:
+    async def recv_frame(self, wait_s: float = 5.0) -> bytes:
         """The next response frame; ``EOFError`` when the proxy closed the connection."""
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(wait_s):
             while not self._ready:
                 try:
                     data = await self.reader.read(65536)
@@ -299,21 +324,21 @@ class RawClient:
                 self._ready.extend(bytes(f) for f in self._frames.feed(data))
         return self._ready.popleft()
 
-    async def recv(self, api_key: int, version: int, timeout: float = 5.0) -> tuple[int, Any]:
-        data = await self.recv_frame(timeout)
+    async def recv(self, api_key: int, version: int, wait_s: float = 5.0) -> tuple[int, Any]:
+        data = await self.recv_frame(wait_s)
         return peek_correlation_id(data), codec.decode_response(data, api_key, version)
 
-    async def roundtrip(self, body: Any, correlation_id: int = 1, timeout: float = 5.0) -> Any:
+    async def roundtrip(self, body: Any, correlation_id: int = 1, wait_s: float = 5.0) -> Any:
         self.send(body, correlation_id)
-        corr, response = await self.recv(body.__api_key__, body.__version__, timeout)
+        corr, response = await self.recv(body.__api_key__, body.__version__, wait_s)
         assert corr == correlation_id
         return response
 
-    async def closed_by_peer(self, timeout: float = 5.0) -> bool:
-        """True when the peer closes within ``timeout`` (any response frames are discarded)."""
+    async def closed_by_peer(self, wait_s: float = 5.0) -> bool:
+        """True when the peer closes within ``wait_s`` (any response frames are discarded)."""
         try:
             while True:
-                await self.recv_frame(timeout)
+                await self.recv_frame(wait_s)
         except EOFError:
             return True
         except TimeoutError:

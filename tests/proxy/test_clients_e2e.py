@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
 from conftest import SESSION_TIMEOUT_MS, RunningProxy, unique_name
+
 from kafkaguard.proxy.server import ProxyServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -72,7 +72,11 @@ def test_confluent_kafka_lifecycle(proxy: RunningProxy, confluent_admin: Any) ->
 
     # create
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=2, replication_factor=1, config={"retention.ms": RETENTION_MS})],
+        [
+            NewTopic(
+                topic, num_partitions=2, replication_factor=1, config={"retention.ms": RETENTION_MS}
+            )
+        ],
         request_timeout=10,
     )
     assert futures[topic].result(timeout=15) is None
@@ -239,7 +243,8 @@ def test_kafka_python_lifecycle(proxy: RunningProxy) -> None:
 
 async def test_aiokafka_lifecycle(async_proxy: ProxyServer) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType, NewTopic
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     bootstrap = async_proxy.bootstrap()
     topic, group = unique_name("ak"), unique_name("ak-group")

@@ -12,7 +12,13 @@ Broker-internal APIs (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutd
 WriteTxnMarkers, the Raft quorum and registration APIs, Envelope, AlterPartition,
 AllocateProducerIds, the share-group *state* APIs) and the SASL APIs (terminated by the proxy
 itself once listeners authenticate) are deliberately absent. DescribeQuorum is absent because
-its reply carries controller endpoints the proxy does not expose.
+its reply carries controller endpoints the proxy does not expose. ShareFetch and
+ShareAcknowledge are absent because Kafka re-authorizes every partition of the member's share
+session on each request, state the proxy does not keep yet; StreamsGroupHeartbeat because
+Kafka's internal-topic creation check depends on broker state the proxy cannot see.
+
+Every other API key has exactly one handler, in the module of its family; each module lists
+its handlers in ``HANDLERS`` and this registry collects them.
 """
 
 from __future__ import annotations
@@ -40,15 +46,7 @@ from kafkaguard.proxy.handlers import (
     topics_admin,
     transactions,
 )
-from kafkaguard.proxy.handlers.addresses import (
-    DescribeClusterHandler,
-    FetchHandler,
-    FindCoordinatorHandler,
-    MetadataHandler,
-    ShareAcknowledgeHandler,
-    ShareFetchHandler,
-)
-from kafkaguard.proxy.handlers.base import ApiHandler, forwarding_handler
+from kafkaguard.proxy.handlers.base import ApiHandler
 
 _FAMILIES: Final = (
     acls,
@@ -70,14 +68,6 @@ _FAMILIES: Final = (
     transactions,
 )
 
-# Transitional (backbone stage): client-facing APIs still forwarded unchecked until their
-# family module enforces them. A family handler always takes precedence over these.
-_FORWARDED: Final = (
-    2, 8, 9, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33,
-    34, 35, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 57, 61, 64, 65, 66,
-    68, 69, 71, 72, 74, 75, 76, 77, 88, 89, 90, 91, 92,
-)  # fmt: skip
-
 
 def _build() -> Mapping[int, ApiHandler]:
     table: dict[int, ApiHandler] = {}
@@ -86,17 +76,6 @@ def _build() -> Mapping[int, ApiHandler]:
             if handler.api_key in table:
                 raise RuntimeError(f"two handlers for api key {handler.api_key}")
             table[handler.api_key] = handler
-    legacy: list[ApiHandler] = [
-        FetchHandler(),
-        MetadataHandler(),
-        FindCoordinatorHandler(),
-        DescribeClusterHandler(),
-        ShareFetchHandler(),
-        ShareAcknowledgeHandler(),
-    ]
-    legacy += [forwarding_handler(key) for key in _FORWARDED]
-    for handler in legacy:
-        table.setdefault(handler.api_key, handler)
     return MappingProxyType(table)
 
 

@@ -1,7 +1,289 @@
-"""Handlers of the acls family (being written; see the registry for the rules)."""
+"""ACL administration: DescribeAcls (29), CreateAcls (30), DeleteAcls (31).
+
+The proxy is the authorizer, so these are answered from its own ACLs and never forwarded (the
+broker behind it has no security; its ACLs, if any, would be meaningless). The logic is
+Kafka's ``AclApis`` (the same code serves brokers and controllers):
+
+1. Request parsing. ``DescribeAclsRequest``/``CreateAclsRequest``/``DeleteAclsRequest`` throw
+   while parsing when a resource type, pattern type, operation or permission type is the
+   wire code 0 (UNKNOWN); Kafka then closes the connection. The proxy closes it too. Other
+   unrecognised codes decode to UNKNOWN (``fromCode``) and reach the checks below.
+2. ``authHelper.authorizeClusterOperation``: DESCRIBE CLUSTER for DescribeAcls (ALTER
+   implies it), ALTER CLUSTER for Create/DeleteAcls. Denied → CLUSTER_AUTHORIZATION_FAILED
+   (31) for the whole request as ``getErrorResponse`` builds it: DescribeAcls top-level, one
+   result per creation, one filter result per filter.
+3. CreateAcls: ``CreateAclsRequest.aclBinding`` builds Java ``ResourcePattern`` and
+   ``AccessControlEntry`` objects, whose constructors throw ``IllegalArgumentException`` for
+   resource type ANY, pattern type ANY/MATCH, operation ANY or permission ANY. That escapes
+   ``handleCreateAcls`` and becomes UNKNOWN_SERVER_ERROR (-1, no message) on every creation;
+   nothing is created. Otherwise each binding is validated (42 INVALID_REQUEST with Kafka's
+   message — CLUSTER name, empty name, UNKNOWN elements, principal without ``:``) and the
+   valid ones are stored, all by :meth:`Authorizer.create_acls`.
+4. DeleteAcls: per filter, the bindings it matched *before* the request (KRaft), or 42 for a
+   filter with UNKNOWN elements (``AclControlManager.validateFilter``) —
+   :meth:`Authorizer.delete_acls`.
+5. DescribeAcls: ``Authorizer.acls(filter)`` grouped by resource pattern
+   (``DescribeAclsResponse.aclsResources``). It returns every principal's ACLs: DESCRIBE on
+   the cluster is all Kafka asks for (spec §5.3).
+
+Create/Delete change the store, which may await I/O: they answer with :class:`RespondLater`.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+from collections.abc import Iterable
+from typing import Any
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.authorizer import ApiError
+from kafkaguard.policy.model import (
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.authz import CLUSTER, is_allowed
+from kafkaguard.proxy.handlers.base import (
+    ApiHandler,
+    Close,
+    HandlerContext,
+    Request,
+    Respond,
+    RespondLater,
+    Verdict,
+)
+
+_DENIED = ErrorCode.cluster_authorization_failed
+_UNKNOWN_CODE = 0
+
+
+def _has_unknown_code(*codes: int) -> bool:
+    """The parse-time check of the three ``XxxAclsRequest`` classes: a raw 0 anywhere."""
+    return any(int(code) == _UNKNOWN_CODE for code in codes)
+
+
+def _error_fields(error: ApiError | None) -> dict[str, Any]:
+    if error is None:
+        return {"error_code": ErrorCode.none, "error_message": None}
+    return {"error_code": ErrorCode(int(error.code)), "error_message": error.message}
+
+
+def acl_filter(
+    resource_type: int,
+    resource_name: str | None,
+    pattern_type: int,
+    principal: str | None,
+    host: str | None,
+    operation: int,
+    permission_type: int,
+) -> AclBindingFilter:
+    """``DescribeAclsRequest.filter`` / ``DeleteAclsRequest.aclBindingFilter``."""
+    return AclBindingFilter(
+        ResourcePatternFilter(
+            ResourceType.from_code(resource_type),
+            resource_name,
+            PatternType.from_code(pattern_type),
+        ),
+        AccessControlEntryFilter(
+            principal,
+            host,
+            AclOperation.from_code(operation),
+            AclPermissionType.from_code(permission_type),
+        ),
+    )
+
+
+class DescribeAclsHandler(ApiHandler):
+    answered_by_proxy = True
+    api_key = 29
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        if _has_unknown_code(
+            body.resource_type_filter,
+            body.pattern_type_filter,
+            body.operation,
+            body.permission_type,
+        ):
+            return Close("DescribeAclsRequest contains UNKNOWN elements")
+        schema = codec.response_schema(self.api_key, request.header.api_version)
+        if not is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER):
+            return Respond(codec.make_entity(schema, _DENIED, resources=()))
+        found = ctx.describe_acls(
+            acl_filter(
+                body.resource_type_filter,
+                body.resource_name_filter,
+                body.pattern_type_filter,
+                body.principal_filter,
+                body.host_filter,
+                body.operation,
+                body.permission_type,
+            )
+        )
+        return Respond(codec.make_entity(schema, resources=self._resources(schema, found)))
+
+    @staticmethod
+    def _resources(schema: Any, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
+        """``DescribeAclsResponse.aclsResources``: one resource per pattern, its entries."""
+        resource_type = codec.nested_type(schema, "resources")
+        description_type = codec.nested_type(resource_type, "acls")
+        grouped: dict[ResourcePattern, dict[AccessControlEntry, None]] = {}
+        for binding in bindings:
+            grouped.setdefault(binding.pattern, {})[binding.entry] = None
+        return tuple(
+            resource_type(
+                resource_type=int(pattern.resource_type),
+                resource_name=pattern.name,
+                pattern_type=int(pattern.pattern_type),
+                acls=tuple(
+                    description_type(
+                        principal=entry.principal,
+                        host=entry.host,
+                        operation=int(entry.operation),
+                        permission_type=int(entry.permission_type),
+                    )
+                    for entry in entries
+                ),
+            )
+            for pattern, entries in grouped.items()
+        )
+
+
+_NOT_CONSTRUCTIBLE_PATTERN = (PatternType.ANY, PatternType.MATCH)
+
+
+class CreateAclsHandler(ApiHandler):
+    answered_by_proxy = True
+    api_key = 30
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        if any(
+            _has_unknown_code(
+                c.resource_type, c.resource_pattern_type, c.operation, c.permission_type
+            )
+            for c in body.creations
+        ):
+            return Close("CreatableAcls contain unknown elements")
+        schema = codec.response_schema(self.api_key, request.header.api_version)
+        result_type = codec.nested_type(schema, "results")
+        if not is_allowed(ctx, request, AclOperation.ALTER, CLUSTER):
+            return Respond(self._whole(schema, result_type, len(body.creations), _DENIED))
+        bindings = [
+            AclBinding(
+                ResourcePattern(
+                    ResourceType.from_code(c.resource_type),
+                    c.resource_name,
+                    PatternType.from_code(c.resource_pattern_type),
+                ),
+                AccessControlEntry(
+                    c.principal,
+                    c.host,
+                    AclOperation.from_code(c.operation),
+                    AclPermissionType.from_code(c.permission_type),
+                ),
+            )
+            for c in body.creations
+        ]
+        if any(not _constructible(b) for b in bindings):
+            return Respond(
+                self._whole(schema, result_type, len(bindings), ErrorCode.unknown_server_error)
+            )
+
+        async def respond() -> Any:
+            results = await ctx.create_acls(request, bindings)
+            return codec.make_entity(
+                schema,
+                results=tuple(result_type(**_error_fields(r.error)) for r in results),
+            )
+
+        return RespondLater(respond)
+
+    @staticmethod
+    def _whole(schema: Any, result_type: Any, count: int, code: ErrorCode) -> Any:
+        """``CreateAclsRequest.getErrorResponse``: the same result for every creation."""
+        result = result_type(error_code=code, error_message=None)
+        return codec.make_entity(schema, results=(result,) * count)
+
+
+def _constructible(binding: AclBinding) -> bool:
+    """Whether Java's ``ResourcePattern``/``AccessControlEntry`` constructors accept it."""
+    return not (
+        binding.pattern.resource_type == ResourceType.ANY
+        or binding.pattern.pattern_type in _NOT_CONSTRUCTIBLE_PATTERN
+        or binding.entry.operation == AclOperation.ANY
+        or binding.entry.permission_type == AclPermissionType.ANY
+    )
+
+
+class DeleteAclsHandler(ApiHandler):
+    answered_by_proxy = True
+    api_key = 31
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        if any(
+            _has_unknown_code(
+                f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type
+            )
+            for f in body.filters
+        ):
+            return Close("Filters contain UNKNOWN elements")
+        schema = codec.response_schema(self.api_key, request.header.api_version)
+        filter_result_type = codec.nested_type(schema, "filter_results")
+        matching_type = codec.nested_type(filter_result_type, "matching_acls")
+        if not is_allowed(ctx, request, AclOperation.ALTER, CLUSTER):
+            # DeleteAclsRequest.getErrorResponse: one errored result per filter.
+            denied = filter_result_type(error_code=_DENIED, error_message=None, matching_acls=())
+            return Respond(codec.make_entity(schema, filter_results=(denied,) * len(body.filters)))
+        filters = [
+            acl_filter(
+                f.resource_type_filter,
+                f.resource_name_filter,
+                f.pattern_type_filter,
+                f.principal_filter,
+                f.host_filter,
+                f.operation,
+                f.permission_type,
+            )
+            for f in body.filters
+        ]
+
+        async def respond() -> Any:
+            results = await ctx.delete_acls(request, filters)
+            # DeleteAclsResponse.filterResult / matchingAcl.
+            filter_results = tuple(
+                filter_result_type(
+                    **_error_fields(result.error),
+                    matching_acls=tuple(
+                        matching_type(
+                            **_error_fields(deleted.error),
+                            resource_type=int(deleted.binding.pattern.resource_type),
+                            resource_name=deleted.binding.pattern.name,
+                            pattern_type=int(deleted.binding.pattern.pattern_type),
+                            principal=deleted.binding.entry.principal,
+                            host=deleted.binding.entry.host,
+                            operation=int(deleted.binding.entry.operation),
+                            permission_type=int(deleted.binding.entry.permission_type),
+                        )
+                        for deleted in result.binding_results
+                    ),
+                )
+                for result in results
+            )
+            return codec.make_entity(schema, filter_results=filter_results)
+
+        return RespondLater(respond)
+
+
+HANDLERS: list[ApiHandler] = [DescribeAclsHandler(), CreateAclsHandler(), DeleteAclsHandler()]

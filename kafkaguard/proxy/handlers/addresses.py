@@ -28,7 +28,7 @@ from kafkaguard.proxy.handlers.base import (
 )
 
 
-def _rewrite_entries(entries: Any, ctx: HandlerContext, id_field: str) -> Any:
+def rewrite_node_addresses(entries: Any, ctx: HandlerContext, id_field: str) -> Any:
     """Replace host/port of each entry; returns ``entries`` itself when nothing changed."""
     changed = False
     out = []
@@ -62,7 +62,7 @@ class MetadataHandler(_AddressRewriteHandler):
     api_key = 3
 
     def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
-        brokers = _rewrite_entries(response.brokers, ctx, "node_id")
+        brokers = rewrite_node_addresses(response.brokers, ctx, "node_id")
         return response if brokers is response.brokers else replace(response, brokers=brokers)
 
 
@@ -70,7 +70,7 @@ class DescribeClusterHandler(_AddressRewriteHandler):
     api_key = 60
 
     def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
-        brokers = _rewrite_entries(response.brokers, ctx, "broker_id")
+        brokers = rewrite_node_addresses(response.brokers, ctx, "broker_id")
         return response if brokers is response.brokers else replace(response, brokers=brokers)
 
 
@@ -83,7 +83,7 @@ class FindCoordinatorHandler(_AddressRewriteHandler):
             if not found:
                 return response
             coordinators = tuple(
-                _rewrite_entries((c,), ctx, "node_id")[0] if c.node_id >= 0 else c
+                rewrite_node_addresses((c,), ctx, "node_id")[0] if c.node_id >= 0 else c
                 for c in response.coordinators
             )
             return replace(response, coordinators=coordinators)
@@ -107,20 +107,5 @@ class NodeEndpointsHandler(_AddressRewriteHandler):
     def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
         if not response.node_endpoints:
             return response
-        endpoints = _rewrite_entries(response.node_endpoints, ctx, "node_id")
+        endpoints = rewrite_node_addresses(response.node_endpoints, ctx, "node_id")
         return replace(response, node_endpoints=endpoints)
-
-
-class FetchHandler(NodeEndpointsHandler):
-    api_key = 1
-    first_version_with_endpoints = 16
-
-
-class ShareFetchHandler(NodeEndpointsHandler):
-    api_key = 78
-    first_version_with_endpoints = 0
-
-
-class ShareAcknowledgeHandler(NodeEndpointsHandler):
-    api_key = 79
-    first_version_with_endpoints = 0

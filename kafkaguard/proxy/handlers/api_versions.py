@@ -18,7 +18,7 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.static.primitive import i16
 
-from kafkaguard.protocol.codec import API_NAMES, ErrorCode, replace
+from kafkaguard.protocol.codec import API_NAMES, ErrorCode, nested_type, replace
 from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
@@ -40,18 +40,21 @@ class ApiVersionsHandler(ApiHandler):
             ctx.record_broker_api_versions(
                 {e.api_key: range(e.min_version, e.max_version + 1) for e in response.api_keys}
             )
+            entry_type = nested_type(type(response), "api_keys")
+            broker_keys = {int(e.api_key) for e in response.api_keys}
             entries = []
-            for entry in response.api_keys:
-                supported = ctx.supported_versions(entry.api_key)
-                if not supported:
-                    continue
-                entries.append(
-                    replace(
-                        entry,
-                        min_version=i16(supported.start),
-                        max_version=i16(supported.stop - 1),
+            # APIs the proxy answers itself (ACL admin, …) are advertised whether or not the
+            # broker has them; everything else is what the broker offers, narrowed.
+            for api_key in sorted(broker_keys | set(API_NAMES)):
+                supported = ctx.supported_versions(api_key)
+                if supported:
+                    entries.append(
+                        entry_type(
+                            api_key=i16(api_key),
+                            min_version=i16(supported.start),
+                            max_version=i16(supported.stop - 1),
+                        )
                     )
-                )
             return replace(response, api_keys=tuple(entries))
 
         return Forward(rewrite=rewrite)

@@ -20,8 +20,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 from uuid import UUID
 
-from kafkaguard.policy.authorizer import Action, AuthorizationResult
-from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
+from kafkaguard.policy.authorizer import (
+    AclCreateResult,
+    AclDeleteResult,
+    Action,
+    AuthorizationResult,
+)
+from kafkaguard.policy.model import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    ResourcePattern,
+    ResourceType,
+)
 from kafkaguard.protocol.codec import (
     ErrorCode,
     RequestPayload,
@@ -100,6 +111,23 @@ class HandlerContext(Protocol):
         """KIP-430 bitfield of the operations allowed on ``resource``."""
         ...
 
+    # ACL administration (DescribeAcls/CreateAcls/DeleteAcls are answered by the proxy).
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """``Authorizer.acls``: every stored binding ``acl_filter`` matches."""
+        ...
+
+    def create_acls(
+        self, request: Request, bindings: Sequence[AclBinding]
+    ) -> Awaitable[list[AclCreateResult]]:
+        """``Authorizer.createAcls`` with this request's context (await it in a RespondLater)."""
+        ...
+
+    def delete_acls(
+        self, request: Request, filters: Sequence[AclBindingFilter]
+    ) -> Awaitable[list[AclDeleteResult]]:
+        """``Authorizer.deleteAcls`` with this request's context (await it in a RespondLater)."""
+        ...
+
     def topic_name(self, topic_id: UUID) -> str | None:
         """The name of a topic id seen in a broker response, ``None`` if never seen."""
         ...
@@ -131,6 +159,9 @@ class ApiHandler:
     max_version: ClassVar[int | None] = None
     """Cap below what kio knows, for versions the handler cannot reason about yet."""
     decode_request: ClassVar[bool] = False
+    answered_by_proxy: ClassVar[bool] = False
+    """True for APIs the proxy answers itself (never forwarded): advertised whatever the
+    broker supports."""
 
     @property
     def versions(self) -> range:
@@ -152,10 +183,3 @@ class ApiHandler:
                 )
             )
         return Close(f"unsupported version {header.api_version} of api key {self.api_key}")
-
-
-def forwarding_handler(api_key: int) -> ApiHandler:
-    """A handler that forwards an API unchanged (no address in it, nothing to decide yet)."""
-    handler_type = type(f"ForwardApi{api_key}Handler", (ApiHandler,), {"api_key": api_key})
-    handler: ApiHandler = handler_type()
-    return handler

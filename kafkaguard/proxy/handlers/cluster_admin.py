@@ -1,7 +1,361 @@
-"""Handlers of the cluster admin family (being written; see the registry for the rules)."""
+"""Cluster administration: APIs authorized by one operation on the CLUSTER resource, and
+DescribeCluster.
+
+Whole-request checks (spec §5 rows; ``AuthHelper.authorizeClusterOperation`` or the
+``authorize(…, CLUSTER, CLUSTER_NAME)`` test at the top of the ``KafkaApis``/``ControllerApis``
+handler): allowed → the client's bytes are forwarded unchanged; denied → the proxy answers
+CLUSTER_AUTHORIZATION_FAILED (31) itself, shaped like that API's
+``XxxRequest.getErrorResponse`` (§5.2), and nothing reaches the broker.
+
+Error messages: Kafka's broker-side checks pass ``Errors.CLUSTER_AUTHORIZATION_FAILED.exception``
+whose generic message ``ApiError.fromThrowable`` drops (null on the wire); the controller-side
+ones throw ``ClusterAuthorizationException("Request Request(processor=…) is not authorized.")``,
+a text full of broker internals the proxy neither has nor should invent. Both become a null
+message here, except where ``getErrorResponse`` writes ``Errors.message()`` itself
+(AlterClientQuotas).
+
+DescribeCluster (60) on a broker listener is not authorized at all
+(``KafkaApis.handleDescribeCluster`` → ``AuthHelper.computeDescribeClusterResponse``); the
+proxy only fills KIP-430 ``clusterAuthorizedOperations`` (the broker behind it has no
+authorizer) and keeps hiding broker addresses.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+from typing import Any, ClassVar
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.authorizer import AUTHORIZED_OPERATIONS_OMITTED
+from kafkaguard.policy.model import AclOperation
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.addresses import rewrite_node_addresses
+from kafkaguard.proxy.handlers.authz import CLUSTER, is_allowed
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
+
+_DENIED = ErrorCode.cluster_authorization_failed
+
+
+class ClusterCheckHandler(ApiHandler):
+    """One ``operation`` on CLUSTER authorizes the whole request.
+
+    Subclasses set ``api_key`` and ``operation``; those whose ``getErrorResponse`` echoes the
+    request's items decode it and override :meth:`error_response`. The default is the
+    top-level error with every list empty, which is also what an API without a top-level
+    error field degrades to (DescribeLogDirs v1–2).
+    """
+
+    operation: ClassVar[AclOperation]
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        if is_allowed(ctx, request, self.operation, CLUSTER):
+            return FORWARD
+        return Respond(self.error_response(request.body, request.header.api_version))
+
+    def error_response(self, body: Any, version: int) -> Any:
+        return codec.build_error_response(self.api_key, version, _DENIED)
+
+    def _schema(self, version: int) -> Any:
+        return codec.response_schema(self.api_key, version)
+
+
+class AlterReplicaLogDirsHandler(ClusterCheckHandler):
+    """``handleAlterReplicaLogDirsRequest``: ALTER; one result per (dir, topic) of the request
+    with 31 on each partition (``AlterReplicaLogDirsRequest.getErrorResponse``)."""
+
+    api_key = 34
+    operation = AclOperation.ALTER
+    decode_request = True
+
+    def error_response(self, body: Any, version: int) -> Any:
+        schema = self._schema(version)
+        topic_type = codec.nested_type(schema, "results")
+        partition_type = codec.nested_type(topic_type, "partitions")
+        results = tuple(
+            codec.make_entity(
+                topic_type,
+                topic_name=topic.name,
+                partitions=tuple(
+                    codec.make_entity(partition_type, _DENIED, partition_index=index)
+                    for index in topic.partitions
+                ),
+            )
+            for log_dir in body.dirs
+            for topic in log_dir.topics
+        )
+        return codec.make_entity(schema, results=results)
+
+
+class DescribeLogDirsHandler(ClusterCheckHandler):
+    """``handleDescribeLogDirsRequest``: DESCRIBE; top-level 31 (v3+) and no results; v1–2
+    have no error field, so the client sees an empty result."""
+
+    api_key = 35
+    operation = AclOperation.DESCRIBE
+
+
+class ElectLeadersHandler(ClusterCheckHandler):
+    """``ControllerApis.handleElectLeaders``: ALTER (Kafka's docs say ClusterAction; the code
+    checks ALTER). ``ElectLeadersRequest.getErrorResponse``: top-level code (v1+) and 31 on
+    every requested partition; none for an all-partitions (null) request."""
+
+    api_key = 43
+    operation = AclOperation.ALTER
+    decode_request = True
+
+    def error_response(self, body: Any, version: int) -> Any:
+        schema = self._schema(version)
+        result_type = codec.nested_type(schema, "replica_election_results")
+        partition_type = codec.nested_type(result_type, "partition_result")
+        results = tuple(
+            codec.make_entity(
+                result_type,
+                topic=topic.topic,
+                partition_result=tuple(
+                    codec.make_entity(partition_type, _DENIED, partition_id=partition)
+                    for partition in topic.partitions
+                ),
+            )
+            for topic in body.topic_partitions or ()
+        )
+        return codec.make_entity(schema, _DENIED, replica_election_results=results)
+
+
+class AlterPartitionReassignmentsHandler(ClusterCheckHandler):
+    """``ControllerApis.handleAlterPartitionReassignments``: ALTER; top-level 31 plus 31 on
+    every requested partition (``AlterPartitionReassignmentsRequest.getErrorResponse``)."""
+
+    api_key = 45
+    operation = AclOperation.ALTER
+    decode_request = True
+
+    def error_response(self, body: Any, version: int) -> Any:
+        schema = self._schema(version)
+        topic_type = codec.nested_type(schema, "responses")
+        partition_type = codec.nested_type(topic_type, "partitions")
+        responses = tuple(
+            codec.make_entity(
+                topic_type,
+                name=topic.name,
+                partitions=tuple(
+                    codec.make_entity(
+                        partition_type, _DENIED, partition_index=partition.partition_index
+                    )
+                    for partition in topic.partitions
+                ),
+            )
+            for topic in body.topics
+        )
+        return codec.make_entity(schema, _DENIED, responses=responses)
+
+
+class ListPartitionReassignmentsHandler(ClusterCheckHandler):
+    """``ControllerApis.handleListPartitionReassignments``: DESCRIBE; top-level 31 and the
+    requested partitions echoed with empty replica lists
+    (``ListPartitionReassignmentsRequest.getErrorResponse``)."""
+
+    api_key = 46
+    operation = AclOperation.DESCRIBE
+    decode_request = True
+
+    def error_response(self, body: Any, version: int) -> Any:
+        schema = self._schema(version)
+        topic_type = codec.nested_type(schema, "topics")
+        partition_type = codec.nested_type(topic_type, "partitions")
+        topics = tuple(
+            codec.make_entity(
+                topic_type,
+                name=topic.name,
+                partitions=tuple(
+                    codec.make_entity(partition_type, partition_index=index)
+                    for index in topic.partition_indexes
+                ),
+            )
+            for topic in body.topics or ()
+        )
+        return codec.make_entity(schema, _DENIED, topics=topics)
+
+
+class DescribeClientQuotasHandler(ClusterCheckHandler):
+    """``handleDescribeClientQuotasRequest``: DESCRIBE_CONFIGS; top-level 31, ``entries``
+    null (``DescribeClientQuotasRequest.getErrorResponse``)."""
+
+    api_key = 48
+    operation = AclOperation.DESCRIBE_CONFIGS
+
+    def error_response(self, body: Any, version: int) -> Any:
+        return codec.make_entity(self._schema(version), _DENIED, entries=None)
+
+
+class AlterClientQuotasHandler(ClusterCheckHandler):
+    """``ControllerApis.handleAlterClientQuotas``: ALTER_CONFIGS; every entry echoed with 31
+    and ``Errors.message()`` (``AlterClientQuotasRequest.getErrorResponse``)."""
+
+    api_key = 49
+    operation = AclOperation.ALTER_CONFIGS
+    decode_request = True
+    message: ClassVar[str] = "Cluster authorization failed."
+
+    def error_response(self, body: Any, version: int) -> Any:
+        schema = self._schema(version)
+        entry_type = codec.nested_type(schema, "entries")
+        entity_cls = codec.nested_type(entry_type, "entity")
+        entries = tuple(
+            codec.make_entity(
+                entry_type,
+                _DENIED,
+                error_message=self.message,
+                entity=tuple(
+                    # make_entity's first parameter is itself called entity_type
+                    entity_cls(entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in entry.entity
+                ),
+            )
+            for entry in body.entries
+        )
+        return codec.make_entity(schema, entries=entries)
+
+
+class DescribeUserScramCredentialsHandler(ClusterCheckHandler):
+    """``handleDescribeUserScramCredentialsRequest``: DESCRIBE; top-level 31 plus one result
+    with 31 per requested user — whose ``user`` Kafka leaves empty
+    (``DescribeUserScramCredentialsRequest.getErrorResponse``); none for a null user list."""
+
+    api_key = 50
+    operation = AclOperation.DESCRIBE
+    decode_request = True
+
+    def error_response(self, body: Any, version: int) -> Any:
+        schema = self._schema(version)
+        result_type = codec.nested_type(schema, "results")
+        results = tuple(codec.make_entity(result_type, _DENIED) for _ in body.users or ())
+        return codec.make_entity(schema, _DENIED, results=results)
+
+
+class AlterUserScramCredentialsHandler(ClusterCheckHandler):
+    """``ControllerApis.handleAlterUserScramCredentials``: ALTER; one result per distinct
+    user of the deletions and upsertions, sorted, with 31
+    (``AlterUserScramCredentialsRequest.getErrorResponse``)."""
+
+    api_key = 51
+    operation = AclOperation.ALTER
+    decode_request = True
+
+    def error_response(self, body: Any, version: int) -> Any:
+        schema = self._schema(version)
+        result_type = codec.nested_type(schema, "results")
+        users = sorted({d.name for d in body.deletions} | {u.name for u in body.upsertions})
+        results = tuple(codec.make_entity(result_type, _DENIED, user=user) for user in users)
+        return codec.make_entity(schema, results=results)
+
+
+class UpdateFeaturesHandler(ClusterCheckHandler):
+    """``ControllerApis.handleUpdateFeatures``: ALTER; top-level 31 and no per-feature results
+    (``UpdateFeaturesResponse.createWithErrors`` lists results only on success)."""
+
+    api_key = 57
+    operation = AclOperation.ALTER
+
+
+class UnregisterBrokerHandler(ClusterCheckHandler):
+    """``ControllerApis.handleUnregisterBroker``: ALTER; top-level 31."""
+
+    api_key = 64
+    operation = AclOperation.ALTER
+
+
+class ListConfigResourcesHandler(ClusterCheckHandler):
+    """``handleListConfigResources`` (was ListClientMetricsResources): DESCRIBE_CONFIGS,
+    checked before the resource types are validated; top-level 31, empty list. Allowed
+    principals see every name the broker lists (v1 TOPIC/GROUP), as in Kafka."""
+
+    api_key = 74
+    operation = AclOperation.DESCRIBE_CONFIGS
+
+
+# EndpointType ids (org.apache.kafka.common.requests.EndpointType).
+_ENDPOINT_BROKER = 1
+_ENDPOINT_CONTROLLER = 2
+
+
+class DescribeClusterHandler(ApiHandler):
+    """DescribeCluster (60), ``AuthHelper.computeDescribeClusterResponse`` on a broker:
+
+    1. ``endpointType`` (v1+) other than BROKER is answered locally, before anything else:
+       CONTROLLER → MISMATCHED_ENDPOINT_TYPE (114), an unknown id → UNSUPPORTED_ENDPOINT_TYPE
+       (115), with Kafka's messages. v0 cannot name an endpoint type (the 42 branch for v0
+       is unreachable).
+    2. No check for the request itself (clients learn brokers and cluster id from Metadata
+       anyway).
+    3. ``includeClusterAuthorizedOperations``: DESCRIBE CLUSTER (an ordinary, logged check);
+       denied → 0, allowed → the KIP-430 bitfield. Not requested → Int.MinValue, whatever the
+       broker wrote. Decided when the request arrives, like every other decision.
+    4. Broker addresses are replaced by the proxy's (``addresses.rewrite_node_addresses``).
+    """
+
+    api_key = 60
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        version = request.header.api_version
+        endpoint_type = int(getattr(body, "endpoint_type", _ENDPOINT_BROKER))
+        if endpoint_type != _ENDPOINT_BROKER:
+            if endpoint_type == _ENDPOINT_CONTROLLER:
+                code = ErrorCode.mismatched_endpoint_type
+                message = (
+                    "The request was sent to an endpoint of type BROKER, "
+                    "but we wanted an endpoint of type CONTROLLER"
+                )
+            else:
+                code = ErrorCode.unsupported_endpoint_type
+                message = f"Unsupported endpoint type {endpoint_type}"
+            return Respond(
+                codec.make_entity(
+                    codec.response_schema(self.api_key, version), code, error_message=message
+                )
+            )
+        operations = AUTHORIZED_OPERATIONS_OMITTED
+        if body.include_cluster_authorized_operations:
+            operations = (
+                ctx.authorized_operations(request, CLUSTER)
+                if is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER)
+                else 0
+            )
+
+        def rewrite(response: Any) -> Any:
+            brokers = rewrite_node_addresses(response.brokers, ctx, "broker_id")
+            if brokers is not response.brokers:
+                response = codec.replace(response, brokers=brokers)
+            if (
+                response.error_code != ErrorCode.none  # Kafka leaves the default then
+                or response.cluster_authorized_operations == operations
+            ):
+                return response
+            return codec.replace(response, cluster_authorized_operations=operations)
+
+        return Forward(rewrite=rewrite)
+
+
+HANDLERS: list[ApiHandler] = [
+    AlterReplicaLogDirsHandler(),
+    DescribeLogDirsHandler(),
+    ElectLeadersHandler(),
+    AlterPartitionReassignmentsHandler(),
+    ListPartitionReassignmentsHandler(),
+    DescribeClientQuotasHandler(),
+    AlterClientQuotasHandler(),
+    DescribeUserScramCredentialsHandler(),
+    AlterUserScramCredentialsHandler(),
+    UpdateFeaturesHandler(),
+    UnregisterBrokerHandler(),
+    ListConfigResourcesHandler(),
+    DescribeClusterHandler(),
+]

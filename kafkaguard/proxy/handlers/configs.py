@@ -1,7 +1,218 @@
-"""Handlers of the configs family (being written; see the registry for the rules)."""
+"""Configs: DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+
+ConfigResource type ids (``ConfigResource.Type``): TOPIC 2, BROKER 4, BROKER_LOGGER 8,
+CLIENT_METRICS 16, GROUP 32. Per resource: BROKER, BROKER_LOGGER, CLIENT_METRICS → the
+cluster (31); TOPIC → the topic (29); GROUP → the group (30). Answers keep the request's
+order, as the broker's ``ConfigAdminManager.reassemble*Response`` does for the alters.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+from collections import Counter
+from typing import Any
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.model import AclOperation, ResourcePattern
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.authz import (
+    CLUSTER,
+    group,
+    is_allowed,
+    merge_in_request_order,
+    topic,
+)
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
+from kafkaguard.proxy.handlers.topics_admin import ERROR_MESSAGES, entity
+
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
+_DELETE_OP = 1  # AlterConfigOp.OpType.DELETE: the only incremental op whose value may be null
+
+Key = tuple[int, str]
+
+
+def config_resource(resource_type: int, name: str) -> tuple[ResourcePattern, ErrorCode] | None:
+    """The ACL resource guarding a config resource and the code when denied; ``None`` for a
+    type Kafka does not know."""
+    if resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
+        return CLUSTER, ErrorCode.cluster_authorization_failed
+    if resource_type == TOPIC:
+        return topic(name), ErrorCode.topic_authorization_failed
+    if resource_type == GROUP:
+        return group(name), ErrorCode.group_authorization_failed
+    return None
+
+
+def _key(entry: Any) -> Key:
+    return int(entry.resource_type), entry.resource_name
+
+
+def _merging(field: str, keys: list[Key], local: dict[Key, list[Any]]) -> Any:
+    def merge(response: Any) -> Any:
+        merged = merge_in_request_order(keys, local, getattr(response, field), _key)
+        return codec.replace(response, **{field: merged})
+
+    return merge
+
+
+class DescribeConfigsHandler(ApiHandler):
+    """``ConfigHelper.handleDescribeConfigsRequest``: DESCRIBE_CONFIGS per resource, in
+    order; a resource of an unknown type aborts the whole request (InvalidRequestException →
+    ``DescribeConfigsRequest.getErrorResponse``: 42 on every resource) — the checks made
+    before it still count, as in Kafka. Denied resources get the code and
+    ``Errors.message()`` with no configs; authorized missing topics get 3 from the broker."""
+
+    api_key = 32
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        schema = codec.response_schema(32, request.header.api_version)
+        result_type = codec.nested_type(schema, "results")
+        keys = [_key(r) for r in body.resources]
+        local: dict[Key, list[Any]] = {}
+        for resource in body.resources:
+            guard = config_resource(resource.resource_type, resource.resource_name)
+            if guard is None:
+                invalid = ErrorCode.invalid_request
+                results = tuple(self._result(result_type, r, invalid) for r in body.resources)
+                return Respond(entity(schema, results=results))
+            pattern, code = guard
+            if not is_allowed(ctx, request, AclOperation.DESCRIBE_CONFIGS, pattern):
+                local.setdefault(_key(resource), []).append(
+                    self._result(result_type, resource, code)
+                )
+        if not local:
+            return FORWARD
+        merge = _merging("results", keys, local)
+        kept = tuple(r for r in body.resources if _key(r) not in local)
+        if not kept:
+            return Respond(merge(entity(schema, results=())))
+        return Forward(request=codec.replace(body, resources=kept), rewrite=merge)
+
+    @staticmethod
+    def _result(result_type: type[Any], resource: Any, code: ErrorCode) -> Any:
+        return entity(
+            result_type,
+            code,
+            error_message=ERROR_MESSAGES[code],
+            resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+            configs=(),
+        )
+
+
+class _AlterConfigsHandler(ApiHandler):
+    """The broker's ``ConfigAdminManager.preprocess`` pre-checks (stateless ones) and then
+    the controller's ``authorizeAlterResource``.
+
+    Before authorization, in Kafka's order: a resource named twice → 42 "Each resource must
+    appear at most once." on every occurrence; duplicate config keys → 42; a null value
+    (except incremental DELETE) → 42; an unknown resource type → 42. BROKER_LOGGER
+    (incremental only) is authorized there: ALTER_CONFIGS on the cluster, 31 before its
+    logger names are validated. Then ALTER_CONFIGS per remaining resource (31/29/30,
+    message ``Errors.message()``); the authorized ones are forwarded.
+
+    Not replicated (need broker state): a BROKER resource's node-id and config validation,
+    which Kafka runs before authorization — the proxy authorizes first, so a principal
+    without ALTER_CONFIGS gets 31 where Kafka might answer 42 for an invalid broker config.
+    """
+
+    incremental: bool
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        schema = codec.response_schema(self.api_key, request.header.api_version)
+        result_type = codec.nested_type(schema, "responses")
+        keys = [_key(r) for r in body.resources]
+        repeated = {k for k, n in Counter(keys).items() if n > 1}
+        local: dict[Key, list[Any]] = {}
+
+        def reject(resource: Any, code: ErrorCode, message: str) -> None:
+            local.setdefault(_key(resource), []).append(
+                entity(
+                    result_type,
+                    code,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
+
+        for resource in body.resources:
+            if _key(resource) in repeated:
+                reject(
+                    resource, ErrorCode.invalid_request, "Each resource must appear at most once."
+                )
+                continue
+            problem = self._precheck(resource)
+            if problem is not None:
+                reject(resource, ErrorCode.invalid_request, problem)
+            elif resource.resource_type == BROKER_LOGGER and not is_allowed(
+                ctx, request, AclOperation.ALTER_CONFIGS, CLUSTER
+            ):
+                code = ErrorCode.cluster_authorization_failed
+                reject(resource, code, ERROR_MESSAGES[code])
+        for resource in body.resources:
+            if _key(resource) in local or resource.resource_type == BROKER_LOGGER:
+                continue
+            guard = config_resource(resource.resource_type, resource.resource_name)
+            assert guard is not None  # unknown types were rejected by the pre-check
+            pattern, code = guard
+            if not is_allowed(ctx, request, AclOperation.ALTER_CONFIGS, pattern):
+                reject(resource, code, ERROR_MESSAGES[code])
+        if not local:
+            return FORWARD
+        merge = _merging("responses", keys, local)
+        kept = tuple(r for r in body.resources if _key(r) not in local)
+        if not kept:
+            return Respond(merge(entity(schema, responses=())))
+        return Forward(request=codec.replace(body, resources=kept), rewrite=merge)
+
+    def _precheck(self, resource: Any) -> str | None:
+        names = [c.name for c in resource.configs]
+        if len(set(names)) != len(names):
+            return "Error due to duplicate config keys"
+        nulls = [
+            c.name
+            for c in resource.configs
+            if c.value is None and not (self.incremental and c.config_operation == _DELETE_OP)
+        ]
+        if nulls:
+            return "Null value not supported for : " + ", ".join(nulls)
+        supported = {TOPIC, BROKER, CLIENT_METRICS, GROUP}
+        if self.incremental:
+            supported.add(BROKER_LOGGER)
+        if resource.resource_type not in supported:
+            return f"Unknown resource type {int(resource.resource_type)}"
+        return None
+
+
+class AlterConfigsHandler(_AlterConfigsHandler):
+    """AlterConfigs (33): legacy; BROKER_LOGGER is rejected by the pre-check (42)."""
+
+    api_key = 33
+    decode_request = True
+    incremental = False
+
+
+class IncrementalAlterConfigsHandler(_AlterConfigsHandler):
+    """IncrementalAlterConfigs (44)."""
+
+    api_key = 44
+    decode_request = True
+    incremental = True
+
+
+HANDLERS: list[ApiHandler] = [
+    DescribeConfigsHandler(),
+    AlterConfigsHandler(),
+    IncrementalAlterConfigsHandler(),
+]

@@ -1,7 +1,156 @@
-"""Handlers of the consumer groups family (being written; see the registry for the rules)."""
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
+
+Also holds :class:`DescribedGroupsHandler`, the shape shared by the Consumer/Share/Streams
+``GroupDescribe`` APIs (DESCRIBE GROUP per id, then every topic the described group uses needs
+DESCRIBE TOPIC or the entry is replaced by a 29 entry without members).
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.authz import filter_authorized, group, is_allowed
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
+from kafkaguard.proxy.handlers.groups import (
+    GroupGateHandler,
+    authorized_operations_rewrite,
+    merge_rewrite,
+    response_type,
+    whole_error,
+)
+
+
+class SubscribedTopicsGateHandler(GroupGateHandler):
+    """READ GROUP (30, whole); then, if ``subscribedTopicNames`` is non-empty, DESCRIBE TOPIC on
+    all of them (``filterByAuthorized``): any denied → a bare response with error 29 and no
+    message (``KafkaApis.handleConsumerGroupHeartbeat`` / ``handleShareGroupHeartbeat``).
+
+    Kafka compares ``authorizedTopics.size < subscribedTopicNames.size``: a set against a list,
+    so a subscription listing a name twice is answered 29 too; the proxy does the same.
+    """
+
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+        names = body.subscribed_topic_names
+        if not names:
+            return FORWARD
+        allowed = filter_authorized(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        if len(allowed) < len(names):
+            return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
+        return FORWARD
+
+
+class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler):
+    """v0 only. v1 adds ``subscribedTopicRegex``, resolved on the coordinator, which drops
+    topics the member may not DESCRIBE (``GroupMetadataManager.filterTopicDescribeAuthorizedTopics``
+    with the member's principal). The broker behind the proxy has no authorizer and the proxy
+    never sees the resolved topic list, so a regex subscription cannot be enforced: v1 is not
+    advertised (fail closed; the Java client then refuses a pattern subscription itself)."""
+
+    api_key = 68
+    max_version = 0
+
+
+class DescribedGroupsHandler(ApiHandler):
+    """``handleConsumerGroupDescribe`` and its share/streams siblings.
+
+    1. DESCRIBE GROUP per requested id, in order; denied → ``(groupId, 30)``, not forwarded.
+    2. On the broker's answer, every topic a NONE group uses must be DESCRIBE-able; otherwise the
+       entry becomes ``(groupId, 29, message)`` with no members (and no topology).
+    3. KIP-430 operations, if requested, for the groups still NONE.
+    """
+
+    decode_request = True
+    topic_denied_message: ClassVar[str] = (
+        "The group has described topic(s) that the client is not authorized to describe."
+    )
+    topic_denied_values: ClassVar[dict[str, Any]] = {"members": ()}
+
+    def topics_of(self, described: Any) -> Iterable[str]:
+        raise NotImplementedError
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        ids = list(body.group_ids)
+        group_type = codec.nested_type(response_type(request), "groups")
+        denied: dict[str, list[Any]] = {}
+        for g in ids:
+            if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g)):
+                denied.setdefault(g, []).append(
+                    codec.make_entity(group_type, ErrorCode.group_authorization_failed, group_id=g)
+                )
+        kept = tuple(g for g in ids if g not in denied)
+        if not kept:
+            groups = tuple(e for g in dict.fromkeys(ids) for e in denied[g])
+            return Respond(codec.make_entity(response_type(request), groups=groups))
+        fill = (
+            authorized_operations_rewrite(request, ctx)
+            if body.include_authorized_operations
+            else None
+        )
+        merge = merge_rewrite(ids, denied, "groups", lambda e: e.group_id) if denied else None
+
+        def rewrite(response: Any) -> Any:
+            response = self._check_topics(request, ctx, group_type, response)
+            if fill is not None:
+                response = fill(response)
+            return merge(response) if merge is not None else response
+
+        new_body = codec.replace(body, group_ids=kept) if denied else None
+        return Forward(request=new_body, rewrite=rewrite)
+
+    def _check_topics(
+        self, request: Request, ctx: HandlerContext, group_type: type[Any], response: Any
+    ) -> Any:
+        used = {
+            g.group_id: list(dict.fromkeys(self.topics_of(g)))
+            for g in response.groups
+            if g.error_code == ErrorCode.none
+        }
+        everything = [t for topics in used.values() for t in topics]
+        if not everything:
+            return response
+        allowed = filter_authorized(
+            ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, everything
+        )
+        if len(allowed) == len(set(everything)):
+            return response
+        groups = tuple(
+            codec.make_entity(
+                group_type,
+                ErrorCode.topic_authorization_failed,
+                group_id=g.group_id,
+                error_message=self.topic_denied_message,
+                **self.topic_denied_values,
+            )
+            if g.error_code == ErrorCode.none and not set(used[g.group_id]) <= allowed
+            else g
+            for g in response.groups
+        )
+        return codec.replace(response, groups=groups)
+
+
+class ConsumerGroupDescribeHandler(DescribedGroupsHandler):
+    """Topics: every topic of each member's current and target assignment (Kafka 4.x)."""
+
+    api_key = 69
+
+    def topics_of(self, described: Any) -> Iterable[str]:
+        for member in described.members:
+            for assignment in (member.assignment, member.target_assignment):
+                for tp in assignment.topic_partitions:
+                    yield tp.topic_name
+
+
+HANDLERS: list[ApiHandler] = [ConsumerGroupHeartbeatHandler(), ConsumerGroupDescribeHandler()]

@@ -1,7 +1,353 @@
-"""Handlers of the fetch family (being written; see the registry for the rules)."""
+"""Fetch (api key 1): ``KafkaApis.handleFetchRequest``, incremental sessions included.
+
+Checks, as Kafka makes them over every partition of the fetch *context* (the request for a
+full fetch, the whole session for an incremental one):
+
+* follower (``replica_id`` ≥ 0, v15+ ``replica_state.replica_id``): CLUSTER_ACTION on the
+  cluster; denied → TOPIC_AUTHORIZATION_FAILED (29) on every partition (not 31);
+* consumer: READ TOPIC per topic (``filterByAuthorized``, reference count = partitions);
+* v13+ topic ids the proxy never saw in a broker response → UNKNOWN_TOPIC_ID (100) per
+  partition, before authorization, never forwarded.
+
+Denied partitions are stripped from the forwarded request and answered with Kafka's
+``FetchResponse.partitionResponse(error)`` (high watermark, LSO, log start −1, no records).
+
+Incremental fetch sessions (KIP-227). The broker keeps the session's partitions and returns
+their data without the client naming them again, so the proxy mirrors each session per
+connection and authorizes the whole mirror on every request, as Kafka does:
+
+* A full fetch with epoch 0 creates a session; its response is decoded (only then) to learn the
+  session id the *broker* assigned on this connection. An incremental request naming a session
+  the proxy did not see created here gets FETCH_SESSION_ID_NOT_FOUND (70) without reaching the
+  broker — the client answers that with a new full fetch — so a guessed or foreign session id
+  can never pull data past the proxy.
+* The broker's session never holds a denied partition: a partition that becomes denied while it
+  is in the session is added to ``forgotten_topics_data`` of the forwarded request; denied
+  partitions are never sent. The client still considers them part of its session, so every
+  response carries their 29 (Kafka includes erroneous partitions in each incremental response).
+  When READ is granted again the proxy re-adds the partition upstream with the fetch position
+  the client last sent for it (the client re-sends a partition whenever its position changes,
+  so that is the current one).
+* Incremental requests are always forwarded (even with nothing authorized) so the broker's
+  session epoch stays in step with the client's.
+
+Fast path: nothing denied and no withheld partition → the client's bytes go up unchanged and the
+response is not decoded (except v16+ for ``node_endpoints`` and epoch-0 fetches to learn the
+session id). Sessionless clients (epoch −1) never pay for the mirror.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+import uuid
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.addresses import NodeEndpointsHandler
+from kafkaguard.proxy.handlers.authz import (
+    CLUSTER,
+    filter_authorized,
+    is_allowed,
+    merge_in_request_order,
+)
+from kafkaguard.proxy.handlers.base import (
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    ResponseRewrite,
+    Verdict,
+)
+
+TopicKey = str | uuid.UUID
+"""A topic name (v4–12) or topic id (v13+), as the request names it."""
+PartitionKey = tuple[TopicKey, int]
+
+MAX_SESSIONS_PER_CONNECTION = 8
+"""A client keeps one session per broker connection; older mirrors are evicted (their next
+incremental request then gets 70 and the client starts a new session)."""
+
+
+@dataclass(slots=True)
+class SessionMirror:
+    """What the client believes its session holds, and which of it the broker does not."""
+
+    version: int
+    partitions: dict[PartitionKey, Any]
+    """Partition → the latest request entry the client sent for it, in session order."""
+    withheld: dict[PartitionKey, ErrorCode] = field(default_factory=dict)
+    """Partitions in the client's session but not in the broker's, with their error."""
+
+
+class _ConnectionSessions:
+    def __init__(self) -> None:
+        self.by_id: dict[int, SessionMirror] = {}
+
+    def add(self, session_id: int, mirror: SessionMirror) -> None:
+        self.by_id.pop(session_id, None)
+        self.by_id[session_id] = mirror
+        while len(self.by_id) > MAX_SESSIONS_PER_CONNECTION:
+            del self.by_id[next(iter(self.by_id))]
+
+
+_SESSIONS: weakref.WeakKeyDictionary[Any, _ConnectionSessions] = weakref.WeakKeyDictionary()
+
+
+def connection_sessions(ctx: HandlerContext) -> _ConnectionSessions:
+    """The session mirrors of ``ctx``'s connection (kept as long as the connection lives)."""
+    sessions = _SESSIONS.get(ctx)
+    if sessions is None:
+        sessions = _SESSIONS[ctx] = _ConnectionSessions()
+    return sessions
+
+
+def _is_follower(body: Any) -> bool:
+    state = getattr(body, "replica_state", None)
+    replica_id = state.replica_id if state is not None else getattr(body, "replica_id", -1)
+    return int(replica_id) >= 0
+
+
+class FetchHandler(NodeEndpointsHandler):
+    api_key = 1
+    first_version_with_endpoints = 16
+    decode_request = True
+
+    # -- deciding ----------------------------------------------------------------------------
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        version = request.header.api_version
+        tkey = "topic" if version < 13 else "topic_id"
+        sessions_on = version >= 7
+        session_id = int(body.session_id) if sessions_on else 0
+        epoch = int(body.session_epoch) if sessions_on else -1
+        requested: dict[PartitionKey, Any] = {
+            (getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions
+        }
+        mirror: SessionMirror | None = None
+        if epoch > 0:
+            mirror = connection_sessions(ctx).by_id.get(session_id)
+            if mirror is None or mirror.version != version:
+                return Respond(self._session_error(request))
+            broker_has = {k for k in mirror.partitions if k not in mirror.withheld}
+            mirror.partitions.update(requested)
+            for forgotten in body.forgotten_topics_data:
+                for index in forgotten.partitions:
+                    mirror.partitions.pop((getattr(forgotten, tkey), index), None)
+                    mirror.withheld.pop((getattr(forgotten, tkey), index), None)
+            context = list(mirror.partitions)
+        else:
+            if sessions_on and session_id:  # epoch 0/-1 with an id closes that session
+                connection_sessions(ctx).by_id.pop(session_id, None)
+            context = list(requested)
+        denied = self._decide(request, ctx, body, version, context)
+
+        if mirror is None:
+            return self._full(request, ctx, body, version, requested, denied, epoch == 0)
+        forget = [k for k in denied if k in broker_has]
+        readd = [k for k in mirror.withheld if k not in denied and k not in requested]
+        mirror.withheld = denied
+        if not denied and not readd:
+            return self._forward(request, ctx, None, None)
+        upstream = self._incremental_request(body, tkey, mirror, requested, denied, forget, readd)
+        return self._forward(request, ctx, upstream, self._merger(request, context, denied))
+
+    def _decide(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        body: Any,
+        version: int,
+        partitions: list[PartitionKey],
+    ) -> dict[PartitionKey, ErrorCode]:
+        """Denied partitions of the fetch context, in context order."""
+        if not partitions:
+            return {}
+        names: dict[TopicKey, str | None] = {}
+        for key, _ in partitions:
+            if key not in names:
+                names[key] = key if isinstance(key, str) else ctx.topic_name(key)
+        if _is_follower(body):
+            if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
+                return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
+            allowed = {n for n in names.values() if n is not None}
+        else:
+            allowed = filter_authorized(
+                ctx,
+                request,
+                AclOperation.READ,
+                ResourceType.TOPIC,
+                [n for k, _ in partitions if (n := names[k]) is not None],
+            )
+        denied: dict[PartitionKey, ErrorCode] = {}
+        for part in partitions:
+            name = names[part[0]]
+            if name is None:
+                denied[part] = ErrorCode.unknown_topic_id
+            elif name not in allowed:
+                denied[part] = ErrorCode.topic_authorization_failed
+        return denied
+
+    # -- full fetches --------------------------------------------------------------------------
+    def _full(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        body: Any,
+        version: int,
+        requested: dict[PartitionKey, Any],
+        denied: dict[PartitionKey, ErrorCode],
+        new_session: bool,
+    ) -> Verdict:
+        order = list(requested)
+        learn = self._session_learner(ctx, version, requested, denied) if new_session else None
+        if not denied:
+            return self._forward(request, ctx, None, learn)
+        tkey = "topic" if version < 13 else "topic_id"
+        kept = self._topics(body, tkey, [k for k in requested if k not in denied], requested)
+        merge = self._merger(request, order, denied)
+        if not kept:
+            schema = codec.response_schema(1, version)
+            return Respond(merge(codec.make_entity(schema, responses=())))
+        steps = [merge] if learn is None else [learn, merge]
+        return self._forward(request, ctx, codec.replace(body, topics=kept), _chain(steps))
+
+    def _session_learner(
+        self,
+        ctx: HandlerContext,
+        version: int,
+        requested: dict[PartitionKey, Any],
+        denied: dict[PartitionKey, ErrorCode],
+    ) -> ResponseRewrite:
+        sessions = connection_sessions(ctx)
+
+        def learn(response: Any) -> Any:
+            if response.error_code == ErrorCode.none and response.session_id:
+                mirror = SessionMirror(version, dict(requested), dict(denied))
+                sessions.add(int(response.session_id), mirror)
+            return response
+
+        return learn
+
+    # -- incremental fetches -------------------------------------------------------------------
+    def _incremental_request(
+        self,
+        body: Any,
+        tkey: str,
+        mirror: SessionMirror,
+        requested: dict[PartitionKey, Any],
+        denied: dict[PartitionKey, ErrorCode],
+        forget: list[PartitionKey],
+        readd: list[PartitionKey],
+    ) -> Any:
+        sent = [k for k in requested if k not in denied] + readd
+        topics = self._topics(body, tkey, sent, {**requested, **mirror.partitions})
+        forgotten = list(body.forgotten_topics_data)
+        if forget:
+            forgotten_type = codec.nested_type(type(body), "forgotten_topics_data")
+            for key, indexes in _group(forget).items():
+                forgotten.append(forgotten_type(**{tkey: key, "partitions": tuple(indexes)}))
+        return codec.replace(body, topics=topics, forgotten_topics_data=tuple(forgotten))
+
+    @staticmethod
+    def _topics(
+        body: Any, tkey: str, keys: list[PartitionKey], entries: dict[PartitionKey, Any]
+    ) -> tuple[Any, ...]:
+        topic_type = codec.nested_type(type(body), "topics")
+        grouped: dict[TopicKey, list[Any]] = {}
+        for key, index in keys:
+            grouped.setdefault(key, []).append(entries[(key, index)])
+        return tuple(topic_type(**{tkey: k, "partitions": tuple(v)}) for k, v in grouped.items())
+
+    # -- responses -----------------------------------------------------------------------------
+    def _merger(
+        self, request: Request, order: list[PartitionKey], denied: dict[PartitionKey, ErrorCode]
+    ) -> ResponseRewrite:
+        """Put ``FetchResponse.partitionResponse(error)`` entries for ``denied`` among the
+        broker's topics, in the context's topic order."""
+        version = request.header.api_version
+        schema = codec.response_schema(1, version)
+        topic_type = codec.nested_type(schema, "responses")
+        partition_type = codec.nested_type(topic_type, "partitions")
+        tkey = "topic" if version < 13 else "topic_id"
+        fields = partition_type.__dataclass_fields__
+        values = {
+            k: v
+            for k, v in {
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "preferred_read_replica": -1,
+                "aborted_transactions": None,
+                "records": b"",
+            }.items()
+            if k in fields
+        }
+        synthesized: dict[TopicKey, list[Any]] = {}
+        for (key, index), code in denied.items():
+            synthesized.setdefault(key, []).append(
+                codec.make_entity(partition_type, code, partition_index=index, **values)
+            )
+        entries = {
+            key: [topic_type(**{tkey: key, "partitions": tuple(parts)})]
+            for key, parts in synthesized.items()
+        }
+        topic_order = list(dict.fromkeys(key for key, _ in order))
+        upstream = set(topic_order) - set(entries)
+
+        def merge(response: Any) -> Any:
+            # only topics sent upstream: nothing else may reach the client (decoded anyway)
+            broker = [t for t in response.responses if getattr(t, tkey) in upstream]
+            merged = merge_in_request_order(
+                topic_order, entries, broker, lambda t: getattr(t, tkey)
+            )
+            return codec.replace(response, responses=merged)
+
+        return merge
+
+    def _session_error(self, request: Request) -> Any:
+        """``FetchResponse.of(FETCH_SESSION_ID_NOT_FOUND, 0, INVALID_SESSION_ID, empty)``."""
+        schema = codec.response_schema(1, request.header.api_version)
+        return codec.make_entity(
+            schema, ErrorCode.fetch_session_id_not_found, session_id=0, responses=()
+        )
+
+    def _forward(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        upstream: Any,
+        rewrite: ResponseRewrite | None,
+    ) -> Verdict:
+        steps: list[ResponseRewrite] = []
+        if request.header.api_version >= self.first_version_with_endpoints:
+            steps.append(self.rewriter(ctx))
+        if rewrite is not None:
+            steps.append(rewrite)
+        return Forward(request=upstream, rewrite=_chain(steps) if steps else None)
+
+
+def _group(keys: Iterable[PartitionKey]) -> dict[TopicKey, list[int]]:
+    out: dict[TopicKey, list[int]] = {}
+    for key, index in keys:
+        out.setdefault(key, []).append(index)
+    return out
+
+
+def _chain(steps: list[ResponseRewrite]) -> ResponseRewrite:
+    if len(steps) == 1:
+        return steps[0]
+
+    def run(response: Any) -> Any:
+        for step in steps:
+            response = step(response)
+        return response
+
+    return run
+
+
+HANDLERS: list[ApiHandler] = [FetchHandler()]

@@ -1,7 +1,368 @@
-"""Handlers of the groups family (being written; see the registry for the rules)."""
+"""Classic group APIs: FindCoordinator, Join/Heartbeat/Leave/SyncGroup, Describe/List/DeleteGroups.
+
+Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, spec §5 rows 10–16 and 42). The
+module also holds the small helpers the other group families share (whole-request group gate,
+Kafka's ``Errors.message()`` strings, synthesized per-item entries).
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers import addresses
+from kafkaguard.proxy.handlers.authz import (
+    CLUSTER,
+    filter_authorized,
+    group,
+    is_allowed,
+    merge_in_request_order,
+    transactional_id,
+)
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    ResponseRewrite,
+    Verdict,
+)
+
+ERROR_MESSAGES: dict[ErrorCode, str] = {
+    # ``Errors.java``: the default message each error's exception carries (``error.message()``).
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
+    ErrorCode.inconsistent_group_protocol: (
+        "The group member's supported protocols are incompatible with those of existing members "
+        "or first group member tried to join with empty protocol type or empty protocol list."
+    ),
+    ErrorCode.invalid_request: (
+        "This most likely occurs because of a request being malformed by the client library or "
+        "the message was sent to an incompatible broker. See the broker logs for more details."
+    ),
+}
+
+
+def has_field(entity_type: type[Any], name: str) -> bool:
+    return name in entity_type.__dataclass_fields__
+
+
+def entity(entity_type: type[Any], code: ErrorCode, *, message: bool = False, **values: Any) -> Any:
+    """``codec.make_entity`` that also fills ``error_message`` (when asked and the version has
+    one) with Kafka's default message for ``code``."""
+    if message and has_field(entity_type, "error_message") and "error_message" not in values:
+        values["error_message"] = ERROR_MESSAGES.get(code)
+    return codec.make_entity(entity_type, code, **values)
+
+
+def response_type(request: Request) -> type[Any]:
+    return codec.response_schema(request.header.api_key, request.header.api_version)
+
+
+def whole_error(request: Request, code: ErrorCode, *, message: bool = False, **values: Any) -> Any:
+    """``XxxRequest.getErrorResponse`` for a schema with a top-level error (spec §5.2)."""
+    return entity(response_type(request), code, message=message, **values)
+
+
+def authorized_operations_rewrite(
+    request: Request, ctx: HandlerContext, field: str = "groups"
+) -> Callable[[Any], Any]:
+    """KIP-430 (``AuthHelper.authorizedOperations``): the broker behind the proxy has no
+    authorizer, so every group returned with NONE gets the proxy's bitfield; others keep the
+    broker's value (the "omitted" sentinel)."""
+
+    def fill(response: Any) -> Any:
+        groups = tuple(
+            codec.replace(
+                g, authorized_operations=ctx.authorized_operations(request, group(g.group_id))
+            )
+            if g.error_code == ErrorCode.none
+            else g
+            for g in getattr(response, field)
+        )
+        return codec.replace(response, **{field: groups})
+
+    return fill
+
+
+class GroupGateHandler(ApiHandler):
+    """One group check for the whole request (``READ GROUP`` unless told otherwise); denied →
+    the API's error response built like ``getErrorResponse(GROUP_AUTHORIZATION_FAILED)``."""
+
+    decode_request = True
+    group_operation: ClassVar[AclOperation] = AclOperation.READ
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        early = self.before_group(request, body)
+        if early is not None:
+            return early
+        if not is_allowed(ctx, request, self.group_operation, group(body.group_id)):
+            return Respond(self.group_denied(request, body))
+        return self.after_group(request, body, ctx)
+
+    def before_group(self, request: Request, body: Any) -> Verdict | None:
+        return None
+
+    def group_denied(self, request: Request, body: Any) -> Any:
+        return whole_error(request, ErrorCode.group_authorization_failed)
+
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+        return FORWARD
+
+
+class JoinGroupHandler(GroupGateHandler):
+    """``handleJoinGroupRequest``: READ GROUP → ``JoinGroupRequest.getErrorResponse`` (generation
+    −1, empty leader/member id, protocol name "" before v7 and null after — the kio defaults)."""
+
+    api_key = 11
+
+
+class HeartbeatHandler(GroupGateHandler):
+    api_key = 12
+
+
+class LeaveGroupHandler(GroupGateHandler):
+    """``handleLeaveGroupRequest``: READ GROUP; the error response has no member entries."""
+
+    api_key = 13
+
+
+class SyncGroupHandler(GroupGateHandler):
+    """``handleSyncGroupRequest``: v5+ requires protocolType and protocolName
+    (``areMandatoryProtocolTypeAndNamePresent``) — INCONSISTENT_GROUP_PROTOCOL before the
+    READ GROUP check."""
+
+    api_key = 14
+
+    def before_group(self, request: Request, body: Any) -> Verdict | None:
+        if request.header.api_version >= 5 and (
+            body.protocol_type is None or body.protocol_name is None
+        ):
+            return Respond(whole_error(request, ErrorCode.inconsistent_group_protocol))
+        return None
+
+
+# -- FindCoordinator ---------------------------------------------------------------------------
+
+_GROUP, _TRANSACTION, _SHARE = 0, 1, 2
+_FIRST_BATCHED = 4
+_FIRST_SHARE = 6
+
+
+class FindCoordinatorHandler(addresses.FindCoordinatorHandler):
+    """``handleFindCoordinatorRequest`` / ``getCoordinator``, keeping the address rewrite.
+
+    GROUP keys need DESCRIBE GROUP (30), TRANSACTION keys DESCRIBE TRANSACTIONAL_ID (53), checked
+    per key in request order; v4+ denied keys get ``(-1, "", -1)`` and the code, the rest are
+    forwarded; v0–3 answer the whole request with ``prepareOldResponse``. SHARE keys below v6 are
+    INVALID_REQUEST per key (Kafka 3.9+), from v6 they need CLUSTER_ACTION on the cluster, whose
+    ``ClusterAuthorizationException`` fails the whole batch (31 on every key). An unknown key
+    type makes ``CoordinatorType.forId`` throw: the whole request fails with 42.
+    """
+
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        version = request.header.api_version
+        key_type = int(getattr(body, "key_type", _GROUP))
+        batched = version >= _FIRST_BATCHED
+        keys: Sequence[str] = body.coordinator_keys if batched else (body.key,)
+        if key_type not in (_GROUP, _TRANSACTION, _SHARE):
+            return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
+        if not keys:  # Kafka maps over no keys: no check at all
+            return Forward(rewrite=self.rewriter(ctx))
+        if key_type == _SHARE:
+            if version < _FIRST_SHARE:
+                return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
+            if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
+                return Respond(
+                    self._all_failed(request, keys, ErrorCode.cluster_authorization_failed)
+                )
+            return Forward(rewrite=self.rewriter(ctx))
+        if key_type == _GROUP:
+            resource, code = group, ErrorCode.group_authorization_failed
+        else:
+            resource, code = transactional_id, ErrorCode.transactional_id_authorization_failed
+        denied = [
+            k for k in keys if not is_allowed(ctx, request, AclOperation.DESCRIBE, resource(k))
+        ]
+        if not denied:
+            return Forward(rewrite=self.rewriter(ctx))
+        if not batched:
+            return Respond(self._all_failed(request, keys, code))
+        coordinator_type = codec.nested_type(response_type(request), "coordinators")
+        entries: dict[str, list[Any]] = {}
+        for key in denied:
+            entries.setdefault(key, []).append(
+                # v4+ per-key denial: Node.noNode and the code, no message (Kafka sets none).
+                codec.make_entity(coordinator_type, code, key=key, node_id=-1, host="", port=-1)
+            )
+        kept = tuple(k for k in keys if k not in entries)
+        if not kept:
+            return Respond(
+                codec.make_entity(
+                    response_type(request),
+                    coordinators=merge_in_request_order(keys, entries, (), _coordinator_key),
+                )
+            )
+        addresses_rewrite = self.rewriter(ctx)
+
+        def merge(response: Any) -> Any:
+            response = addresses_rewrite(response)
+            merged = merge_in_request_order(keys, entries, response.coordinators, _coordinator_key)
+            return codec.replace(response, coordinators=merged)
+
+        return Forward(request=codec.replace(body, coordinator_keys=kept), rewrite=merge)
+
+    @staticmethod
+    def _all_failed(request: Request, keys: Sequence[str], code: ErrorCode) -> Any:
+        """``FindCoordinatorRequest.getErrorResponse``: ``prepareOldResponse(error, noNode)``
+        before v4, ``prepareErrorResponse(error, keys)`` (every key, with message) after."""
+        schema = response_type(request)
+        if request.header.api_version < _FIRST_BATCHED:
+            return entity(schema, code, message=True, node_id=-1, host="", port=-1)
+        coordinator_type = codec.nested_type(schema, "coordinators")
+        return codec.make_entity(
+            schema,
+            coordinators=tuple(
+                entity(coordinator_type, code, message=True, key=k, node_id=-1, host="", port=-1)
+                for k in keys
+            ),
+        )
+
+
+def _coordinator_key(entry: Any) -> str:
+    return str(entry.key)
+
+
+# -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------------
+
+
+class DescribeGroupsHandler(ApiHandler):
+    """``handleDescribeGroupsRequest``: DESCRIBE GROUP per requested group (one check per
+    occurrence, as Kafka loops), denied → ``DescribeGroupsResponse.groupError(id, 30)``; the rest
+    is forwarded. KIP-430 operations (v3+, if requested) are computed by the proxy for groups
+    the broker returns with NONE."""
+
+    api_key = 15
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        ids: Sequence[str] = body.groups
+        include_ops = bool(getattr(body, "include_authorized_operations", False))
+        denied = [g for g in ids if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g))]
+        fill = authorized_operations_rewrite(request, ctx) if include_ops else None
+        if not denied:
+            return FORWARD if fill is None else Forward(rewrite=fill)
+        group_type = codec.nested_type(response_type(request), "groups")
+        entries: dict[str, list[Any]] = {}
+        for g in denied:
+            entries.setdefault(g, []).append(
+                entity(group_type, ErrorCode.group_authorization_failed, message=True, group_id=g)
+            )
+        kept = tuple(g for g in ids if g not in entries)
+        if not kept:
+            groups = merge_in_request_order(ids, entries, (), _group_key)
+            return Respond(codec.make_entity(response_type(request), groups=groups))
+
+        def merge(response: Any) -> Any:
+            if fill is not None:
+                response = fill(response)
+            merged = merge_in_request_order(ids, entries, response.groups, _group_key)
+            return codec.replace(response, groups=merged)
+
+        return Forward(request=codec.replace(body, groups=kept), rewrite=merge)
+
+
+def _group_key(entry: Any) -> str:
+    return str(entry.group_id)
+
+
+class ListGroupsHandler(ApiHandler):
+    """``handleListGroupsRequest``: DESCRIBE CLUSTER (logIfDenied=false) lists every group;
+    otherwise each returned group is kept only with DESCRIBE GROUP (logIfDenied=false). Never
+    an authorization error (``testListGroupApiWithAndWithoutListGroupAcls``)."""
+
+    api_key = 16
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        if is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER, log_if_denied=False):
+            return FORWARD
+
+        def keep_describable(response: Any) -> Any:
+            groups = tuple(
+                g
+                for g in response.groups
+                if is_allowed(
+                    ctx, request, AclOperation.DESCRIBE, group(g.group_id), log_if_denied=False
+                )
+            )
+            if len(groups) == len(response.groups):
+                return response
+            return codec.replace(response, groups=groups)
+
+        return Forward(rewrite=keep_describable)
+
+
+class DeleteGroupsHandler(ApiHandler):
+    """``handleDeleteGroupsRequest``: DELETE GROUP per *distinct* group
+    (``partitionSeqByAuthorized`` over ``groupsNames.distinct``); one 30 result per denied
+    group, the authorized ones forwarded."""
+
+    api_key = 42
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        distinct = list(dict.fromkeys(body.groups_names))
+        allowed = filter_authorized(ctx, request, AclOperation.DELETE, ResourceType.GROUP, distinct)
+        if len(allowed) == len(distinct):
+            return FORWARD
+        result_type = codec.nested_type(response_type(request), "results")
+        entries = {
+            g: [codec.make_entity(result_type, ErrorCode.group_authorization_failed, group_id=g)]
+            for g in distinct
+            if g not in allowed
+        }
+        kept = tuple(g for g in distinct if g in allowed)
+        if not kept:
+            results = merge_in_request_order(distinct, entries, (), _group_key)
+            return Respond(codec.make_entity(response_type(request), results=results))
+        return Forward(
+            request=codec.replace(body, groups_names=kept),
+            rewrite=merge_rewrite(distinct, entries, "results", _group_key),
+        )
+
+
+def merge_rewrite(
+    keys: Sequence[Any], entries: dict[Any, list[Any]], field: str, key: Callable[[Any], Any]
+) -> ResponseRewrite:
+    """A rewrite merging synthesized ``entries`` into the broker's ``field`` in request order."""
+
+    def merge(response: Any) -> Any:
+        merged = merge_in_request_order(keys, entries, getattr(response, field), key)
+        return codec.replace(response, **{field: merged})
+
+    return merge
+
+
+HANDLERS: list[ApiHandler] = [
+    FindCoordinatorHandler(),
+    JoinGroupHandler(),
+    HeartbeatHandler(),
+    LeaveGroupHandler(),
+    SyncGroupHandler(),
+    DescribeGroupsHandler(),
+    ListGroupsHandler(),
+    DeleteGroupsHandler(),
+]

@@ -1,7 +1,442 @@
-"""Handlers of the metadata family (being written; see the registry for the rules)."""
+"""Metadata (3) and DescribeTopicPartitions (75): topic visibility (spec §5.1, §5.3, §4).
+
+Metadata follows ``KafkaApis.handleTopicMetadataRequest``:
+
+* **All topics** (``topics`` null; v0 with an empty list): forwarded as sent; the response keeps
+  only topics the principal may DESCRIBE (checked with ``logIfDenied=false``).
+* **By name**: DESCRIBE per distinct name (``logIfDenied=true``). Denied names never reach the
+  broker and are answered (29, name, zero id, isInternal=false) — existence never checked.
+* **By id** (v12+, any non-zero id: names are then ignored, as in Kafka): the ids are sent
+  upstream (ids are "not sensitive"), the broker resolves them, and each resolved topic the
+  principal may not DESCRIBE becomes (29, name null, the id); unknown ids stay 100.
+* **Auto-creation** — Kafka checks CREATE CLUSTER (``logIfDenied=false``) then CREATE TOPIC per
+  describable topic that does not exist. The proxy cannot know which names exist before
+  forwarding, so it decides up front: with CREATE on the cluster, or on every describable name,
+  the request goes up as sent. Otherwise it goes up with ``allow_auto_topic_creation=false`` and
+  each name lacking CREATE that the broker reports missing (3, or 17 for an invalid name) is
+  turned into Kafka's (29, name, zero id, isInternal(name)). Deviations, all on the safe side:
+  the CREATE checks also run for names that exist (the per-topic ones with
+  ``logIfDenied=false`` so existing topics produce no "Denied" audit lines); when a request
+  mixes names with and without CREATE, missing names the principal *may* create are reported 3
+  instead of being created; v0–3 (no auto-creation flag on the wire) cannot switch creation
+  off, so names lacking CREATE are answered 29 without being forwarded.
+* KIP-430 (v8+): ``topic_authorized_operations`` for every topic the broker described (not for
+  29/100 entries) and v8–10 ``cluster_authorized_operations`` (0 without DESCRIBE CLUSTER) when
+  requested; the "not requested" sentinel otherwise, whatever the broker sent.
+* Always: broker addresses rewritten, topic id ↔ name pairs learned for Fetch/Produce v13+.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.addresses import MetadataHandler as _AddressOnlyMetadata
+from kafkaguard.proxy.handlers.authz import (
+    CLUSTER,
+    filter_authorized,
+    is_allowed,
+    merge_in_request_order,
+    topic,
+)
+from kafkaguard.proxy.handlers.base import (
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
+
+ZERO_UUID = uuid.UUID(int=0)
+NOT_REQUESTED = -2147483648
+"""``Int.MinValue``: the schema default of the KIP-430 fields."""
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+"""``Topic.isInternal``."""
+_MISSING = (ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_topic_exception)
+
+_addresses = _AddressOnlyMetadata()
+
+
+def learn_topic_ids(ctx: HandlerContext, topics: Sequence[Any]) -> None:
+    """Feed the id → name cache from a response's topic entries (non-zero ids only)."""
+    pairs = [
+        (t.topic_id, t.name)
+        for t in topics
+        if getattr(t, "topic_id", None) is not None and t.topic_id.int and t.name
+    ]
+    if pairs:
+        ctx.learn_topic_names(pairs)
+
+
+def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What the response rewrite must do for one Metadata request."""
+
+    all_topics: bool = False
+    by_id: bool = False
+    request_keys: list[Any] = field(default_factory=list)
+    """Topic names (or ids) in request order; merge order of the response."""
+    denied: dict[Any, list[Any]] = field(default_factory=dict)
+    """Entries synthesized before forwarding (DESCRIBE / CREATE denied)."""
+    no_create: frozenset[str] = frozenset()
+    """Names lacking CREATE sent up with auto-creation off: missing ones become 29."""
+    forwarded: frozenset[str] = frozenset()
+    """Names sent upstream: the only broker entries a by-name answer may contain."""
+
+
+class MetadataHandler(ApiHandler):
+    api_key = 3
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        version = request.header.api_version
+        if body.topics is None or (version == 0 and not body.topics):
+            return Forward(rewrite=self._rewriter(request, ctx, _Plan(all_topics=True)))
+        if version < 12 and any(self._id_of(t) is not None for t in body.topics):
+            # handleTopicMetadataRequest: InvalidRequestException → getErrorResponse.
+            return Respond(self._error_response(request, body, ErrorCode.invalid_request))
+        ids = [i for t in body.topics if (i := self._id_of(t)) is not None]
+        if ids:
+            return self._by_id(request, ctx, body, ids)
+        if any(t.name is None for t in body.topics):
+            return Respond(self._error_response(request, body, ErrorCode.invalid_request))
+        return self._by_name(request, ctx, body)
+
+    @staticmethod
+    def _id_of(entry: Any) -> uuid.UUID | None:
+        topic_id = getattr(entry, "topic_id", None)
+        return topic_id if topic_id is not None and topic_id.int else None
+
+    def _topic_type(self, request: Request) -> type[Any]:
+        schema = codec.response_schema(3, request.header.api_version)
+        return codec.nested_type(schema, "topics")
+
+    def _entry(self, request: Request, code: ErrorCode, **values: Any) -> Any:
+        topic_type = self._topic_type(request)
+        if "topic_id" not in topic_type.__dataclass_fields__:
+            values.pop("topic_id", None)
+        if "is_internal" not in topic_type.__dataclass_fields__:
+            values.pop("is_internal", None)
+        return codec.make_entity(topic_type, code, partitions=(), **values)
+
+    def _error_response(self, request: Request, body: Any, code: ErrorCode) -> Any:
+        """``MetadataRequest.getErrorResponse``: every requested topic with the error."""
+        topics = tuple(
+            self._entry(
+                request,
+                code,
+                name=t.name or "",
+                topic_id=t.topic_id or ZERO_UUID,
+                is_internal=False,
+            )
+            for t in body.topics
+        )
+        return codec.make_entity(
+            codec.response_schema(3, request.header.api_version), code, topics=topics, brokers=()
+        )
+
+    def _by_id(self, request: Request, ctx: HandlerContext, body: Any, ids: list[Any]) -> Verdict:
+        request_type = type(body.topics[0])
+        distinct = list(dict.fromkeys(ids))
+        upstream = codec.replace(
+            body,
+            topics=tuple(request_type(topic_id=i, name=None) for i in distinct),
+            allow_auto_topic_creation=False,  # an id cannot be auto-created; be explicit
+        )
+        plan = _Plan(by_id=True, request_keys=distinct)
+        return Forward(request=upstream, rewrite=self._rewriter(request, ctx, plan))
+
+    def _by_name(self, request: Request, ctx: HandlerContext, body: Any) -> Verdict:
+        version = request.header.api_version
+        names: list[str] = [t.name for t in body.topics]
+        distinct = list(dict.fromkeys(names))  # Kafka works on a Set: reference count 1
+        allowed = filter_authorized(
+            ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, distinct
+        )
+        plan = _Plan(request_keys=names)
+        for name in distinct:
+            if name not in allowed:
+                plan.denied[name] = [
+                    self._entry(
+                        request,
+                        ErrorCode.topic_authorization_failed,
+                        name=name,
+                        topic_id=ZERO_UUID,
+                        is_internal=False,
+                    )
+                ]
+        describable = [n for n in distinct if n in allowed]
+        auto_create = version < 4 or bool(body.allow_auto_topic_creation)
+        no_create: set[str] = set()
+        if (
+            auto_create
+            and describable
+            and not is_allowed(ctx, request, AclOperation.CREATE, CLUSTER, log_if_denied=False)
+        ):
+            creatable = filter_authorized(
+                ctx,
+                request,
+                AclOperation.CREATE,
+                ResourceType.TOPIC,
+                describable,
+                log_if_denied=False,
+            )
+            no_create = {n for n in describable if n not in creatable}
+        forwarded = set(describable)
+        plan.forwarded = frozenset(forwarded)
+        if no_create and version < 4:
+            for name in no_create:  # cannot switch auto-creation off: never ask the broker
+                plan.denied[name] = [self._create_denied(request, name)]
+            forwarded -= no_create
+            plan.forwarded = frozenset(forwarded)
+        elif no_create:
+            plan.no_create = frozenset(no_create)
+        if not plan.denied and not plan.no_create:
+            return Forward(rewrite=self._rewriter(request, ctx, plan))
+        kept = tuple(t for t in body.topics if t.name in forwarded)
+        changes: dict[str, Any] = {"topics": kept}
+        if plan.no_create:
+            changes["allow_auto_topic_creation"] = False
+        upstream = codec.replace(body, **changes)
+        return Forward(request=upstream, rewrite=self._rewriter(request, ctx, plan))
+
+    def _create_denied(self, request: Request, name: str) -> Any:
+        """Kafka's unauthorizedForCreateTopicMetadata entry."""
+        return self._entry(
+            request,
+            ErrorCode.topic_authorization_failed,
+            name=name,
+            topic_id=ZERO_UUID,
+            is_internal=name in INTERNAL_TOPICS,
+        )
+
+    def _rewriter(self, request: Request, ctx: HandlerContext, plan: _Plan) -> Any:
+        body: Any = request.body
+        version = request.header.api_version
+        want_topic_ops = version >= 8 and bool(body.include_topic_authorized_operations)
+        want_cluster_ops = 8 <= version <= 10 and bool(body.include_cluster_authorized_operations)
+
+        def rewrite(response: Any) -> Any:
+            learn_topic_ids(ctx, response.topics)
+            response = _addresses.rewrite(response, ctx)
+            broker: list[Any] = list(response.topics)
+            described: set[int] = set()  # indexes of entries eligible for KIP-430 ops
+            if plan.all_topics:
+                visible = filter_authorized(
+                    ctx,
+                    request,
+                    AclOperation.DESCRIBE,
+                    ResourceType.TOPIC,
+                    [t.name for t in broker if t.name],
+                    log_if_denied=False,
+                )
+                broker = [t for t in broker if t.name in visible]
+                described = set(range(len(broker)))
+            elif plan.by_id:
+                broker = self._filter_by_id(request, ctx, plan, broker, described)
+            else:
+                # Only what was asked: a broker may read an empty list as "all topics" (Tansu
+                # does, even on v1+), and nothing unrequested may reach the client.
+                broker = [t for t in broker if t.name in plan.forwarded]
+                for i, t in enumerate(broker):
+                    if t.name in plan.no_create and t.error_code in _MISSING:
+                        broker[i] = self._create_denied(request, t.name)
+                    else:
+                        described.add(i)
+            changes: dict[str, Any] = {}
+            if 8 <= version <= 10:
+                cluster_ops = NOT_REQUESTED
+                if want_cluster_ops:
+                    cluster_ops = (
+                        ctx.authorized_operations(request, CLUSTER)
+                        if is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER)
+                        else 0
+                    )
+                if response.cluster_authorized_operations != cluster_ops:
+                    changes["cluster_authorized_operations"] = cluster_ops
+            if version >= 8:
+                for i, t in enumerate(broker):
+                    ops = NOT_REQUESTED
+                    if want_topic_ops and i in described:
+                        ops = ctx.authorized_operations(request, topic(t.name))
+                    if t.topic_authorized_operations != ops:
+                        broker[i] = codec.replace(t, topic_authorized_operations=ops)
+            if plan.all_topics:
+                topics: Sequence[Any] = broker
+            else:
+                key = (lambda t: t.topic_id) if plan.by_id else (lambda t: t.name)
+                topics = merge_in_request_order(plan.request_keys, plan.denied, broker, key)
+            if not _same(topics, response.topics):
+                changes["topics"] = tuple(topics)
+            return codec.replace(response, **changes) if changes else response
+
+        return rewrite
+
+    def _filter_by_id(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        plan: _Plan,
+        broker: list[Any],
+        described: set[int],
+    ) -> list[Any]:
+        """By-id answers: only the requested ids; resolved names need DESCRIBE (else 29 with
+        the name withheld), as ``unauthorizedForDescribeTopicMetadata`` with ``useTopicId``."""
+        wanted = set(plan.request_keys)
+        broker = [t for t in broker if t.topic_id in wanted]
+        named = [t.name for t in broker if t.name and t.error_code != ErrorCode.unknown_topic_id]
+        allowed = filter_authorized(
+            ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, list(dict.fromkeys(named))
+        )
+        out = []
+        for t in broker:
+            if t.error_code == ErrorCode.unknown_topic_id or not t.name:
+                out.append(t)
+            elif t.name not in allowed:
+                out.append(
+                    self._entry(
+                        request,
+                        ErrorCode.topic_authorization_failed,
+                        name=None,
+                        topic_id=t.topic_id,
+                        is_internal=False,
+                    )
+                )
+            else:
+                described.add(len(out))
+                out.append(t)
+        return out
+
+
+class DescribeTopicPartitionsHandler(ApiHandler):
+    """``DescribeTopicPartitionsRequestHandler``: cursor validation (42) first; DESCRIBE per
+    topic with ``logIfDenied=true`` even when listing all (then filtered silently); named
+    denied topics → (29, name, zero id, isInternal=false), appended after the described ones
+    as Kafka does; ``topicAuthorizedOperations`` always set on described topics.
+
+    A cursor naming a topic the principal may not DESCRIBE restarts that topic's listing at
+    partition 0 (Kafka's ``firstPartitionId`` reset). A ``next_cursor`` the broker sets on a
+    topic the principal may not DESCRIBE (possible only when listing all, since named denied
+    topics never reach the broker) would reveal its name: it is dropped, ending the listing
+    early — a deviation in completeness, never in confidentiality.
+    """
+
+    api_key = 75
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        cursor = body.cursor
+        cursor_name = cursor.topic_name if cursor is not None else ""
+        fetch_all = not body.topics
+        names = list(dict.fromkeys(t.name for t in body.topics if t.name >= cursor_name))
+        if cursor is not None and not fetch_all and cursor.topic_name not in names:
+            return Respond(self._error_response(request, body, ErrorCode.invalid_request))
+        schema = codec.response_schema(75, request.header.api_version)
+        topic_type = codec.nested_type(schema, "topics")
+        denied: list[Any] = []
+        changes: dict[str, Any] = {}
+        if not fetch_all:
+            allowed = filter_authorized(
+                ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, names
+            )
+            denied = [
+                codec.make_entity(
+                    topic_type,
+                    ErrorCode.topic_authorization_failed,
+                    name=n,
+                    topic_id=ZERO_UUID,
+                    is_internal=False,
+                    partitions=(),
+                )
+                for n in names
+                if n not in allowed
+            ]
+            kept = tuple(t for t in body.topics if t.name in allowed)
+            if len(kept) != len(body.topics):
+                changes["topics"] = kept
+        if cursor is not None and not is_allowed(
+            ctx, request, AclOperation.DESCRIBE, topic(cursor_name)
+        ):
+            if fetch_all:
+                changes["cursor"] = codec.replace(cursor, partition_index=0)
+            else:
+                changes["cursor"] = None  # kept names are all ≥ the cursor already
+        if not fetch_all and "topics" in changes and not changes["topics"]:
+            return Respond(codec.make_entity(schema, topics=tuple(denied)))
+        upstream = codec.replace(body, **changes) if changes else None
+        asked = frozenset(t.name for t in (upstream or body).topics)
+        return Forward(
+            request=upstream, rewrite=self._rewriter(request, ctx, fetch_all, denied, asked)
+        )
+
+    def _rewriter(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        fetch_all: bool,
+        denied: list[Any],
+        asked: frozenset[str],
+    ) -> Any:
+        def rewrite(response: Any) -> Any:
+            learn_topic_ids(ctx, response.topics)
+            topics = list(response.topics)
+            if not fetch_all:  # only what was asked (see Metadata)
+                topics = [t for t in topics if t.name in asked]
+            else:
+                visible = filter_authorized(
+                    ctx,
+                    request,
+                    AclOperation.DESCRIBE,
+                    ResourceType.TOPIC,
+                    [t.name for t in topics if t.name],
+                )
+                topics = [t for t in topics if t.name in visible]
+            for i, t in enumerate(topics):
+                ops = ctx.authorized_operations(request, topic(t.name)) if t.name else NOT_REQUESTED
+                if t.topic_authorized_operations != ops:
+                    topics[i] = codec.replace(t, topic_authorized_operations=ops)
+            topics += denied
+            changes: dict[str, Any] = {}
+            if not _same(topics, response.topics):
+                changes["topics"] = tuple(topics)
+            cursor = response.next_cursor
+            if (
+                fetch_all
+                and cursor is not None
+                and not is_allowed(
+                    ctx,
+                    request,
+                    AclOperation.DESCRIBE,
+                    topic(cursor.topic_name),
+                    log_if_denied=False,
+                )
+            ):
+                changes["next_cursor"] = None
+            return codec.replace(response, **changes) if changes else response
+
+        return rewrite
+
+    def _error_response(self, request: Request, body: Any, code: ErrorCode) -> Any:
+        """``DescribeTopicPartitionsRequest.getErrorResponse``: each requested name."""
+        schema = codec.response_schema(75, request.header.api_version)
+        topic_type = codec.nested_type(schema, "topics")
+        topics = tuple(
+            codec.make_entity(topic_type, code, name=t.name, topic_id=ZERO_UUID, partitions=())
+            for t in body.topics
+        )
+        return codec.make_entity(schema, topics=topics)
+
+
+HANDLERS: list[ApiHandler] = [MetadataHandler(), DescribeTopicPartitionsHandler()]

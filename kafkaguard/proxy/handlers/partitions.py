@@ -1,7 +1,236 @@
-"""Handlers of the partitions family (being written; see the registry for the rules)."""
+"""Per-partition topic APIs: ListOffsets (2), DeleteRecords (21), OffsetForLeaderEpoch (23),
+DescribeProducers (61).
+
+All four follow one pattern from ``KafkaApis``: one authorization decision per topic, every
+partition of a denied topic answered TOPIC_AUTHORIZATION_FAILED (29) without any existence
+check (spec §5.3), the authorized topics forwarded in a reduced request, and the denied entries
+merged back in the request's order. When nothing is authorized the proxy answers by itself.
+
+* ListOffsets — ``handleListOffsetRequestV1AndAbove``: DESCRIBE TOPIC per topic
+  (``partitionSeqByAuthorized``); denied partitions carry timestamp −1 and offset −1.
+* DeleteRecords — ``handleDeleteRecordsRequest``: DELETE TOPIC per topic; low watermark −1.
+* OffsetForLeaderEpoch — ``handleOffsetForLeaderEpochRequest``: CLUSTER_ACTION on the cluster
+  (``logIfDenied=false``) authorizes everything, else DESCRIBE TOPIC per topic.
+* DescribeProducers — ``handleDescribeProducersRequest``: topic-name validity first
+  (INVALID_TOPIC_EXCEPTION, 17, with ``Topic.validate``'s message), then **READ** TOPIC (not
+  DESCRIBE), one ``authorize`` call per topic entry; error messages as ``ApiError`` sets them.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
+from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.authz import (
+    CLUSTER,
+    filter_authorized,
+    is_allowed,
+    merge_in_request_order,
+    topic,
+)
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
+
+Denial = tuple[ErrorCode, str | None]
+"""An error code and, for schemas with a per-partition message, its text."""
+
+TOPIC_AUTHORIZATION_FAILED_MESSAGE = "Topic authorization failed."
+"""``Errors.TOPIC_AUTHORIZATION_FAILED.message()``, which ``new ApiError(error)`` copies."""
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_MAX_TOPIC_LENGTH = 249
+
+
+def topic_name_error(name: str) -> str | None:
+    """``org.apache.kafka.common.internals.Topic.validate``: the exception message, or None."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return 'Topic name cannot be "." or ".."'
+    if len(name) > _MAX_TOPIC_LENGTH:
+        return (
+            f"Topic name is illegal, it can't be longer than {_MAX_TOPIC_LENGTH} characters, "
+            f"topic name: {name}"
+        )
+    if not _LEGAL_TOPIC.fullmatch(name):
+        return (
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+class PerTopicHandler(ApiHandler):
+    """Decide per topic, strip denied topics, merge synthesized partition errors back.
+
+    Subclasses name the schema fields and implement :meth:`decide`.
+    """
+
+    decode_request = True
+    request_name: ClassVar[str] = "name"
+    request_partitions: ClassVar[str] = "partitions"
+    request_index: ClassVar[str | None] = "partition_index"
+    """``None`` when the request lists partitions as bare integers."""
+    response_name: ClassVar[str] = "name"
+    response_partitions: ClassVar[str] = "partitions"
+    response_index: ClassVar[str] = "partition_index"
+    denied_values: ClassVar[Mapping[str, Any]] = {}
+    """Fields Kafka sets on a denied partition besides index and error (e.g. offset −1)."""
+
+    def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
+        """Denied topic names (``names`` has one item per request topic entry)."""
+        raise NotImplementedError
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        names = [getattr(entry, self.request_name) for entry in body.topics]
+        denied = self.decide(request, ctx, names)
+        if not denied:
+            return FORWARD
+        entries = self._denied_entries(request, body, denied)
+        kept = tuple(e for e in body.topics if getattr(e, self.request_name) not in denied)
+        schema = codec.response_schema(self.api_key, request.header.api_version)
+        if not kept:
+            topics = merge_in_request_order(names, entries, (), self._response_key)
+            return Respond(codec.make_entity(schema, topics=topics))
+
+        asked = {getattr(e, self.request_name) for e in kept}
+
+        def merge(response: Any) -> Any:
+            broker = [t for t in response.topics if self._response_key(t) in asked]
+            merged = merge_in_request_order(names, entries, broker, self._response_key)
+            return codec.replace(response, topics=merged)
+
+        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
+
+    def _response_key(self, entry: Any) -> str:
+        name: str = getattr(entry, self.response_name)
+        return name
+
+    def _denied_entries(
+        self, request: Request, body: Any, denied: Mapping[str, Denial]
+    ) -> dict[str, list[Any]]:
+        schema = codec.response_schema(self.api_key, request.header.api_version)
+        topic_type = codec.nested_type(schema, "topics")
+        partition_type = codec.nested_type(topic_type, self.response_partitions)
+        fields = partition_type.__dataclass_fields__
+        extra = {k: v for k, v in self.denied_values.items() if k in fields}
+        out: dict[str, list[Any]] = {}
+        for entry in body.topics:
+            name = getattr(entry, self.request_name)
+            if name not in denied:
+                continue
+            code, message = denied[name]
+            values = dict(extra)
+            if message is not None and "error_message" in fields:
+                values["error_message"] = message
+            partitions = tuple(
+                codec.make_entity(
+                    partition_type,
+                    code,
+                    **{self.response_index: self._index(p)},
+                    **values,
+                )
+                for p in getattr(entry, self.request_partitions)
+            )
+            out.setdefault(name, []).append(
+                codec.make_entity(
+                    topic_type, **{self.response_name: name, self.response_partitions: partitions}
+                )
+            )
+        return out
+
+    def _index(self, partition: Any) -> int:
+        if self.request_index is None:
+            return int(partition)
+        return int(getattr(partition, self.request_index))
+
+
+def _denied_by_filter(
+    ctx: HandlerContext, request: Request, operation: AclOperation, names: list[str]
+) -> dict[str, Denial]:
+    """``partitionSeqByAuthorized`` / ``filterByAuthorized``: one action per distinct topic,
+    its reference count the number of request entries naming it."""
+    allowed = filter_authorized(ctx, request, operation, ResourceType.TOPIC, names)
+    return {n: (ErrorCode.topic_authorization_failed, None) for n in names if n not in allowed}
+
+
+class ListOffsetsHandler(PerTopicHandler):
+    """``KafkaApis.handleListOffsetRequestV1AndAbove`` (buildErrorResponse: timestamp and
+    offset −1)."""
+
+    api_key = 2
+    denied_values = {"timestamp": -1, "offset": -1}
+
+    def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
+        return _denied_by_filter(ctx, request, AclOperation.DESCRIBE, names)
+
+
+class DeleteRecordsHandler(PerTopicHandler):
+    """``KafkaApis.handleDeleteRecordsRequest`` (INVALID_LOW_WATERMARK = −1)."""
+
+    api_key = 21
+    denied_values = {"low_watermark": -1}
+
+    def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
+        return _denied_by_filter(ctx, request, AclOperation.DELETE, names)
+
+
+class OffsetForLeaderEpochHandler(PerTopicHandler):
+    """``KafkaApis.handleOffsetForLeaderEpochRequest``: CLUSTER_ACTION on the cluster (the
+    inter-broker use, logged only when allowed) or DESCRIBE per topic (KIP-320 consumers)."""
+
+    api_key = 23
+    request_name = "topic"
+    request_index = "partition"
+    response_name = "topic"
+    response_index = "partition"
+
+    def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
+        if is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER, log_if_denied=False):
+            return {}
+        return _denied_by_filter(ctx, request, AclOperation.DESCRIBE, names)
+
+
+class DescribeProducersHandler(PerTopicHandler):
+    """``KafkaApis.handleDescribeProducersRequest``: per topic entry, ``checkValidTopic``
+    (17) before READ (29); both carry ``ApiError``'s message."""
+
+    api_key = 61
+    request_partitions = "partition_indexes"
+    request_index = None
+
+    def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
+        denied: dict[str, Denial] = {}
+        for name in names:  # one check per entry, duplicates included, as Kafka does
+            invalid = topic_name_error(name)
+            if invalid is not None:
+                denied[name] = (ErrorCode.invalid_topic_exception, invalid)
+                continue
+            action = Action(AclOperation.READ, topic(name), 1, True, True)
+            if ctx.authorize(request, [action])[0] is not AuthorizationResult.ALLOWED:
+                denied[name] = (
+                    ErrorCode.topic_authorization_failed,
+                    TOPIC_AUTHORIZATION_FAILED_MESSAGE,
+                )
+        return denied
+
+
+HANDLERS: list[ApiHandler] = [
+    ListOffsetsHandler(),
+    DeleteRecordsHandler(),
+    OffsetForLeaderEpochHandler(),
+    DescribeProducersHandler(),
+]

@@ -1,7 +1,342 @@
-"""Handlers of the topics admin family (being written; see the registry for the rules)."""
+"""Topic administration: CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
+
+In KRaft these are forwarded by the broker to the controller, which authorizes them in
+``ControllerApis.createTopics`` / ``deleteTopics`` / ``createPartitions``; the checks, codes
+and messages below follow those methods. Kafka answers them as unordered collections
+(DeleteTopics even shuffles its results); the proxy keeps the request's order.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
+from uuid import UUID
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.authz import (
+    CLUSTER,
+    filter_authorized,
+    is_allowed,
+    merge_in_request_order,
+)
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
+
+_T = TypeVar("_T")
+
+ERROR_MESSAGES: dict[ErrorCode, str] = {
+    # ``Errors.message()`` — what ``new ApiError(error)`` puts in errorMessage fields.
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+    ErrorCode.unknown_topic_id: "This server does not host this topic ID.",
+    ErrorCode.invalid_request: (
+        "This most likely occurs because of a request being malformed by the client library"
+        " or the message was sent to an incompatible broker. See the broker logs for more"
+        " details."
+    ),
+}
+
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+_ZERO = UUID(int=0)
+
+
+def entity(cls: type[_T], error_code: ErrorCode = ErrorCode.none, **values: Any) -> _T:
+    """``codec.make_entity`` for any version: values for fields the version lacks (e.g.
+    ``error_message`` before it existed) are dropped, so one call serves every version."""
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return codec.make_entity(cls, error_code, **{k: v for k, v in values.items() if k in known})
+
+
+def duplicates(names: Iterable[_T]) -> set[_T]:
+    return {name for name, count in Counter(names).items() if count > 1}
+
+
+def first_seen(names: Iterable[_T]) -> list[_T]:
+    return list(dict.fromkeys(names))
+
+
+class CreateTopicsHandler(ApiHandler):
+    """``ControllerApis.createTopics`` (+ ``ReplicationControlManager.createTopic``).
+
+    Duplicate names → 42 "Duplicate topic name." and ``__cluster_metadata`` → 42, both before
+    any check. Then CREATE on the cluster (logIfDenied=false) authorizes every name, else
+    CREATE per name → 29 "Authorization failed." (no existence check: never 36 to an
+    unauthorized client). Independently DESCRIBE_CONFIGS per name (logIfDenied=false): a
+    created topic without it keeps its id but gets ``topicConfigErrorCode=29`` and no
+    configs, numPartitions/replicationFactor -1 — the proxy rewrites the broker's entry so.
+    Topic ids in the answer (v7) feed the proxy's id → name cache.
+    """
+
+    api_key = 19
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        names = [t.name for t in body.topics]
+        dup = duplicates(names)
+        candidates = [n for n in first_seen(names) if n not in dup and n != CLUSTER_METADATA_TOPIC]
+        cluster_ok = is_allowed(ctx, request, AclOperation.CREATE, CLUSTER, log_if_denied=False)
+        authorized = (
+            set(candidates)
+            if cluster_ok
+            else filter_authorized(
+                ctx, request, AclOperation.CREATE, ResourceType.TOPIC, candidates
+            )
+        )
+        describable = filter_authorized(
+            ctx,
+            request,
+            AclOperation.DESCRIBE_CONFIGS,
+            ResourceType.TOPIC,
+            candidates,
+            log_if_denied=False,
+        )
+        schema = codec.response_schema(19, request.header.api_version)
+        result_type = codec.nested_type(schema, "topics")
+        local: dict[str, list[Any]] = {}
+        for name in first_seen(names):
+            if name in dup:
+                code, message = ErrorCode.invalid_request, "Duplicate topic name."
+            elif name == CLUSTER_METADATA_TOPIC:
+                code = ErrorCode.invalid_request
+                message = f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."
+            elif name not in authorized:
+                code, message = ErrorCode.topic_authorization_failed, "Authorization failed."
+            else:
+                continue
+            local[name] = [entity(result_type, code, name=name, error_message=message, configs=())]
+
+        def rewrite(response: Any) -> Any:
+            topics = tuple(_hide_configs(t, describable) for t in response.topics)
+            ctx.learn_topic_names(
+                (t.topic_id, t.name)
+                for t in topics
+                if getattr(t, "topic_id", None) and t.error_code == ErrorCode.none
+            )
+            if local:
+                topics = merge_in_request_order(names, local, topics, lambda t: t.name)
+            elif all(a is b for a, b in zip(topics, response.topics, strict=True)):
+                return response
+            return codec.replace(response, topics=topics)
+
+        if not local:
+            return Forward(rewrite=rewrite)
+        kept = tuple(t for t in body.topics if t.name not in local)
+        if not kept:
+            return Respond(rewrite(entity(schema, topics=())))
+        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
+
+
+def _hide_configs(result: Any, describable: set[str]) -> Any:
+    """Without DESCRIBE_CONFIGS Kafka leaves numPartitions/replicationFactor at -1 and the
+    configs empty, and flags a created topic with ``topicConfigErrorCode=29``."""
+    if result.name in describable or not hasattr(result, "configs"):
+        return result
+    config_code = (
+        ErrorCode.topic_authorization_failed
+        if result.error_code == ErrorCode.none
+        else result.topic_config_error_code
+    )
+    hidden = {
+        "configs": (),
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "topic_config_error_code": config_code,
+    }
+    if all(getattr(result, k) == v for k, v in hidden.items()):
+        return result
+    return codec.replace(result, **hidden)
+
+
+class DeleteTopicsHandler(ApiHandler):
+    """``ControllerApis.deleteTopics``.
+
+    DELETE on the cluster (logIfDenied=false) authorizes every topic; else DESCRIBE and then
+    DELETE are filtered over all names (by name or resolved from ids). Before authorization:
+    duplicate names/ids, an entry with both a name and an id, or with neither → 42.
+
+    By name: no DESCRIBE → 29 without existence check. DESCRIBE without DELETE → 29.
+    Deviation: Kafka answers 3 there when the topic does not exist; the proxy cannot tell
+    without asking the broker, and asking would make the answer depend on a second round
+    trip the broker's own check does not have, so it answers 29 — the principal can
+    DESCRIBE the topic, so nothing is revealed that Metadata would not tell it.
+
+    By id (v6): an id the proxy never saw in a broker response → 100 (never forwarded);
+    a known id without DELETE → 29, with the name only if the principal may DESCRIBE it.
+    ``delete.topic.enable=false`` (73/42) is the broker's to answer for what is forwarded;
+    fully denied requests get the authorization errors instead.
+    """
+
+    api_key = 20
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        by_id = request.header.api_version >= 6
+        items: list[tuple[str | None, UUID | None]] = (
+            [(t.name, _nonzero(t.topic_id)) for t in body.topics]
+            if by_id
+            else [(n, None) for n in body.topic_names]
+        )
+        cluster_ok = is_allowed(ctx, request, AclOperation.DELETE, CLUSTER, log_if_denied=False)
+        dup_names = duplicates(n for n, i in items if n is not None and i is None)
+        dup_ids = duplicates(i for n, i in items if n is None and i is not None)
+        resolved = {i: ctx.topic_name(i) for n, i in items if n is None and i is not None}
+        to_check = first_seen(
+            [n for n, i in items if n is not None and i is None and n not in dup_names]
+            + [name for i, name in resolved.items() if i not in dup_ids and name is not None]
+        )
+        if cluster_ok:
+            describable = deletable = set(to_check)
+        else:
+            describable = filter_authorized(
+                ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, to_check
+            )
+            deletable = filter_authorized(
+                ctx, request, AclOperation.DELETE, ResourceType.TOPIC, to_check
+            )
+
+        schema = codec.response_schema(20, request.header.api_version)
+        result_type = codec.nested_type(schema, "responses")
+        answers: list[Any | None] = []  # per request item: a local entry, or None = forward
+        emitted: set[tuple[str | None, UUID | None]] = set()
+
+        def answer(name: str | None, topic_id: UUID | None, code: ErrorCode, msg: str) -> Any:
+            if (name, topic_id) in emitted:  # one entry per duplicated name/id, like Kafka
+                return ()
+            emitted.add((name, topic_id))
+            return entity(result_type, code, name=name, topic_id=topic_id, error_message=msg)
+
+        invalid = ErrorCode.invalid_request
+        denied = ErrorCode.topic_authorization_failed
+        for name, topic_id in items:
+            if name is not None and topic_id is not None:
+                a = answer(
+                    name, topic_id, invalid, "You may not specify both topic name and topic id."
+                )
+            elif name is None and topic_id is None:
+                a = answer(None, None, invalid, "Neither topic name nor id were specified.")
+            elif name is not None:
+                if name in dup_names:
+                    a = answer(name, None, invalid, "Duplicate topic name.")
+                elif name not in describable or name not in deletable:
+                    a = answer(name, None, denied, ERROR_MESSAGES[denied])
+                else:
+                    a = None
+            elif topic_id in dup_ids:
+                a = answer(None, topic_id, invalid, "Duplicate topic id.")
+            elif (known := resolved.get(topic_id or _ZERO)) is None:
+                code = ErrorCode.unknown_topic_id
+                a = answer(None, topic_id, code, ERROR_MESSAGES[code])
+            elif known not in deletable:
+                shown = known if known in describable else None
+                a = answer(shown, topic_id, denied, ERROR_MESSAGES[denied])
+            else:
+                a = None
+            answers.append(a)
+
+        if all(a is None for a in answers):
+            return FORWARD
+        forwarded = [it for it, a in zip(items, answers, strict=True) if a is None]
+
+        def merge(response: Any) -> Any:
+            return codec.replace(
+                response, responses=_merge_deletions(items, answers, response.responses)
+            )
+
+        if not forwarded:
+            return Respond(merge(entity(schema, responses=())))
+        if by_id:
+            kept = tuple(t for t, a in zip(body.topics, answers, strict=True) if a is None)
+            reduced = codec.replace(body, topics=kept)
+        else:
+            reduced = codec.replace(body, topic_names=tuple(n for n, _ in forwarded))
+        return Forward(request=reduced, rewrite=merge)
+
+
+def _nonzero(topic_id: UUID | None) -> UUID | None:
+    return topic_id if topic_id is not None and topic_id.int != 0 else None
+
+
+def _merge_deletions(
+    items: Sequence[tuple[str | None, UUID | None]],
+    answers: Sequence[Any | None],
+    broker: Sequence[Any],
+) -> tuple[Any, ...]:
+    """Local answers and the broker's results in request order; a forwarded item is matched
+    by name (named deletions) or by id (deletions by id)."""
+    pending = list(broker)
+    merged: list[Any] = []
+    for (name, topic_id), local in zip(items, answers, strict=True):
+        if local is not None:
+            if local != ():
+                merged.append(local)
+            continue
+        for index, result in enumerate(pending):
+            if (topic_id is None and result.name == name) or (
+                topic_id is not None and getattr(result, "topic_id", None) == topic_id
+            ):
+                merged.append(pending.pop(index))
+                break
+    return tuple(merged + pending)
+
+
+class CreatePartitionsHandler(ApiHandler):
+    """``ControllerApis.createPartitions``: duplicate names → 42 "Duplicate topic name."
+    (never authorized), then ALTER per distinct topic → 29 (no message); the rest is
+    forwarded and the broker checks existence."""
+
+    api_key = 37
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        names = [t.name for t in body.topics]
+        dup = duplicates(names)
+        unique = [n for n in first_seen(names) if n not in dup]
+        allowed = filter_authorized(ctx, request, AclOperation.ALTER, ResourceType.TOPIC, unique)
+        schema = codec.response_schema(37, request.header.api_version)
+        result_type = codec.nested_type(schema, "results")
+        local: dict[str, list[Any]] = {}
+        for name in first_seen(names):
+            if name in dup:
+                local[name] = [
+                    entity(
+                        result_type,
+                        ErrorCode.invalid_request,
+                        name=name,
+                        error_message="Duplicate topic name.",
+                    )
+                ]
+            elif name not in allowed:
+                local[name] = [entity(result_type, ErrorCode.topic_authorization_failed, name=name)]
+        if not local:
+            return FORWARD
+
+        def merge(response: Any) -> Any:
+            results = merge_in_request_order(names, local, response.results, lambda r: r.name)
+            return codec.replace(response, results=results)
+
+        kept = tuple(t for t in body.topics if t.name not in local)
+        if not kept:
+            return Respond(merge(entity(schema, results=())))
+        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
+
+
+HANDLERS: list[ApiHandler] = [
+    CreateTopicsHandler(),
+    DeleteTopicsHandler(),
+    CreatePartitionsHandler(),
+]

@@ -1,7 +1,366 @@
-"""Handlers of the transactions family (being written; see the registry for the rules)."""
+"""The transactions family: InitProducerId (22), AddPartitionsToTxn (24), AddOffsetsToTxn
+(25), EndTxn (26), TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66).
+
+Each handler mirrors the ``KafkaApis.handleXxx`` method named in its docstring (Kafka 4.x,
+KRaft). Whole-request denials are built like the request's ``getErrorResponse``; partial ones
+forward only the authorized items and merge the proxy's entries back in request order.
+"""
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import ApiHandler
+from collections.abc import Callable
+from typing import Any
 
-HANDLERS: list[ApiHandler] = []
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
+from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.authz import (
+    CLUSTER,
+    filter_authorized,
+    group,
+    is_allowed,
+    merge_in_request_order,
+    topic,
+    transactional_id,
+)
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    ApiHandler,
+    Forward,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
+from kafkaguard.proxy.handlers.topics_admin import entity
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+"""``Topic.isInternal``: never authorized in AddPartitionsToTxn v0–3."""
+
+
+def _whole(request: Request, code: ErrorCode, **values: Any) -> Respond:
+    """A response with the top-level ``error_code`` (§5.2) and nothing else of substance."""
+    api_key, version = request.header.api_key, request.header.api_version
+    return Respond(entity(codec.response_schema(api_key, version), code, **values))
+
+
+class InitProducerIdHandler(ApiHandler):
+    """``KafkaApis.handleInitProducerIdRequest``.
+
+    Transactional: WRITE on the TransactionalId, then (KIP-939, v6 ``enable2Pc``)
+    TWO_PHASE_COMMIT on it → 53. Idempotent (null id): IDEMPOTENT_WRITE on the cluster
+    (logIfDenied=false) or, failing that, WRITE on *any* topic via ``authorizeByResourceType``
+    (KIP-679) → 31. The error response is ``InitProducerIdRequest.getErrorResponse``:
+    producerId -1, producerEpoch -1.
+    """
+
+    api_key = 22
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        txn_id = body.transactional_id
+        if txn_id is not None:
+            if not is_allowed(ctx, request, AclOperation.WRITE, transactional_id(txn_id)):
+                return self._deny(request, ErrorCode.transactional_id_authorization_failed)
+            if getattr(body, "enable2_pc", False) and not is_allowed(
+                ctx, request, AclOperation.TWO_PHASE_COMMIT, transactional_id(txn_id)
+            ):
+                return self._deny(request, ErrorCode.transactional_id_authorization_failed)
+            return FORWARD
+        if is_allowed(
+            ctx, request, AclOperation.IDEMPOTENT_WRITE, CLUSTER, log_if_denied=False
+        ) or (
+            ctx.authorize_by_resource_type(request, AclOperation.WRITE, ResourceType.TOPIC)
+            is AuthorizationResult.ALLOWED
+        ):
+            return FORWARD
+        return self._deny(request, ErrorCode.cluster_authorization_failed)
+
+    @staticmethod
+    def _deny(request: Request, code: ErrorCode) -> Respond:
+        return _whole(request, code, producer_id=-1, producer_epoch=-1)
+
+
+class AddPartitionsToTxnHandler(ApiHandler):
+    """``KafkaApis.handleAddPartitionsToTxnRequest``.
+
+    v0–3 (clients): WRITE on the TransactionalId (53 on every partition), then WRITE on each
+    topic (``filterByAuthorized`` over partitions, so the reference count is the topic's
+    partition count); internal topics are never authorized (no check, always 29). The
+    transaction is all-or-nothing: with any denial the proxy answers 29 on the denied
+    partitions and 55 OPERATION_NOT_ATTEMPTED on all others, without the broker.
+    Deviation: an authorized partition that does not exist would get 3 from Kafka in that
+    case; the proxy cannot know existence and answers 55 (the request fails either way).
+
+    v4+ (broker-to-broker verification batches): CLUSTER_ACTION on the cluster, 31 in the
+    top-level error (``AddPartitionsToTxnRequest.getErrorResponse``).
+    """
+
+    api_key = 24
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        if request.header.api_version >= 4:
+            if is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
+                return FORWARD
+            return _whole(request, ErrorCode.cluster_authorization_failed)
+        topics = body.v3_and_below_topics
+        if not is_allowed(
+            ctx, request, AclOperation.WRITE, transactional_id(body.v3_and_below_transactional_id)
+        ):
+            code = ErrorCode.transactional_id_authorization_failed
+            return Respond(self._response(request, topics, lambda _: code))
+        allowed = filter_authorized(
+            ctx,
+            request,
+            AclOperation.WRITE,
+            ResourceType.TOPIC,
+            [t.name for t in topics if t.name not in INTERNAL_TOPICS for _ in t.partitions],
+        )
+        if all(t.name in allowed for t in topics if t.partitions):  # no partition, no check
+            return FORWARD
+        return Respond(
+            self._response(
+                request,
+                topics,
+                lambda name: (
+                    ErrorCode.none if name in allowed else ErrorCode.topic_authorization_failed
+                ),
+            )
+        )
+
+    @staticmethod
+    def _response(request: Request, topics: Any, code_of: Callable[[str], ErrorCode]) -> Any:
+        """``AddPartitionsToTxnResponse.resultForTransaction``: one entry per topic."""
+        schema = codec.response_schema(24, request.header.api_version)
+        topic_type = codec.nested_type(schema, "results_by_topic_v3_and_below")
+        partition_type = codec.nested_type(topic_type, "results_by_partition")
+        partitions: dict[str, dict[int, None]] = {}
+        for t in topics:
+            partitions.setdefault(t.name, {}).update(dict.fromkeys(t.partitions))
+        results = []
+        for name, indexes in partitions.items():
+            code = code_of(name)
+            if code is ErrorCode.none:
+                code = ErrorCode.operation_not_attempted
+            results.append(
+                entity(
+                    topic_type,
+                    name=name,
+                    results_by_partition=tuple(
+                        entity(partition_type, code, partition_index=p) for p in indexes
+                    ),
+                )
+            )
+        return entity(schema, results_by_topic_v3_and_below=tuple(results))
+
+
+class AddOffsetsToTxnHandler(ApiHandler):
+    """``KafkaApis.handleAddOffsetsToTxnRequest``: WRITE TransactionalId (53), then READ
+    on the group (30); top-level error code."""
+
+    api_key = 25
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        if not is_allowed(
+            ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)
+        ):
+            return _whole(request, ErrorCode.transactional_id_authorization_failed)
+        if not is_allowed(ctx, request, AclOperation.READ, group(body.group_id)):
+            return _whole(request, ErrorCode.group_authorization_failed)
+        return FORWARD
+
+
+class EndTxnHandler(ApiHandler):
+    """``KafkaApis.handleEndTxnRequest``: WRITE TransactionalId → 53 (top level; v5's
+    producerId/epoch stay -1 as in ``EndTxnRequest.getErrorResponse``)."""
+
+    api_key = 26
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        if not is_allowed(
+            ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)
+        ):
+            return _whole(request, ErrorCode.transactional_id_authorization_failed)
+        return FORWARD
+
+
+class TxnOffsetCommitHandler(ApiHandler):
+    """``KafkaApis.handleTxnOffsetCommitRequest`` (4.x): WRITE TransactionalId (53 on every
+    partition), READ group (30 on every partition) — both before any topic, so a principal
+    without them learns nothing about topics — then READ per topic (``filterByAuthorized``
+    over topic entries) → 29 on that topic's partitions; the rest is forwarded. Authorized
+    but missing topics get 3 from the broker."""
+
+    api_key = 28
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        if not is_allowed(
+            ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)
+        ):
+            return self._all(request, body, ErrorCode.transactional_id_authorization_failed)
+        if not is_allowed(ctx, request, AclOperation.READ, group(body.group_id)):
+            return self._all(request, body, ErrorCode.group_authorization_failed)
+        allowed = filter_authorized(
+            ctx, request, AclOperation.READ, ResourceType.TOPIC, [t.name for t in body.topics]
+        )
+        denied = {t.name for t in body.topics if t.name not in allowed}
+        if not denied:
+            return FORWARD
+        entries = self._entries(request, body, denied, ErrorCode.topic_authorization_failed)
+        keys = [t.name for t in body.topics]
+        kept = tuple(t for t in body.topics if t.name in allowed)
+        if not kept:
+            return Respond(self._response(request, keys, entries, ()))
+
+        def merge(response: Any) -> Any:
+            topics = merge_in_request_order(keys, entries, response.topics, lambda t: t.name)
+            return codec.replace(response, topics=topics)
+
+        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
+
+    def _all(self, request: Request, body: Any, code: ErrorCode) -> Respond:
+        """``TxnOffsetCommitRequest.getErrorResponse``: the code on every partition."""
+        names = {t.name for t in body.topics}
+        keys = [t.name for t in body.topics]
+        return Respond(self._response(request, keys, self._entries(request, body, names, code), ()))
+
+    @staticmethod
+    def _entries(
+        request: Request, body: Any, names: set[str], code: ErrorCode
+    ) -> dict[str, list[Any]]:
+        schema = codec.response_schema(28, request.header.api_version)
+        topic_type = codec.nested_type(schema, "topics")
+        partition_type = codec.nested_type(topic_type, "partitions")
+        out: dict[str, list[Any]] = {}
+        for t in body.topics:
+            if t.name in names:
+                partitions = tuple(
+                    entity(partition_type, code, partition_index=p.partition_index)
+                    for p in t.partitions
+                )
+                out.setdefault(t.name, []).append(
+                    entity(topic_type, name=t.name, partitions=partitions)
+                )
+        return out
+
+    @staticmethod
+    def _response(
+        request: Request, keys: list[str], entries: dict[str, list[Any]], broker: Any
+    ) -> Any:
+        schema = codec.response_schema(28, request.header.api_version)
+        topics = merge_in_request_order(keys, entries, broker, lambda t: t.name)
+        return entity(schema, topics=topics)
+
+
+class DescribeTransactionsHandler(ApiHandler):
+    """``KafkaApis.handleDescribeTransactionsRequest``: DESCRIBE on each TransactionalId
+    (one check per occurrence) → 53 for that id; the broker describes the others, and in
+    its answer each topic of a state is kept only with DESCRIBE on the topic (silently
+    removed otherwise). Deviation: Kafka interleaves the id and topic checks per id; the
+    proxy makes the topic checks when the broker's answer arrives."""
+
+    api_key = 65
+    decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        body: Any = request.body
+        ids = list(body.transactional_ids)
+        actions = [Action(AclOperation.DESCRIBE, transactional_id(i)) for i in ids]
+        results = ctx.authorize(request, actions) if actions else []
+        allowed = [i for i, r in zip(ids, results, strict=True) if r is AuthorizationResult.ALLOWED]
+        schema = codec.response_schema(65, request.header.api_version)
+        state_type = codec.nested_type(schema, "transaction_states")
+        denied: dict[str, list[Any]] = {}
+        for i, r in zip(ids, results, strict=True):
+            if r is not AuthorizationResult.ALLOWED:
+                denied.setdefault(i, []).append(
+                    entity(
+                        state_type,
+                        ErrorCode.transactional_id_authorization_failed,
+                        transactional_id=i,
+                    )
+                )
+
+        def rewrite(response: Any) -> Any:
+            states = _filter_state_topics(request, ctx, response.transaction_states)
+            if denied:
+                states = merge_in_request_order(ids, denied, states, lambda s: s.transactional_id)
+            if states is response.transaction_states:
+                return response
+            return codec.replace(response, transaction_states=states)
+
+        if not allowed:
+            states = merge_in_request_order(ids, denied, (), lambda s: s.transactional_id)
+            return Respond(entity(schema, transaction_states=states))
+        if not denied:
+            return Forward(rewrite=rewrite)
+        return Forward(
+            request=codec.replace(body, transactional_ids=tuple(allowed)), rewrite=rewrite
+        )
+
+
+def _filter_state_topics(request: Request, ctx: HandlerContext, states: Any) -> Any:
+    """Drop every topic of every state the principal may not DESCRIBE; ``states`` itself
+    when nothing was dropped."""
+    actions = [Action(AclOperation.DESCRIBE, topic(t.topic)) for s in states for t in s.topics]
+    if not actions:
+        return states
+    results = iter(ctx.authorize(request, actions))
+    out = []
+    changed = False
+    for s in states:
+        kept = tuple(t for t in s.topics if next(results) is AuthorizationResult.ALLOWED)
+        if len(kept) != len(s.topics):
+            s = codec.replace(s, topics=kept)
+            changed = True
+        out.append(s)
+    return tuple(out) if changed else states
+
+
+class ListTransactionsHandler(ApiHandler):
+    """``KafkaApis.handleListTransactionsRequest``: no check up front; each returned state
+    is kept only with DESCRIBE on its TransactionalId (filtered, never an error)."""
+
+    api_key = 66
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        def rewrite(response: Any) -> Any:
+            states = response.transaction_states
+            if not states:
+                return response
+            results = ctx.authorize(
+                request,
+                [
+                    Action(AclOperation.DESCRIBE, transactional_id(s.transactional_id))
+                    for s in states
+                ],
+            )
+            kept = tuple(
+                s for s, r in zip(states, results, strict=True) if r is AuthorizationResult.ALLOWED
+            )
+            if len(kept) == len(states):
+                return response
+            return codec.replace(response, transaction_states=kept)
+
+        return Forward(rewrite=rewrite)
+
+
+HANDLERS: list[ApiHandler] = [
+    InitProducerIdHandler(),
+    AddPartitionsToTxnHandler(),
+    AddOffsetsToTxnHandler(),
+    EndTxnHandler(),
+    TxnOffsetCommitHandler(),
+    DescribeTransactionsHandler(),
+    ListTransactionsHandler(),
+]

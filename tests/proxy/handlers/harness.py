@@ -10,11 +10,13 @@ tests can assert Kafka's check order and log flags.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
 from kafkaguard.policy.authorizer import (
+    AclCreateResult,
+    AclDeleteResult,
     Action,
     AuthorizationResult,
     RequestContext,
@@ -25,6 +27,7 @@ from kafkaguard.policy.config import AuthorizerConfig, parse_super_users
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     KafkaPrincipal,
@@ -124,6 +127,19 @@ class HandlerHarness:
         return operations_bitfield(
             self.authorizer.authorized_operations(self._context(request), resource)
         )
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        return self.authorizer.acls(acl_filter)
+
+    def create_acls(
+        self, request: Request, bindings: Sequence[AclBinding]
+    ) -> Awaitable[list[AclCreateResult]]:
+        return self.authorizer.create_acls(self._context(request), bindings)
+
+    def delete_acls(
+        self, request: Request, filters: Sequence[AclBindingFilter]
+    ) -> Awaitable[list[AclDeleteResult]]:
+        return self.authorizer.delete_acls(self._context(request), filters)
 
     def topic_name(self, topic_id: UUID) -> str | None:
         return self.topic_names.get(topic_id)

@@ -1,0 +1,238 @@
+"""Configs (ConfigHelper.handleDescribeConfigsRequest, ConfigAdminManager.preprocess +
+ControllerApis.authorizeAlterResource) driven without sockets."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.alter_configs.v1 import request as ac_req
+from kio.schema.describe_configs.v4 import request as dc_req
+from kio.schema.describe_configs.v4 import response as dc_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1 import request as iac_req
+from kio.schema.incremental_alter_configs.v1 import response as iac_resp
+
+from kafkaguard.proxy.handlers.base import Forward, Respond
+
+from .harness import HandlerHarness, acl
+
+ALICE = "User:alice"
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
+
+
+def describe(*resources: tuple[int, str]) -> Any:
+    return dc_req.DescribeConfigsRequest(
+        resources=tuple(
+            dc_req.DescribeConfigsResource(
+                resource_type=t, resource_name=n, configuration_keys=None
+            )
+            for t, n in resources
+        ),
+        include_synonyms=False,
+        include_documentation=False,
+    )
+
+
+def described(*resources: tuple[int, str]) -> Any:
+    return dc_resp.DescribeConfigsResponse(
+        throttle_time=timedelta(0),
+        results=tuple(
+            dc_resp.DescribeConfigsResult(
+                error_code=ErrorCode.none,
+                error_message=None,
+                resource_type=t,
+                resource_name=n,
+                configs=(),
+            )
+            for t, n in resources
+        ),
+    )
+
+
+def codes(results: Any) -> list[tuple[int, str, int]]:
+    return [(int(r.resource_type), r.resource_name, int(r.error_code)) for r in results]
+
+
+def test_describe_configs_per_resource_type_codes_in_order() -> None:
+    h = HandlerHarness(
+        [
+            acl(ALICE, "DESCRIBE_CONFIGS", "TOPIC", "t1"),
+            acl(ALICE, "DESCRIBE_CONFIGS", "GROUP", "g1"),
+        ]
+    )
+    body = describe((BROKER, "1"), (TOPIC, "t1"), (TOPIC, "t2"), (GROUP, "g1"), (GROUP, "g2"))
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    assert [r.resource_name for r in h.forwarded_body(verdict, body).resources] == ["t1", "g1"]
+    response = h.complete(verdict, described((TOPIC, "t1"), (GROUP, "g1")))
+    assert codes(response.results) == [
+        (BROKER, "1", 31),
+        (TOPIC, "t1", 0),
+        (TOPIC, "t2", 29),
+        (GROUP, "g1", 0),
+        (GROUP, "g2", 30),
+    ]
+    assert response.results[2].error_message == "Topic authorization failed."
+    assert h.checked()[0] == ("DESCRIBE_CONFIGS", "CLUSTER", "kafka-cluster", "DENIED")
+
+
+def test_describe_configs_broker_logger_and_client_metrics_need_the_cluster() -> None:
+    h = HandlerHarness([acl(ALICE, "DESCRIBE_CONFIGS", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(describe((BROKER_LOGGER, "1"), (CLIENT_METRICS, "m")))
+    assert isinstance(verdict, Forward) and verdict.request is None
+    verdict = HandlerHarness([]).send(describe((BROKER_LOGGER, "1"), (CLIENT_METRICS, "m")))
+    assert isinstance(verdict, Respond)
+    assert codes(verdict.response.results) == [(BROKER_LOGGER, "1", 31), (CLIENT_METRICS, "m", 31)]
+
+
+def test_describe_configs_unknown_type_fails_the_whole_request() -> None:
+    h = HandlerHarness([acl(ALICE, "DESCRIBE_CONFIGS", "TOPIC", "*")])
+    verdict = h.send(describe((TOPIC, "t"), (99, "x"), (TOPIC, "u")))
+    assert isinstance(verdict, Respond)
+    assert codes(verdict.response.results) == [(TOPIC, "t", 42), (99, "x", 42), (TOPIC, "u", 42)]
+    # Checks before the bad resource were made (Kafka's partition stops at the exception).
+    assert [n for _, _, n, _ in h.checked()] == ["t"]
+
+
+def incremental(*resources: tuple[int, str, tuple[tuple[str, int, str | None], ...]]) -> Any:
+    return iac_req.IncrementalAlterConfigsRequest(
+        resources=tuple(
+            iac_req.AlterConfigsResource(
+                resource_type=t,
+                resource_name=n,
+                configs=tuple(
+                    iac_req.AlterableConfig(name=k, config_operation=op, value=v)
+                    for k, op, v in configs
+                ),
+            )
+            for t, n, configs in resources
+        ),
+        validate_only=False,
+    )
+
+
+def altered(*resources: tuple[int, str]) -> Any:
+    return iac_resp.IncrementalAlterConfigsResponse(
+        throttle_time=timedelta(0),
+        responses=tuple(
+            iac_resp.AlterConfigsResourceResponse(
+                error_code=ErrorCode.none, error_message=None, resource_type=t, resource_name=n
+            )
+            for t, n in resources
+        ),
+    )
+
+
+SET = (("retention.ms", 0, "1"),)
+
+
+def test_incremental_alter_configs_per_resource() -> None:
+    h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "TOPIC", "t1")])
+    body = incremental(
+        (TOPIC, "t1", SET), (TOPIC, "t2", SET), (GROUP, "g", SET), (CLIENT_METRICS, "m", SET)
+    )
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    assert [r.resource_name for r in h.forwarded_body(verdict, body).resources] == ["t1"]
+    response = h.complete(verdict, altered((TOPIC, "t1")))
+    assert codes(response.responses) == [
+        (TOPIC, "t1", 0),
+        (TOPIC, "t2", 29),
+        (GROUP, "g", 30),
+        (CLIENT_METRICS, "m", 31),
+    ]
+    assert response.responses[3].error_message == "Cluster authorization failed."
+
+
+def test_incremental_alter_configs_prechecks_come_before_authorization() -> None:
+    h = HandlerHarness([])
+    verdict = h.send(
+        incremental(
+            (TOPIC, "dup", SET),
+            (TOPIC, "keys", (("a", 0, "1"), ("a", 0, "2"))),
+            (TOPIC, "null", (("a", 0, None), ("b", 1, None))),
+            (TOPIC, "dup", SET),
+            (64, "x", SET),
+        )
+    )
+    assert isinstance(verdict, Respond)
+    got = [
+        (r.resource_name, int(r.error_code), r.error_message) for r in verdict.response.responses
+    ]
+    assert got == [
+        ("dup", 42, "Each resource must appear at most once."),
+        ("dup", 42, "Each resource must appear at most once."),
+        ("keys", 42, "Error due to duplicate config keys"),
+        ("null", 42, "Null value not supported for : a"),
+        ("x", 42, "Unknown resource type 64"),
+    ]
+    assert h.checked() == []
+
+
+def test_incremental_broker_logger_is_authorized_during_preprocessing() -> None:
+    h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "TOPIC", "t")])
+    body = incremental((TOPIC, "t", SET), (BROKER_LOGGER, "1", (("kafka", 0, "DEBUG"),)))
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    response = h.complete(verdict, altered((TOPIC, "t")))
+    assert codes(response.responses) == [(TOPIC, "t", 0), (BROKER_LOGGER, "1", 31)]
+    # The logger's cluster check happens in the broker's pre-processing, before the topic's.
+    assert [t for _, t, _, _ in h.checked()] == ["CLUSTER", "TOPIC"]
+    h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(incremental((BROKER_LOGGER, "1", (("kafka", 0, "DEBUG"),))))
+    assert isinstance(verdict, Forward) and verdict.request is None
+
+
+def test_legacy_alter_configs_rejects_broker_logger_and_null_values() -> None:
+    body = ac_req.AlterConfigsRequest(
+        resources=(
+            ac_req.AlterConfigsResource(
+                resource_type=BROKER_LOGGER,
+                resource_name="1",
+                configs=(ac_req.AlterableConfig(name="kafka", value="DEBUG"),),
+            ),
+            ac_req.AlterConfigsResource(
+                resource_type=TOPIC,
+                resource_name="t",
+                configs=(ac_req.AlterableConfig(name="a", value=None),),
+            ),
+            ac_req.AlterConfigsResource(
+                resource_type=BROKER,
+                resource_name="",
+                configs=(ac_req.AlterableConfig(name="a", value="1"),),
+            ),
+        ),
+        validate_only=False,
+    )
+    h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    assert [r.resource_type for r in h.forwarded_body(verdict, body).resources] == [BROKER]
+    response = h.complete(verdict, altered_legacy((BROKER, "")))
+    assert [(int(r.resource_type), int(r.error_code)) for r in response.responses] == [
+        (BROKER_LOGGER, 42),
+        (TOPIC, 42),
+        (BROKER, 0),
+    ]
+    assert h.checked() == [("ALTER_CONFIGS", "CLUSTER", "kafka-cluster", "ALLOWED")]
+
+
+def altered_legacy(*resources: tuple[int, str]) -> Any:
+    from kio.schema.alter_configs.v1 import response as ac_resp
+
+    return ac_resp.AlterConfigsResponse(
+        throttle_time=timedelta(0),
+        responses=tuple(
+            ac_resp.AlterConfigsResourceResponse(
+                error_code=ErrorCode.none, error_message=None, resource_type=t, resource_name=n
+            )
+            for t, n in resources
+        ),
+    )
+
+
+def test_alter_configs_all_allowed_forwards_original_bytes() -> None:
+    h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "TOPIC", "*")])
+    verdict = h.send(incremental((TOPIC, "a", SET), (TOPIC, "b", SET)))
+    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None

@@ -1,0 +1,300 @@
+"""Fetch authorization (KafkaApis.handleFetchRequest) and KIP-227 sessions, without sockets."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as req12
+from kio.schema.fetch.v12 import response as resp12
+from kio.schema.fetch.v13 import request as req13
+from kio.schema.fetch.v13 import response as resp13
+from kio.schema.fetch.v15 import request as req15
+from kio.schema.fetch.v16 import request as req16
+from kio.schema.fetch.v16 import response as resp16
+
+from kafkaguard.policy.model import AclOperation
+from kafkaguard.proxy.handlers.base import Forward, Respond
+
+from .harness import HandlerHarness, acl
+
+READ_A = acl("User:alice", "READ", "TOPIC", "a")
+
+
+def fetch12(
+    *topics: str, session: int = 0, epoch: int = -1, forget: tuple[str, ...] = (), offset: int = 0
+) -> Any:
+    return req12.FetchRequest(
+        max_wait=timedelta(milliseconds=500),
+        min_bytes=1,
+        session_id=session,
+        session_epoch=epoch,
+        topics=tuple(
+            req12.FetchTopic(
+                topic=t,
+                partitions=tuple(
+                    req12.FetchPartition(partition=p, fetch_offset=offset, partition_max_bytes=1024)
+                    for p in (0, 1)
+                ),
+            )
+            for t in topics
+        ),
+        forgotten_topics_data=tuple(
+            req12.ForgottenTopic(topic=t, partitions=(0, 1)) for t in forget
+        ),
+    )
+
+
+def reply12(*topics: str, session: int = 0) -> Any:
+    return resp12.FetchResponse(
+        throttle_time=timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=session,
+        responses=tuple(
+            resp12.FetchableTopicResponse(
+                topic=t,
+                partitions=tuple(
+                    resp12.PartitionData(
+                        partition_index=p,
+                        error_code=ErrorCode.none,
+                        high_watermark=10,
+                        aborted_transactions=None,
+                        records=b"data",
+                    )
+                    for p in (0, 1)
+                ),
+            )
+            for t in topics
+        ),
+    )
+
+
+def parts(response: Any) -> list[tuple[Any, int, int]]:
+    return [
+        (getattr(t, "topic", None) or t.topic_id, p.partition_index, int(p.error_code))
+        for t in response.responses
+        for p in t.partitions
+    ]
+
+
+def sent_parts(body: Any) -> list[tuple[Any, int]]:
+    return [
+        (getattr(t, "topic", None) or t.topic_id, p.partition)
+        for t in body.topics
+        for p in t.partitions
+    ]
+
+
+def test_allowed_sessionless_fetch_is_zero_copy_both_ways() -> None:
+    h = HandlerHarness([READ_A])
+    verdict = h.send(fetch12("a"))
+    assert isinstance(verdict, Forward)
+    assert verdict.request is None and verdict.rewrite is None  # response never decoded
+    assert h.checked() == [("READ", "TOPIC", "a", "ALLOWED")]
+    assert h.checks[0][0].resource_reference_count == 2  # one per partition, as Kafka counts
+
+
+def test_partially_allowed_fetch_strips_and_merges_29_per_partition() -> None:
+    h = HandlerHarness([READ_A])
+    verdict = h.send(fetch12("b", "a"))
+    assert sent_parts(h.forwarded_body(verdict, None)) == [("a", 0), ("a", 1)]
+    out = h.complete(verdict, reply12("a"))
+    assert parts(out) == [("b", 0, 29), ("b", 1, 29), ("a", 0, 0), ("a", 1, 0)]
+    denied = out.responses[0].partitions[0]
+    assert denied.high_watermark == -1 and denied.records == b"" and denied.last_stable_offset == -1
+
+
+def test_nothing_allowed_is_answered_without_the_broker() -> None:
+    h = HandlerHarness()
+    verdict = h.send(fetch12("a", session=0, epoch=0))
+    assert isinstance(verdict, Respond)
+    assert parts(verdict.response) == [("a", 0, 29), ("a", 1, 29)]
+    assert verdict.response.session_id == 0
+
+
+def test_topic_ids_unknown_to_the_proxy_are_100_and_never_forwarded() -> None:
+    known, denied, unknown = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    h = HandlerHarness([READ_A], topic_ids={known: "a", denied: "b"})
+    body = req13.FetchRequest(
+        max_wait=timedelta(0),
+        min_bytes=1,
+        topics=tuple(
+            req13.FetchTopic(
+                topic_id=i,
+                partitions=(
+                    req13.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),
+                ),
+            )
+            for i in (unknown, denied, known)
+        ),
+        forgotten_topics_data=(),
+    )
+    verdict = h.send(body)
+    assert h.checked() == [("READ", "TOPIC", "b", "DENIED"), ("READ", "TOPIC", "a", "ALLOWED")]
+    assert sent_parts(h.forwarded_body(verdict, None)) == [(known, 0)]
+    broker = resp13.FetchResponse(
+        throttle_time=timedelta(0),
+        error_code=ErrorCode.none,
+        responses=(
+            resp13.FetchableTopicResponse(
+                topic_id=known,
+                partitions=(
+                    resp13.PartitionData(
+                        partition_index=0,
+                        error_code=ErrorCode.none,
+                        high_watermark=1,
+                        aborted_transactions=None,
+                        records=b"x",
+                    ),
+                ),
+            ),
+        ),
+    )
+    assert parts(h.complete(verdict, broker)) == [(unknown, 0, 100), (denied, 0, 29), (known, 0, 0)]
+
+
+def _follower(replica_id: int) -> Any:
+    return req15.FetchRequest(
+        replica_state=req15.ReplicaState(replica_id=replica_id),
+        max_wait=timedelta(0),
+        min_bytes=1,
+        topics=(
+            req15.FetchTopic(
+                topic_id=uuid.UUID(int=5),
+                partitions=(
+                    req15.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def test_denied_follower_fetch_gets_29_not_31() -> None:
+    h = HandlerHarness([READ_A], topic_ids={uuid.UUID(int=5): "a"})
+    verdict = h.send(_follower(3))
+    assert h.checked() == [("CLUSTER_ACTION", "CLUSTER", "kafka-cluster", "DENIED")]
+    assert isinstance(verdict, Respond)
+    assert parts(verdict.response) == [(uuid.UUID(int=5), 0, 29)]
+
+
+def test_follower_with_cluster_action_is_forwarded_unchanged() -> None:
+    h = HandlerHarness(
+        [acl("User:alice", "CLUSTER_ACTION", "CLUSTER", "kafka-cluster")],
+        topic_ids={uuid.UUID(int=5): "a"},
+    )
+    verdict = h.send(_follower(3))
+    assert isinstance(verdict, Forward) and verdict.request is None
+
+
+def test_v16_keeps_rewriting_node_endpoints() -> None:
+    h = HandlerHarness([READ_A], topic_ids={uuid.UUID(int=1): "a"})
+    body = req16.FetchRequest(
+        max_wait=timedelta(0),
+        min_bytes=1,
+        topics=(
+            req16.FetchTopic(
+                topic_id=uuid.UUID(int=1),
+                partitions=(
+                    req16.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite
+    reply = resp16.FetchResponse(
+        throttle_time=timedelta(0),
+        error_code=ErrorCode.none,
+        responses=(),
+        node_endpoints=(resp16.NodeEndpoint(node_id=2, host="broker-2.internal", port=9092),),
+    )
+    assert h.complete(verdict, reply).node_endpoints[0].host == "proxy.test"
+
+
+# -- incremental fetch sessions (KIP-227) ---------------------------------------------------
+
+
+def test_unknown_session_is_refused_with_70_without_reaching_the_broker() -> None:
+    h = HandlerHarness([READ_A])
+    verdict = h.send(fetch12(session=1234, epoch=3))
+    assert isinstance(verdict, Respond)
+    assert int(verdict.response.error_code) == ErrorCode.fetch_session_id_not_found
+    assert verdict.response.responses == ()
+
+
+def test_session_revocation_forgets_upstream_and_reports_29_until_regranted() -> None:
+    read_b = acl("User:alice", "READ", "TOPIC", "b")
+    h = HandlerHarness([READ_A, read_b])
+    # full fetch creating the session: forwarded as sent, response decoded only to learn the id
+    verdict = h.send(fetch12("a", "b", epoch=0, offset=5))
+    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite
+    h.complete(verdict, reply12("a", "b", session=77))
+
+    # incremental, nothing changed, everything allowed: the bytes go up as they are
+    verdict = h.send(fetch12(session=77, epoch=1))
+    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
+    assert h.checked() == [("READ", "TOPIC", "a", "ALLOWED"), ("READ", "TOPIC", "b", "ALLOWED")]
+
+    # READ on b revoked mid-session: b leaves the broker's session, the client sees 29
+    h.authorizer.load_snapshot([READ_A])
+    verdict = h.send(fetch12(session=77, epoch=2))
+    sent = h.forwarded_body(verdict, None)
+    assert sent.topics == ()
+    assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("b", (0, 1))]
+    out = h.complete(verdict, reply12("a"))
+    assert parts(out) == [("a", 0, 0), ("a", 1, 0), ("b", 0, 29), ("b", 1, 29)]
+
+    # still denied: nothing more to forget, 29 again (Kafka repeats erroneous partitions)
+    verdict = h.send(fetch12(session=77, epoch=3))
+    sent = h.forwarded_body(verdict, None)
+    assert sent.topics == () and sent.forgotten_topics_data == ()
+    assert parts(h.complete(verdict, reply12())) == [("b", 0, 29), ("b", 1, 29)]
+
+    # a denied partition the client re-sends is stripped, never forwarded
+    verdict = h.send(fetch12("b", session=77, epoch=4, offset=9))
+    assert h.forwarded_body(verdict, None).topics == ()
+
+    # READ granted again: b goes back upstream at the position the client last sent
+    h.authorizer.load_snapshot([READ_A, read_b])
+    verdict = h.send(fetch12(session=77, epoch=5))
+    sent = h.forwarded_body(verdict, None)
+    assert sent_parts(sent) == [("b", 0), ("b", 1)]
+    assert [p.fetch_offset for t in sent.topics for p in t.partitions] == [9, 9]
+    assert parts(h.complete(verdict, reply12("b"))) == [("b", 0, 0), ("b", 1, 0)]
+
+    # and the session is clean again: zero-copy
+    verdict = h.send(fetch12(session=77, epoch=6))
+    assert isinstance(verdict, Forward) and verdict.request is None
+
+
+def test_partition_denied_at_session_creation_is_withheld_from_the_broker_session() -> None:
+    h = HandlerHarness([READ_A])
+    verdict = h.send(fetch12("a", "b", epoch=0))
+    assert sent_parts(h.forwarded_body(verdict, None)) == [("a", 0), ("a", 1)]
+    h.complete(verdict, reply12("a", session=9))
+    verdict = h.send(fetch12(session=9, epoch=1))
+    sent = h.forwarded_body(verdict, None)
+    assert sent.topics == () and sent.forgotten_topics_data == ()  # broker never had b
+    assert parts(h.complete(verdict, reply12())) == [("b", 0, 29), ("b", 1, 29)]
+
+
+def test_forgotten_partitions_leave_the_mirror() -> None:
+    h = HandlerHarness([READ_A])
+    verdict = h.send(fetch12("a", "b", epoch=0))
+    h.complete(verdict, reply12("a", session=9))
+    verdict = h.send(fetch12(session=9, epoch=1, forget=("b",)))
+    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
+    assert [a.operation for a, _ in h.checks] == [AclOperation.READ]
+
+
+def test_closing_full_fetch_drops_the_mirror() -> None:
+    h = HandlerHarness([READ_A])
+    verdict = h.send(fetch12("a", epoch=0))
+    h.complete(verdict, reply12("a", session=9))
+    h.send(fetch12("a", session=9, epoch=-1))  # close session 9, sessionless fetch
+    verdict = h.send(fetch12(session=9, epoch=1))
+    assert isinstance(verdict, Respond)

@@ -1,0 +1,337 @@
+"""Metadata (KafkaApis.handleTopicMetadataRequest) and DescribeTopicPartitions, without sockets."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.describe_topic_partitions.v0 import request as dtp_req
+from kio.schema.describe_topic_partitions.v0 import response as dtp_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v0 import request as req0
+from kio.schema.metadata.v0 import response as resp0
+from kio.schema.metadata.v3 import request as req3
+from kio.schema.metadata.v10 import request as req10
+from kio.schema.metadata.v10 import response as resp10
+from kio.schema.metadata.v12 import request as req12
+from kio.schema.metadata.v12 import response as resp12
+
+from kafkaguard.proxy.handlers.base import Forward, Respond
+
+from .harness import HandlerHarness, acl
+
+ZERO = uuid.UUID(int=0)
+MIN = -2147483648
+IDS = {name: uuid.uuid5(uuid.NAMESPACE_DNS, name) for name in ("a", "b", "c", "__consumer_offsets")}
+
+
+def v12(
+    *names: str | None, ids: tuple[uuid.UUID, ...] = (), auto: bool = True, ops: bool = False
+) -> Any:
+    topics: Any = None
+    if names or ids:
+        topics = tuple(req12.MetadataRequestTopic(topic_id=None, name=n) for n in names) + tuple(
+            req12.MetadataRequestTopic(topic_id=i, name=None) for i in ids
+        )
+    return req12.MetadataRequest(
+        topics=topics, allow_auto_topic_creation=auto, include_topic_authorized_operations=ops
+    )
+
+
+def reply12(*topics: tuple[str | None, int] | tuple[str | None, int, uuid.UUID]) -> Any:
+    return resp12.MetadataResponse(
+        throttle_time=timedelta(0),
+        brokers=(resp12.MetadataResponseBroker(node_id=1, host="broker-1.internal", port=9092),),
+        cluster_id="c",
+        controller_id=1,
+        topics=tuple(
+            resp12.MetadataResponseTopic(
+                error_code=ErrorCode(t[1]),
+                name=t[0],
+                topic_id=t[2] if len(t) > 2 else IDS.get(t[0] or "", ZERO),  # type: ignore[misc]
+                partitions=(),
+                topic_authorized_operations=12345,  # whatever an authorizer-less broker says
+            )
+            for t in topics
+        ),
+    )
+
+
+def summary(response: Any) -> list[tuple[Any, int, Any]]:
+    return [(t.name, int(t.error_code), t.topic_id) for t in response.topics]
+
+
+def test_all_topics_forwarded_unchanged_and_filtered_silently() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    verdict = h.send(v12())
+    assert isinstance(verdict, Forward) and verdict.request is None
+    out = h.complete(verdict, reply12(("a", 0), ("b", 0), ("__consumer_offsets", 0)))
+    assert summary(out) == [("a", 0, IDS["a"])]
+    assert out.topics[0].topic_authorized_operations == MIN  # not requested → sentinel
+    assert out.brokers[0].host == "proxy.test"
+    # FILTER-style: denials are not logged (logIfDenied = !isAllTopics)
+    assert [(a.resource_pattern.name, a.log_if_denied) for a, _ in h.checks] == [
+        ("a", False),
+        ("b", False),
+        ("__consumer_offsets", False),
+    ]
+    assert h.topic_names[IDS["b"]] == "b"  # ids learned even for topics filtered out
+
+
+def test_named_denied_topic_is_29_with_zero_id_and_never_forwarded() -> None:
+    h = HandlerHarness(
+        [
+            acl("User:alice", "DESCRIBE", "TOPIC", "a"),
+            acl("User:alice", "CREATE", "CLUSTER", "kafka-cluster"),
+        ]
+    )
+    verdict = h.send(v12("b", "a"))
+    assert h.checked() == [
+        ("DESCRIBE", "TOPIC", "b", "DENIED"),
+        ("DESCRIBE", "TOPIC", "a", "ALLOWED"),
+        ("CREATE", "CLUSTER", "kafka-cluster", "ALLOWED"),
+    ]
+    sent = h.forwarded_body(verdict, None)
+    assert [t.name for t in sent.topics] == ["a"] and sent.allow_auto_topic_creation
+    out = h.complete(verdict, reply12(("a", 0)))
+    assert summary(out) == [("b", 29, ZERO), ("a", 0, IDS["a"])]
+    assert out.topics[0].is_internal is False and out.topics[0].topic_authorized_operations == MIN
+
+
+def test_denied_answer_identical_whether_topic_exists_or_not() -> None:
+    h = HandlerHarness()
+    verdict = h.send(v12("exists", "missing"))
+    assert h.forwarded_body(verdict, None).topics == ()  # brokers/cluster id still come upstream
+    out = h.complete(verdict, reply12())
+    assert summary(out) == [("exists", 29, ZERO), ("missing", 29, ZERO)]
+
+
+def test_auto_creation_turned_off_without_create_and_missing_names_become_29() -> None:
+    h = HandlerHarness(
+        [acl("User:alice", "DESCRIBE", "TOPIC", "*"), acl("User:alice", "READ", "TOPIC", "a")]
+    )
+    verdict = h.send(v12("a", "new"))
+    assert h.checked() == [
+        ("DESCRIBE", "TOPIC", "a", "ALLOWED"),
+        ("DESCRIBE", "TOPIC", "new", "ALLOWED"),
+        ("CREATE", "CLUSTER", "kafka-cluster", "DENIED"),
+        ("CREATE", "TOPIC", "a", "DENIED"),
+        ("CREATE", "TOPIC", "new", "DENIED"),
+    ]
+    assert all(not a.log_if_denied for a, _ in h.checks[2:])  # speculative: no Denied lines
+    sent = h.forwarded_body(verdict, None)
+    assert [t.name for t in sent.topics] == ["a", "new"]
+    assert sent.allow_auto_topic_creation is False
+    out = h.complete(verdict, reply12(("a", 0), ("new", 3)))
+    assert summary(out) == [("a", 0, IDS["a"]), ("new", 29, ZERO)]
+
+
+def test_create_on_every_name_forwards_the_request_as_sent() -> None:
+    h = HandlerHarness(
+        [acl("User:alice", "DESCRIBE", "TOPIC", "a"), acl("User:alice", "CREATE", "TOPIC", "a")]
+    )
+    verdict = h.send(v12("a"))
+    assert isinstance(verdict, Forward) and verdict.request is None
+
+
+def test_old_version_cannot_disable_auto_creation_so_uncreatable_names_stay_local() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "*")])
+    verdict = h.send(req3.MetadataRequest(topics=(req3.MetadataRequestTopic(name="a"),)))
+    assert h.forwarded_body(verdict, None).topics == ()
+    out = h.complete(verdict, _reply_v3())
+    assert [(t.name, int(t.error_code)) for t in out.topics] == [("a", 29)]
+
+
+def _reply_v3() -> Any:
+    from kio.schema.metadata.v3 import response as resp3
+
+    return resp3.MetadataResponse(
+        throttle_time=timedelta(0),
+        brokers=(resp3.MetadataResponseBroker(node_id=1, host="b", port=9092),),
+        topics=(),
+    )
+
+
+def test_v0_empty_list_means_all_topics() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "b")])
+    verdict = h.send(req0.MetadataRequest(topics=()))
+    assert isinstance(verdict, Forward) and verdict.request is None
+    reply = resp0.MetadataResponse(
+        brokers=(resp0.MetadataResponseBroker(node_id=1, host="b", port=1),),
+        topics=tuple(
+            resp0.MetadataResponseTopic(error_code=ErrorCode.none, name=n, partitions=())
+            for n in "ab"
+        ),
+    )
+    assert [t.name for t in h.complete(verdict, reply).topics] == ["b"]
+
+
+def test_v0_with_every_name_denied_drops_the_all_topics_answer() -> None:
+    h = HandlerHarness()
+    verdict = h.send(req0.MetadataRequest(topics=(req0.MetadataRequestTopic(name="a"),)))
+    assert h.forwarded_body(verdict, None).topics == ()
+    reply = resp0.MetadataResponse(
+        brokers=(),
+        topics=(resp0.MetadataResponseTopic(error_code=ErrorCode.none, name="z", partitions=()),),
+    )
+    assert [(t.name, int(t.error_code)) for t in h.complete(verdict, reply).topics] == [("a", 29)]
+
+
+def test_by_id_withholds_the_name_without_describe_and_keeps_unknown_ids() -> None:
+    unknown = uuid.uuid4()
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    verdict = h.send(v12(ids=(IDS["a"], IDS["b"], unknown)))
+    sent = h.forwarded_body(verdict, None)
+    assert [t.topic_id for t in sent.topics] == [IDS["a"], IDS["b"], unknown]
+    assert sent.allow_auto_topic_creation is False
+    out = h.complete(verdict, reply12(("a", 0), ("b", 0), (None, 100, unknown)))
+    assert summary(out) == [("a", 0, IDS["a"]), (None, 29, IDS["b"]), (None, 100, unknown)]
+
+
+def test_topic_ids_before_v12_are_an_invalid_request() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "*")])
+    request = req10.MetadataRequest(
+        topics=(req10.MetadataRequestTopic(topic_id=IDS["a"], name="a"),),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    verdict = h.send(request)
+    assert isinstance(verdict, Respond)
+    assert [(t.name, int(t.error_code)) for t in verdict.response.topics] == [("a", 42)]
+    assert h.checks == []
+
+
+def test_kip430_cluster_and_topic_operations_when_requested() -> None:
+    h = HandlerHarness(
+        [
+            acl("User:alice", "DESCRIBE", "TOPIC", "a"),
+            acl("User:alice", "WRITE", "TOPIC", "a"),
+            acl("User:alice", "DESCRIBE", "CLUSTER", "kafka-cluster"),
+            acl("User:alice", "ALTER", "CLUSTER", "kafka-cluster"),
+        ]
+    )
+    request = req10.MetadataRequest(
+        topics=(
+            req10.MetadataRequestTopic(topic_id=None, name="a"),
+            req10.MetadataRequestTopic(topic_id=None, name="b"),
+        ),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True,
+    )
+    verdict = h.send(request)
+    reply = resp10.MetadataResponse(
+        throttle_time=timedelta(0),
+        brokers=(),
+        topics=(
+            resp10.MetadataResponseTopic(
+                error_code=ErrorCode.none, name="a", topic_id=IDS["a"], partitions=()
+            ),
+        ),
+        cluster_authorized_operations=7,
+    )
+    out = h.complete(verdict, reply)
+    assert out.cluster_authorized_operations == (1 << 8) | (1 << 7)  # 384
+    ops = {t.name: t.topic_authorized_operations for t in out.topics}
+    # WRITE(4) + DESCRIBE(8) — WRITE implies DESCRIBE, both were allowed anyway
+    assert ops == {"a": (1 << 4) | (1 << 8), "b": MIN}
+
+
+def test_cluster_operations_zero_without_describe_cluster() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    request = req10.MetadataRequest(
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=False,
+    )
+    verdict = h.send(request)
+    reply = resp10.MetadataResponse(throttle_time=timedelta(0), brokers=(), topics=())
+    assert h.complete(verdict, reply).cluster_authorized_operations == 0
+
+
+# -- DescribeTopicPartitions (75) ------------------------------------------------------------
+
+
+def dtp(*names: str, cursor: tuple[str, int] | None = None) -> Any:
+    return dtp_req.DescribeTopicPartitionsRequest(
+        topics=tuple(dtp_req.TopicRequest(name=n) for n in names),
+        cursor=dtp_req.Cursor(topic_name=cursor[0], partition_index=cursor[1]) if cursor else None,
+    )
+
+
+def dtp_reply(*names: str, next_cursor: str | None = None) -> Any:
+    return dtp_resp.DescribeTopicPartitionsResponse(
+        throttle_time=timedelta(0),
+        topics=tuple(
+            dtp_resp.DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.none, name=n, topic_id=IDS[n], partitions=()
+            )
+            for n in names
+        ),
+        next_cursor=dtp_resp.Cursor(topic_name=next_cursor, partition_index=3)
+        if next_cursor
+        else None,
+    )
+
+
+def test_describe_topic_partitions_named_partial() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    verdict = h.send(dtp("b", "a"))
+    assert [t.name for t in h.forwarded_body(verdict, None).topics] == ["a"]
+    out = h.complete(verdict, dtp_reply("a"))
+    assert [(t.name, int(t.error_code), t.topic_id) for t in out.topics] == [
+        ("a", 0, IDS["a"]),
+        ("b", 29, ZERO),
+    ]
+    assert out.topics[0].topic_authorized_operations == 1 << 8  # always set
+    assert out.topics[1].topic_authorized_operations == MIN
+    assert h.topic_names[IDS["a"]] == "a"
+
+
+def test_describe_topic_partitions_all_denied_is_answered_locally() -> None:
+    h = HandlerHarness()
+    verdict = h.send(dtp("a", "b"))
+    assert isinstance(verdict, Respond)
+    assert [(t.name, int(t.error_code)) for t in verdict.response.topics] == [("a", 29), ("b", 29)]
+
+
+def test_describe_topic_partitions_listing_all_filters_and_hides_denied_cursor() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    verdict = h.send(dtp())
+    assert isinstance(verdict, Forward) and verdict.request is None
+    out = h.complete(verdict, dtp_reply("a", "b", next_cursor="c"))
+    assert [t.name for t in out.topics] == ["a"]
+    assert out.next_cursor is None  # "c" must not leak
+    # listing all still logs denials (logIfDenied=true), unlike Metadata
+    assert [(a.resource_pattern.name, a.log_if_denied) for a, _ in h.checks[:2]] == [
+        ("a", True),
+        ("b", True),
+    ]
+
+
+def test_describe_topic_partitions_cursor_must_be_listed() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "*")])
+    verdict = h.send(dtp("a", cursor=("b", 0)))
+    assert isinstance(verdict, Respond)
+    assert [(t.name, int(t.error_code)) for t in verdict.response.topics] == [("a", 42)]
+    assert h.checks == []
+
+
+def test_describe_topic_partitions_denied_cursor_restarts_at_partition_zero() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "c")])
+    verdict = h.send(dtp("a", "b", "c", cursor=("b", 5)))
+    sent = h.forwarded_body(verdict, None)
+    assert [t.name for t in sent.topics] == ["c"] and sent.cursor is None
+    out = h.complete(verdict, dtp_reply("c"))
+    assert [(t.name, int(t.error_code)) for t in out.topics] == [("c", 0), ("b", 29)]
+
+
+def test_unrequested_broker_topics_never_reach_the_client() -> None:
+    # Tansu reads an empty list as "all topics" even on v12: the answer must still be 29 only.
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    verdict = h.send(v12("secret"))
+    out = h.complete(verdict, reply12(("a", 0), ("secret", 0)))
+    assert summary(out) == [("secret", 29, ZERO)]

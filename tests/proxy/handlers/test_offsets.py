@@ -1,0 +1,331 @@
+"""OffsetCommit / OffsetFetch / OffsetDelete authorization driven without sockets."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafkaguard.protocol import codec
+from kafkaguard.proxy.handlers.base import Forward, Respond
+
+from .harness import HandlerHarness, acl
+from .test_groups import item, req, resp
+
+ALICE = "User:alice"
+READ_G = acl(ALICE, "READ", "GROUP", "g")
+DESCRIBE_G = acl(ALICE, "DESCRIBE", "GROUP", "g")
+
+
+def nested(schema: type[Any], *path: str, **values: Any) -> Any:
+    t = schema
+    for name in path:
+        t = codec.nested_type(t, name)
+    return codec.make_entity(t, **values)
+
+
+# -- OffsetCommit --------------------------------------------------------------------------------
+
+
+def commit(version: int, *topics: Any) -> Any:
+    schema = codec.request_schema(8, version)
+    key = "topic_id" if version >= 10 else "name"
+    return req(
+        8,
+        version,
+        group_id="g",
+        member_id="m",
+        topics=tuple(
+            nested(
+                schema,
+                "topics",
+                **{key: t},
+                partitions=tuple(
+                    nested(schema, "topics", "partitions", partition_index=i, committed_offset=5)
+                    for i in (0, 1)
+                ),
+            )
+            for t in topics
+        ),
+    )
+
+
+def commit_reply(version: int, *topics: Any) -> Any:
+    key = "topic_id" if version >= 10 else "name"
+    return resp(
+        8,
+        version,
+        topics=tuple(
+            item(
+                8,
+                version,
+                "topics",
+                **{key: t},
+                partitions=(item(8, version, "topics", "partitions", partition_index=0),),
+            )
+            for t in topics
+        ),
+    )
+
+
+def commit_errors(response: Any) -> list[tuple[Any, int, int]]:
+    return [
+        (getattr(t, "name", None) or t.topic_id, p.partition_index, int(p.error_code))
+        for t in response.topics
+        for p in t.partitions
+    ]
+
+
+def test_offset_commit_group_denied_fails_every_partition_before_topic_checks() -> None:
+    h = HandlerHarness([acl(ALICE, "READ", "TOPIC", "*")])
+    verdict = h.send(commit(9, "a", "b"))
+    assert isinstance(verdict, Respond)
+    assert {code for *_, code in commit_errors(verdict.response)} == {30}
+    assert len(commit_errors(verdict.response)) == 4
+    assert h.checked() == [("READ", "GROUP", "g", "DENIED")]
+
+
+def test_offset_commit_partial_topics() -> None:
+    h = HandlerHarness([READ_G, acl(ALICE, "READ", "TOPIC", "ok")])
+    verdict = h.send(commit(9, "secret", "ok"))
+    assert isinstance(verdict, Forward)
+    assert [t.name for t in h.forwarded_body(verdict, None).topics] == ["ok"]
+    out = h.complete(verdict, commit_reply(9, "ok"))
+    assert commit_errors(out) == [("secret", 0, 29), ("secret", 1, 29), ("ok", 0, 0)]
+    assert h.checked() == [
+        ("READ", "GROUP", "g", "ALLOWED"),
+        ("READ", "TOPIC", "secret", "DENIED"),
+        ("READ", "TOPIC", "ok", "ALLOWED"),
+    ]
+
+
+def test_offset_commit_all_allowed_is_forwarded_unchanged_and_all_denied_is_local() -> None:
+    h = HandlerHarness([READ_G, acl(ALICE, "READ", "TOPIC", "ok")])
+    allowed = h.send(commit(9, "ok"))
+    assert isinstance(allowed, Forward) and allowed.request is None and allowed.rewrite is None
+    denied = h.send(commit(9, "secret"))
+    assert isinstance(denied, Respond)
+    assert commit_errors(denied.response) == [("secret", 0, 29), ("secret", 1, 29)]
+
+
+def test_offset_commit_v10_topic_ids() -> None:
+    known, unknown, hidden = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    h = HandlerHarness(
+        [READ_G, acl(ALICE, "READ", "TOPIC", "ok")], topic_ids={known: "ok", hidden: "secret"}
+    )
+    verdict = h.send(commit(10, unknown, hidden, known))
+    assert isinstance(verdict, Forward)
+    assert [t.topic_id for t in h.forwarded_body(verdict, None).topics] == [known]
+    out = h.complete(verdict, commit_reply(10, known))
+    assert [(t, c) for t, _, c in commit_errors(out)] == [
+        (unknown, 100),
+        (unknown, 100),
+        (hidden, 29),
+        (hidden, 29),
+        (known, 0),
+    ]
+
+
+# -- OffsetFetch ---------------------------------------------------------------------------------
+
+
+def fetch_v7(topics: tuple[str, ...] | None) -> Any:
+    schema = codec.request_schema(9, 7)
+    return req(
+        9,
+        7,
+        group_id="g",
+        topics=None
+        if topics is None
+        else tuple(nested(schema, "topics", name=t, partition_indexes=(0,)) for t in topics),
+    )
+
+
+def fetch_reply_v7(*topics: str, error: int = 0) -> Any:
+    return resp(
+        9,
+        7,
+        error_code=codec.ErrorCode(error),
+        topics=tuple(
+            item(
+                9,
+                7,
+                "topics",
+                name=t,
+                partitions=(
+                    item(9, 7, "topics", "partitions", partition_index=0, committed_offset=42),
+                ),
+            )
+            for t in topics
+        ),
+    )
+
+
+def test_offset_fetch_v7_group_denied_is_top_level() -> None:
+    h = HandlerHarness([])
+    verdict = h.send(fetch_v7(("a",)))
+    assert isinstance(verdict, Respond)
+    assert int(verdict.response.error_code) == 30 and verdict.response.topics == ()
+
+
+def test_offset_fetch_v1_group_denied_on_every_partition() -> None:
+    schema = codec.request_schema(9, 1)
+    body = req(
+        9, 1, group_id="g", topics=(nested(schema, "topics", name="a", partition_indexes=(0, 1)),)
+    )
+    verdict = HandlerHarness([]).send(body)
+    assert isinstance(verdict, Respond)
+    parts = verdict.response.topics[0].partitions
+    assert [(p.partition_index, p.committed_offset, int(p.error_code)) for p in parts] == [
+        (0, -1, 30),
+        (1, -1, 30),
+    ]
+
+
+def test_offset_fetch_explicit_topics_get_29_with_minus_one() -> None:
+    h = HandlerHarness([DESCRIBE_G, acl(ALICE, "DESCRIBE", "TOPIC", "ok")])
+    verdict = h.send(fetch_v7(("secret", "ok")))
+    assert isinstance(verdict, Forward)
+    assert [t.name for t in h.forwarded_body(verdict, None).topics] == ["ok"]
+    out = h.complete(verdict, fetch_reply_v7("ok"))
+    first = out.topics[0].partitions[0]
+    assert (out.topics[0].name, first.committed_offset, first.metadata, int(first.error_code)) == (
+        "secret",
+        -1,
+        "",
+        29,
+    )
+    assert out.topics[1].partitions[0].committed_offset == 42
+    # a coordinator error is returned as the broker gave it, nothing merged in
+    failed = h.complete(verdict, fetch_reply_v7(error=16))
+    assert int(failed.error_code) == 16 and failed.topics == ()
+
+
+def test_offset_fetch_all_topics_filters_silently() -> None:
+    h = HandlerHarness([DESCRIBE_G, acl(ALICE, "DESCRIBE", "TOPIC", "ok")])
+    verdict = h.send(fetch_v7(None))
+    assert isinstance(verdict, Forward) and verdict.request is None
+    out = h.complete(verdict, fetch_reply_v7("secret", "ok"))
+    assert [t.name for t in out.topics] == ["ok"]
+
+
+def test_offset_fetch_batched_groups() -> None:
+    schema = codec.request_schema(9, 8)
+    body = req(
+        9,
+        8,
+        groups=(
+            nested(schema, "groups", group_id="denied", topics=None),
+            nested(
+                schema,
+                "groups",
+                group_id="g",
+                topics=(
+                    nested(schema, "groups", "topics", name="secret", partition_indexes=(0,)),
+                    nested(schema, "groups", "topics", name="ok", partition_indexes=(0,)),
+                ),
+            ),
+            nested(schema, "groups", group_id="all", topics=None),
+        ),
+    )
+    h = HandlerHarness(
+        [DESCRIBE_G, acl(ALICE, "DESCRIBE", "GROUP", "all"), acl(ALICE, "DESCRIBE", "TOPIC", "ok")]
+    )
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    sent = h.forwarded_body(verdict, None)
+    assert [(g.group_id, g.topics and [t.name for t in g.topics]) for g in sent.groups] == [
+        ("g", ["ok"]),
+        ("all", None),
+    ]
+
+    def group_reply(group_id: str, *topics: str) -> Any:
+        return item(
+            9,
+            8,
+            "groups",
+            group_id=group_id,
+            topics=tuple(
+                item(
+                    9,
+                    8,
+                    "groups",
+                    "topics",
+                    name=t,
+                    partitions=(item(9, 8, "groups", "topics", "partitions", partition_index=0),),
+                )
+                for t in topics
+            ),
+        )
+
+    out = h.complete(
+        verdict, resp(9, 8, groups=(group_reply("g", "ok"), group_reply("all", "ok", "secret")))
+    )
+    assert [(g.group_id, int(g.error_code), [t.name for t in g.topics]) for g in out.groups] == [
+        ("denied", 30, []),
+        ("g", 0, ["secret", "ok"]),
+        ("all", 0, ["ok"]),
+    ]
+    assert int(out.groups[1].topics[0].partitions[0].error_code) == 29
+
+
+def test_offset_fetch_batched_all_denied_is_local() -> None:
+    schema = codec.request_schema(9, 9)
+    verdict = HandlerHarness([]).send(
+        req(9, 9, groups=(nested(schema, "groups", group_id="x", topics=None),))
+    )
+    assert isinstance(verdict, Respond)
+    assert int(verdict.response.groups[0].error_code) == 30
+
+
+# -- OffsetDelete --------------------------------------------------------------------------------
+
+
+def delete(*topics: str) -> Any:
+    schema = codec.request_schema(47, 0)
+    return req(
+        47,
+        0,
+        group_id="g",
+        topics=tuple(
+            nested(
+                schema,
+                "topics",
+                name=t,
+                partitions=(nested(schema, "topics", "partitions", partition_index=0),),
+            )
+            for t in topics
+        ),
+    )
+
+
+def test_offset_delete_needs_delete_group_then_read_topic() -> None:
+    denied = HandlerHarness([READ_G]).send(delete("a"))
+    assert isinstance(denied, Respond) and int(denied.response.error_code) == 30
+    h = HandlerHarness([acl(ALICE, "DELETE", "GROUP", "g"), acl(ALICE, "READ", "TOPIC", "ok")])
+    verdict = h.send(delete("secret", "ok"))
+    assert isinstance(verdict, Forward)
+    assert [t.name for t in h.forwarded_body(verdict, None).topics] == ["ok"]
+    reply = resp(
+        47,
+        0,
+        topics=(
+            item(
+                47,
+                0,
+                "topics",
+                name="ok",
+                partitions=(item(47, 0, "topics", "partitions", partition_index=0),),
+            ),
+        ),
+    )
+    out = h.complete(verdict, reply)
+    assert [(t.name, int(t.partitions[0].error_code)) for t in out.topics] == [
+        ("secret", 29),
+        ("ok", 0),
+    ]
+    # nothing authorized: still forwarded (empty), as Kafka still asks the coordinator
+    only_denied = h.send(delete("secret"))
+    assert isinstance(only_denied, Forward)
+    assert h.forwarded_body(only_denied, None).topics == ()
+    group_error = h.complete(only_denied, resp(47, 0, error_code=codec.ErrorCode(69)))
+    assert int(group_error.error_code) == 69 and group_error.topics == ()

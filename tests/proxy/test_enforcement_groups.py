@@ -1,0 +1,136 @@
+"""End to end through kafkaguard in front of Tansu: group authorization as real clients see it.
+
+``User:ANONYMOUS`` (every PLAINTEXT client) gets READ on the groups prefixed ``ok-`` and on the
+test topic only; the setup goes through a second, allow-all proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import RunningProxy, proxy_config, unique_name
+
+from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from kafkaguard.policy.standard import StandardAuthorizer
+from kafkaguard.policy.stores.base import MemoryAclStore
+from kafkaguard.proxy.config import BrokerPorts
+from kafkaguard.proxy.server import ProxyServer
+from kafkaguard.tansu import TansuBroker, free_port
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+
+def _allow(
+    resource_type: ResourceType, name: str, op: AclOperation, prefixed: bool = False
+) -> AclBinding:
+    pattern = PatternType.PREFIXED if prefixed else PatternType.LITERAL
+    return AclBinding(
+        ResourcePattern(resource_type, name, pattern),
+        AccessControlEntry("User:ANONYMOUS", "*", op, AclPermissionType.ALLOW),
+    )
+
+
+def _start(tansu: TansuBroker, bindings: list[AclBinding]) -> RunningProxy:
+    """``start_proxy_thread`` with an in-memory ACL set instead of the config's authorizer."""
+    config = proxy_config(tansu.address, broker_ports=BrokerPorts(free_port() - 111, {}))
+    authorizer = StandardAuthorizer(AuthorizerConfig(), MemoryAclStore(bindings))
+    loop = asyncio.new_event_loop()
+    box: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def main() -> None:
+            server = ProxyServer(config, authorizer=authorizer)
+            await server.start(probe_attempts=10)
+            box["server"] = server
+            ready.set()
+            await server.serve_forever_until_stopped()
+            await server.close()
+
+        loop.run_until_complete(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(30), "proxy did not start"
+    return RunningProxy(box["server"], loop, thread)
+
+
+@pytest.fixture
+def topic(proxy: RunningProxy) -> Iterator[str]:
+    name = unique_name("grp")
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+    yield name
+    admin.delete_topics([name])[name].result(15)
+
+
+@pytest.fixture
+def guarded(tansu: TansuBroker, topic: str) -> Iterator[RunningProxy]:
+    running = _start(
+        tansu,
+        [
+            _allow(ResourceType.GROUP, "ok-", AclOperation.READ, prefixed=True),
+            _allow(ResourceType.TOPIC, topic, AclOperation.READ),
+        ],
+    )
+    try:
+        yield running
+    finally:
+        running.loop.call_soon_threadsafe(running.server.stop)
+        assert running.thread is not None
+        running.thread.join(15)
+        running.loop.close()
+
+
+def test_offsets_and_group_listing_follow_group_acls(guarded: RunningProxy, topic: str) -> None:
+    from confluent_kafka import (
+        ConsumerGroupTopicPartitions,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
+
+    admin = AdminClient({"bootstrap.servers": guarded.bootstrap})
+    allowed, denied = unique_name("ok-g"), unique_name("no-g")
+
+    # Commit through an allowed group: READ GROUP + READ TOPIC.
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": guarded.bootstrap, "group.id": allowed, "enable.auto.commit": False}
+    )
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(allowed)])[
+        allowed
+    ].result(15)
+    assert [(tp.topic, tp.offset, tp.error) for tp in fetched.topic_partitions] == [
+        (topic, 0, None)
+    ]
+
+    # A group without ACLs: FindCoordinator already answers GROUP_AUTHORIZATION_FAILED.
+    with pytest.raises(KafkaException) as info:
+        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(denied)])[denied].result(15)
+    assert info.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+    # ListGroups never fails; it lists only groups the principal may DESCRIBE.
+    listed = admin.list_consumer_groups().result(15)
+    ids = {g.group_id for g in listed.valid}
+    assert allowed in ids
+    assert all(g.startswith("ok-") for g in ids)
