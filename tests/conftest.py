@@ -11,7 +11,7 @@ import random
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +124,7 @@ def start_proxy_thread(
             server = ProxyServer(config)
             try:
                 await server.start(probe_attempts=10)
-            except BaseException as exc:  # surfaced in the test thread
+            except BaseException as exc:  # noqa: BLE001 - surfaced in the test thread
                 server_box["error"] = exc
                 ready.set()
                 return
