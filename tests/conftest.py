@@ -13,11 +13,14 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
+from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
+from kafkaguard.policy.model import AclBinding
+from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.proxy.config import (
     BrokerPorts,
     HostPort,
@@ -100,6 +103,8 @@ class RunningProxy:
     loop: asyncio.AbstractEventLoop
     thread: threading.Thread | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    acl_file: Path | None = None
+    """The YAML ACL store of an enforcing proxy (:func:`enforcing_proxy`)."""
 
     @property
     def bootstrap(self) -> str:
@@ -173,6 +178,35 @@ def proxy(tansu: TansuBroker) -> Iterator[RunningProxy]:
         yield running
     finally:
         stop_proxy_thread(running)
+
+
+StartEnforcingProxy = Callable[[Iterable[AclBinding]], RunningProxy]
+
+
+@pytest.fixture
+def enforcing_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[StartEnforcingProxy]:
+    """``enforcing_proxy(acls)`` starts a proxy in front of the session's Tansu that enforces
+    ``acls`` (kept in a YAML file store, ``running.acl_file``, so CreateAcls/DeleteAcls take the
+    production write path); every proxy started is stopped at teardown."""
+    started: list[RunningProxy] = []
+
+    def start(acls: Iterable[AclBinding]) -> RunningProxy:
+        acl_file = tmp_path / f"acls-{len(started)}.yaml"
+        acl_file.write_text(format_acl_text(list(acls)), encoding="utf-8")
+        policy = PolicyConfig(
+            authorizer=AuthorizerConfig(),
+            acl_store=AclStoreConfig(type="file", path=acl_file),
+        )
+        running = start_proxy_thread(proxy_config(tansu.address, policy=policy))
+        running.acl_file = acl_file
+        started.append(running)
+        return running
+
+    try:
+        yield start
+    finally:
+        for running in started:
+            stop_proxy_thread(running)
 
 
 @pytest.fixture

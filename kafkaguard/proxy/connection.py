@@ -54,6 +54,7 @@ from kafkaguard.proxy.handlers import REGISTRY
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
     Close,
+    ConnectionState,
     Forward,
     Request,
     Respond,
@@ -97,6 +98,7 @@ class ClientConnection(asyncio.Protocol):
         self.session = Session(listener.config.name, listener.security_protocol, peer_address(None))
         self._context_header: RequestHeaderInfo | None = None
         self._context: RequestContext | None = None
+        self.connection_state = ConnectionState()
 
     # -- HandlerContext --------------------------------------------------------------------
     @property
@@ -119,16 +121,7 @@ class ClientConnection(asyncio.Protocol):
         """KIP-504 context of ``request``, built once per request however many checks run."""
         header = request.header
         if self._context_header is not header or self._context is None:
-            self._context = RequestContext(
-                listener_name=self.session.listener_name,
-                security_protocol=self.session.security_protocol,
-                principal=self.session.principal,
-                client_address=self.session.client_address,
-                api_key=header.api_key,
-                api_version=header.api_version,
-                client_id=header.client_id,
-                correlation_id=header.correlation_id,
-            )
+            self._context = self.session.request_context(header)
             self._context_header = header
         return self._context
 
@@ -398,12 +391,13 @@ class ClientConnection(asyncio.Protocol):
             self._upstream.resume_reading()
 
     # -- closing ---------------------------------------------------------------------------
-    def close(self, reason: str | None = None) -> None:
+    def close(self, reason: str | None = None, *, level: int = logging.WARNING) -> None:
         if self._closed:
             return
         self._closed = True
         if reason is not None:
-            log.warning(
+            log.log(
+                level,
                 "closing connection from %s on listener %s: %s (%d requests unanswered)",
                 self.peer,
                 self.listener_name,
@@ -420,8 +414,11 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         partial = self._frames.pending_bytes
-        if partial or len(self._inflight) or self._held:
+        if partial:
             self.close(f"client disconnected mid-request ({partial} bytes of an unfinished one)")
+        elif len(self._inflight) or self._held:
+            # Normal for consumers: closing while a long-poll Fetch is outstanding.
+            self.close("client disconnected with requests unanswered", level=logging.INFO)
         else:
             log.debug("client %s disconnected", self.peer)
             self.close()

@@ -9,8 +9,14 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from kafkaguard.policy.authorizer import IPAddress, SecurityProtocol, java_host_address
+from kafkaguard.policy.authorizer import (
+    IPAddress,
+    RequestContext,
+    SecurityProtocol,
+    java_host_address,
+)
 from kafkaguard.policy.model import KafkaPrincipal
+from kafkaguard.protocol.header import RequestHeaderInfo
 
 
 @dataclass(slots=True)
@@ -24,6 +30,19 @@ class Session:
 
     def __post_init__(self) -> None:
         self.client_host = java_host_address(self.client_address)
+
+    def request_context(self, header: RequestHeaderInfo) -> RequestContext:
+        """KIP-504's context of one request of this connection, as the authorizer sees it."""
+        return RequestContext(
+            listener_name=self.listener_name,
+            security_protocol=self.security_protocol,
+            principal=self.principal,
+            client_address=self.client_address,
+            api_key=header.api_key,
+            api_version=header.api_version,
+            client_id=header.client_id,
+            correlation_id=header.correlation_id,
+        )
 
 
 def peer_address(peername: object) -> IPAddress:

@@ -10,14 +10,11 @@ cluster operations and hides Tansu's address.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunningProxy, proxy_config, start_proxy_thread, stop_proxy_thread, unique_name
+from conftest import RunningProxy, StartEnforcingProxy, unique_name
 
-from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
@@ -27,10 +24,8 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
-from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.tansu import TansuBroker, free_port
+from kafkaguard.tansu import TansuBroker
 from proxy.proxy_raw_client import RawKafkaClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -43,30 +38,6 @@ def cluster_acl(operation: str) -> AclBinding:
         ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
         AccessControlEntry(ANONYMOUS, "*", AclOperation[operation], AclPermissionType.ALLOW),
     )
-
-
-@pytest.fixture
-def start(tansu: TansuBroker, tmp_path: Path) -> Iterator[Any]:
-    started: list[RunningProxy] = []
-
-    def start_with(acls: list[AclBinding]) -> tuple[RunningProxy, Path]:
-        acl_file = tmp_path / f"acls-{len(started)}.yaml"
-        acl_file.write_text(format_acl_text(acls), encoding="utf-8")
-        policy = PolicyConfig(
-            authorizer=AuthorizerConfig(),
-            acl_store=AclStoreConfig(type="file", path=acl_file),
-        )
-        running = start_proxy_thread(
-            proxy_config(
-                tansu.address, broker_ports=BrokerPorts(free_port() - 111, {}), policy=policy
-            )
-        )
-        started.append(running)
-        return running, acl_file
-
-    yield start_with
-    for running in started:
-        stop_proxy_thread(running)
 
 
 def admin_client(proxy: RunningProxy) -> Any:
@@ -141,10 +112,14 @@ def acl_request(api_key: int, client: RawKafkaClient, **values: Any) -> Any:
     return client.request(schema(**values))[1]
 
 
-def test_describe_cluster_and_acl_changes(start: Any, tansu: TansuBroker) -> None:
+def test_describe_cluster_and_acl_changes(
+    enforcing_proxy: StartEnforcingProxy, tansu: TansuBroker
+) -> None:
     """DescribeCluster (confluent-kafka) and Create/DescribeAcls at the wire level."""
-    allowed, acl_file = start([cluster_acl("ALTER")])
-    denied, denied_file = start([cluster_acl("DESCRIBE_CONFIGS")])
+    allowed = enforcing_proxy([cluster_acl("ALTER")])
+    denied = enforcing_proxy([cluster_acl("DESCRIBE_CONFIGS")])
+    assert allowed.acl_file is not None and denied.acl_file is not None
+    acl_file, denied_file = allowed.acl_file, denied.acl_file
 
     admin = admin_client(allowed)  # kept referenced: a collected client cancels its futures
     cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=20)
@@ -187,8 +162,10 @@ def test_describe_cluster_and_acl_changes(start: Any, tansu: TansuBroker) -> Non
         assert [(r.resource_name, r.pattern_type) for r in described.resources] == [(topic, 4)]
 
 
-def test_acl_admin_with_confluent_kafka(start: Any) -> None:
-    proxy, acl_file = start([cluster_acl("ALTER")])
+def test_acl_admin_with_confluent_kafka(enforcing_proxy: StartEnforcingProxy) -> None:
+    proxy = enforcing_proxy([cluster_acl("ALTER")])
+    acl_file = proxy.acl_file
+    assert acl_file is not None
     admin = admin_client(proxy)
     topic = unique_name("acl")
     binding = ck_binding(topic, "User:bob", "READ", "PREFIXED")

@@ -6,17 +6,13 @@ both topics through a second, allow-all proxy.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from conftest import RunningProxy, proxy_config, stop_proxy_thread, unique_name
+from conftest import RunningProxy, StartEnforcingProxy, unique_name
 from kio.schema.fetch.v12 import request as req12
 
-from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
@@ -26,44 +22,12 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
-from kafkaguard.policy.standard import StandardAuthorizer
-from kafkaguard.policy.stores.base import MemoryAclStore
-from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.proxy.server import ProxyServer
-from kafkaguard.tansu import TansuBroker, free_port
 from proxy.proxy_raw_client import RawKafkaClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-
-def _start(tansu: TansuBroker, bindings: list[AclBinding]) -> RunningProxy:
-    """``start_proxy_thread`` with an in-memory ACL set instead of the config's authorizer."""
-    config = proxy_config(tansu.address, broker_ports=BrokerPorts(free_port() - 111, {}))
-    authorizer = StandardAuthorizer(AuthorizerConfig(), MemoryAclStore(bindings))
-    loop = asyncio.new_event_loop()
-    box: dict[str, Any] = {}
-    ready = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-
-        async def main() -> None:
-            server = ProxyServer(config, authorizer=authorizer)
-            await server.start(probe_attempts=10)
-            box["server"] = server
-            ready.set()
-            await server.serve_forever_until_stopped()
-            await server.close()
-
-        loop.run_until_complete(main())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(30), "proxy did not start"
-    return RunningProxy(box["server"], loop, thread)
 
 
 @pytest.fixture
@@ -82,16 +46,12 @@ def topics(proxy: RunningProxy) -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
-def restricted(tansu: TansuBroker, topics: tuple[str, str]) -> Iterator[RunningProxy]:
+def restricted(topics: tuple[str, str], enforcing_proxy: StartEnforcingProxy) -> RunningProxy:
     read = AclBinding(
         ResourcePattern(ResourceType.TOPIC, topics[0], PatternType.LITERAL),
         AccessControlEntry("User:ANONYMOUS", "*", AclOperation.READ, AclPermissionType.ALLOW),
     )
-    running = _start(tansu, [read])
-    try:
-        yield running
-    finally:
-        stop_proxy_thread(running)
+    return enforcing_proxy([read])
 
 
 def test_metadata_hides_and_denies_topics_without_describe(

@@ -6,15 +6,11 @@ test topic only; the setup goes through a second, allow-all proxy.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from conftest import RunningProxy, proxy_config, unique_name
+from conftest import RunningProxy, StartEnforcingProxy, unique_name
 
-from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
@@ -24,11 +20,6 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
-from kafkaguard.policy.standard import StandardAuthorizer
-from kafkaguard.policy.stores.base import MemoryAclStore
-from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.proxy.server import ProxyServer
-from kafkaguard.tansu import TansuBroker, free_port
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -44,33 +35,6 @@ def _allow(
     )
 
 
-def _start(tansu: TansuBroker, bindings: list[AclBinding]) -> RunningProxy:
-    """``start_proxy_thread`` with an in-memory ACL set instead of the config's authorizer."""
-    config = proxy_config(tansu.address, broker_ports=BrokerPorts(free_port() - 111, {}))
-    authorizer = StandardAuthorizer(AuthorizerConfig(), MemoryAclStore(bindings))
-    loop = asyncio.new_event_loop()
-    box: dict[str, Any] = {}
-    ready = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-
-        async def main() -> None:
-            server = ProxyServer(config, authorizer=authorizer)
-            await server.start(probe_attempts=10)
-            box["server"] = server
-            ready.set()
-            await server.serve_forever_until_stopped()
-            await server.close()
-
-        loop.run_until_complete(main())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(30), "proxy did not start"
-    return RunningProxy(box["server"], loop, thread)
-
-
 @pytest.fixture
 def topic(proxy: RunningProxy) -> Iterator[str]:
     name = unique_name("grp")
@@ -81,21 +45,13 @@ def topic(proxy: RunningProxy) -> Iterator[str]:
 
 
 @pytest.fixture
-def guarded(tansu: TansuBroker, topic: str) -> Iterator[RunningProxy]:
-    running = _start(
-        tansu,
+def guarded(topic: str, enforcing_proxy: StartEnforcingProxy) -> RunningProxy:
+    return enforcing_proxy(
         [
             _allow(ResourceType.GROUP, "ok-", AclOperation.READ, prefixed=True),
             _allow(ResourceType.TOPIC, topic, AclOperation.READ),
-        ],
+        ]
     )
-    try:
-        yield running
-    finally:
-        running.loop.call_soon_threadsafe(running.server.stop)
-        assert running.thread is not None
-        running.thread.join(15)
-        running.loop.close()
 
 
 def test_offsets_and_group_listing_follow_group_acls(guarded: RunningProxy, topic: str) -> None:

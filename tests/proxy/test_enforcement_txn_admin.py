@@ -9,14 +9,11 @@ the error librdkafka raises for that code, per item in mixed requests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunningProxy, proxy_config, start_proxy_thread, stop_proxy_thread, unique_name
+from conftest import RunningProxy, StartEnforcingProxy, unique_name
 
-from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
@@ -26,9 +23,7 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
-from kafkaguard.policy.stores.acl_file_format import format_acl_text
-from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.tansu import TansuBroker, free_port
+from kafkaguard.tansu import TansuBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -39,20 +34,6 @@ def allow(operation: str, resource_type: str, name: str, pattern: str = "LITERAL
     return AclBinding(
         ResourcePattern(ResourceType[resource_type], name, PatternType[pattern]),
         AccessControlEntry(ANONYMOUS, "*", AclOperation[operation], AclPermissionType.ALLOW),
-    )
-
-
-def start_enforcing_proxy(
-    tansu: TansuBroker, tmp_path: Path, acls: list[AclBinding]
-) -> RunningProxy:
-    acl_file = tmp_path / "acls.yaml"
-    acl_file.write_text(format_acl_text(acls), encoding="utf-8")
-    policy = PolicyConfig(
-        authorizer=AuthorizerConfig(),
-        acl_store=AclStoreConfig(type="file", path=acl_file),
-    )
-    return start_proxy_thread(
-        proxy_config(tansu.address, broker_ports=BrokerPorts(free_port() - 111, {}), policy=policy)
     )
 
 
@@ -72,16 +53,11 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def admin_proxy(tansu: TansuBroker, tmp_path: Path, prefix: str) -> Iterator[RunningProxy]:
-    acls = [
+def admin_proxy(enforcing_proxy: StartEnforcingProxy, prefix: str) -> RunningProxy:
+    return enforcing_proxy(
         allow(op, "TOPIC", prefix, "PREFIXED")
         for op in ("CREATE", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS")
-    ]
-    running = start_enforcing_proxy(tansu, tmp_path, acls)
-    try:
-        yield running
-    finally:
-        stop_proxy_thread(running)
+    )
 
 
 def test_mixed_create_describe_configs_delete_topics(
@@ -121,7 +97,7 @@ def test_mixed_create_describe_configs_delete_topics(
 
 
 def test_transactional_producer_needs_write_on_its_transactional_id(
-    tansu: TansuBroker, tmp_path: Path
+    tansu: TansuBroker, enforcing_proxy: StartEnforcingProxy
 ) -> None:
     from confluent_kafka import KafkaError, KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -139,21 +115,18 @@ def test_transactional_producer_needs_write_on_its_transactional_id(
         # DESCRIBE lets FindCoordinator through, so InitProducerId itself is what fails.
         allow("DESCRIBE", "TRANSACTIONAL_ID", denied_tx),
     ]
-    running = start_enforcing_proxy(tansu, tmp_path, acls)
-    try:
-        denied = Producer(
-            {"bootstrap.servers": running.bootstrap, "transactional.id": denied_tx, "log_level": 0}
-        )
-        with pytest.raises(KafkaException) as excinfo:
-            denied.init_transactions(20)
-        assert excinfo.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    running = enforcing_proxy(acls)
+    denied = Producer(
+        {"bootstrap.servers": running.bootstrap, "transactional.id": denied_tx, "log_level": 0}
+    )
+    with pytest.raises(KafkaException) as excinfo:
+        denied.init_transactions(20)
+    assert excinfo.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
-        producer = Producer(
-            {"bootstrap.servers": running.bootstrap, "transactional.id": allowed_tx, "log_level": 3}
-        )
-        producer.init_transactions(20)
-        producer.begin_transaction()
-        producer.produce(topic, b"committed")
-        producer.commit_transaction(20)
-    finally:
-        stop_proxy_thread(running)
+    producer = Producer(
+        {"bootstrap.servers": running.bootstrap, "transactional.id": allowed_tx, "log_level": 3}
+    )
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed")
+    producer.commit_transaction(20)

@@ -34,6 +34,7 @@ import pytest
 from conftest import (
     SESSION_TIMEOUT_MS,
     RunningProxy,
+    free_base,
     proxy_config,
     start_proxy_thread,
     stop_proxy_thread,
@@ -81,7 +82,7 @@ def hidden_tansu() -> Iterator[TansuBroker]:
 
 @pytest.fixture(scope="module")
 def hidden_proxy(hidden_tansu: TansuBroker) -> Iterator[RunningProxy]:
-    config = proxy_config(hidden_tansu.address, broker_ports=BrokerPorts(free_port() - NODE_ID, {}))
+    config = proxy_config(hidden_tansu.address, broker_ports=BrokerPorts(free_base([NODE_ID]), {}))
     running = start_proxy_thread(
         config, loop_factory=lambda: AliasingEventLoop({HIDDEN_HOST: BROKER_IP})
     )

@@ -69,33 +69,50 @@ def _has_unknown_code(*codes: int) -> bool:
     return any(int(code) == _UNKNOWN_CODE for code in codes)
 
 
+def _filter_has_unknown_code(f: Any) -> bool:
+    """:func:`_has_unknown_code` for a DescribeAcls request or a DeleteAcls filter."""
+    return _has_unknown_code(
+        f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type
+    )
+
+
 def _error_fields(error: ApiError | None) -> dict[str, Any]:
     if error is None:
         return {"error_code": ErrorCode.none, "error_message": None}
     return {"error_code": ErrorCode(int(error.code)), "error_message": error.message}
 
 
-def acl_filter(
-    resource_type: int,
-    resource_name: str | None,
-    pattern_type: int,
-    principal: str | None,
-    host: str | None,
-    operation: int,
-    permission_type: int,
-) -> AclBindingFilter:
-    """``DescribeAclsRequest.filter`` / ``DeleteAclsRequest.aclBindingFilter``."""
+def acl_filter(f: Any) -> AclBindingFilter:
+    """``DescribeAclsRequest.filter`` / ``DeleteAclsRequest.aclBindingFilter``: ``f`` is a
+    DescribeAcls request or a DeleteAcls filter (the same fields)."""
     return AclBindingFilter(
         ResourcePatternFilter(
-            ResourceType.from_code(resource_type),
-            resource_name,
-            PatternType.from_code(pattern_type),
+            ResourceType.from_code(f.resource_type_filter),
+            f.resource_name_filter,
+            PatternType.from_code(f.pattern_type_filter),
         ),
         AccessControlEntryFilter(
-            principal,
-            host,
-            AclOperation.from_code(operation),
-            AclPermissionType.from_code(permission_type),
+            f.principal_filter,
+            f.host_filter,
+            AclOperation.from_code(f.operation),
+            AclPermissionType.from_code(f.permission_type),
+        ),
+    )
+
+
+def acl_binding(c: Any) -> AclBinding:
+    """``CreateAclsRequest.aclBinding`` (without the Java constructors' checks)."""
+    return AclBinding(
+        ResourcePattern(
+            ResourceType.from_code(c.resource_type),
+            c.resource_name,
+            PatternType.from_code(c.resource_pattern_type),
+        ),
+        AccessControlEntry(
+            c.principal,
+            c.host,
+            AclOperation.from_code(c.operation),
+            AclPermissionType.from_code(c.permission_type),
         ),
     )
 
@@ -107,27 +124,12 @@ class DescribeAclsHandler(ApiHandler):
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         body: Any = request.body
-        if _has_unknown_code(
-            body.resource_type_filter,
-            body.pattern_type_filter,
-            body.operation,
-            body.permission_type,
-        ):
+        if _filter_has_unknown_code(body):
             return Close("DescribeAclsRequest contains UNKNOWN elements")
         schema = codec.response_schema(self.api_key, request.header.api_version)
         if not is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER):
             return Respond(codec.make_entity(schema, _DENIED, resources=()))
-        found = ctx.describe_acls(
-            acl_filter(
-                body.resource_type_filter,
-                body.resource_name_filter,
-                body.pattern_type_filter,
-                body.principal_filter,
-                body.host_filter,
-                body.operation,
-                body.permission_type,
-            )
-        )
+        found = ctx.describe_acls(acl_filter(body))
         return Respond(codec.make_entity(schema, resources=self._resources(schema, found)))
 
     @staticmethod
@@ -178,22 +180,7 @@ class CreateAclsHandler(ApiHandler):
         result_type = codec.nested_type(schema, "results")
         if not is_allowed(ctx, request, AclOperation.ALTER, CLUSTER):
             return Respond(self._whole(schema, result_type, len(body.creations), _DENIED))
-        bindings = [
-            AclBinding(
-                ResourcePattern(
-                    ResourceType.from_code(c.resource_type),
-                    c.resource_name,
-                    PatternType.from_code(c.resource_pattern_type),
-                ),
-                AccessControlEntry(
-                    c.principal,
-                    c.host,
-                    AclOperation.from_code(c.operation),
-                    AclPermissionType.from_code(c.permission_type),
-                ),
-            )
-            for c in body.creations
-        ]
+        bindings = [acl_binding(c) for c in body.creations]
         if any(not _constructible(b) for b in bindings):
             return Respond(
                 self._whole(schema, result_type, len(bindings), ErrorCode.unknown_server_error)
@@ -232,12 +219,7 @@ class DeleteAclsHandler(ApiHandler):
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         body: Any = request.body
-        if any(
-            _has_unknown_code(
-                f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type
-            )
-            for f in body.filters
-        ):
+        if any(_filter_has_unknown_code(f) for f in body.filters):
             return Close("Filters contain UNKNOWN elements")
         schema = codec.response_schema(self.api_key, request.header.api_version)
         filter_result_type = codec.nested_type(schema, "filter_results")
@@ -246,18 +228,7 @@ class DeleteAclsHandler(ApiHandler):
             # DeleteAclsRequest.getErrorResponse: one errored result per filter.
             denied = filter_result_type(error_code=_DENIED, error_message=None, matching_acls=())
             return Respond(codec.make_entity(schema, filter_results=(denied,) * len(body.filters)))
-        filters = [
-            acl_filter(
-                f.resource_type_filter,
-                f.resource_name_filter,
-                f.pattern_type_filter,
-                f.principal_filter,
-                f.host_filter,
-                f.operation,
-                f.permission_type,
-            )
-            for f in body.filters
-        ]
+        filters = [acl_filter(f) for f in body.filters]
 
         async def respond() -> Any:
             results = await ctx.delete_acls(request, filters)

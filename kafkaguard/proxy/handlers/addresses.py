@@ -1,31 +1,29 @@
-"""Handlers whose responses carry broker addresses (principle 4: clients never see one).
+"""Broker addresses in responses (principle 4: clients never see one).
 
 Every host/port a response carries is replaced by the proxy's own address for that node id on
 the client's listener; the broker's real address is remembered so the proxy can connect to it.
+The family handlers call these rewrites on the responses of their APIs.
 
 Which responses carry broker addresses (checked against every kio response schema with a
-``host``/``port`` field): Metadata ``brokers``; FindCoordinator v0–3 top level and v4+
-``coordinators``; DescribeCluster ``brokers``; Produce v10+, Fetch v16+, ShareFetch and
-ShareAcknowledge ``node_endpoints`` (KIP-951). DescribeQuorum and the Raft/registration APIs
-carry controller endpoints and are refused (broker-internal). The ``host`` fields of
-Describe/DeleteAcls are ACL hosts and those of the Streams group APIs are application
-endpoints: neither is a broker address.
+``host``/``port`` field): Metadata ``brokers`` (:func:`rewrite_metadata_brokers`);
+FindCoordinator v0–3 top level and v4+ ``coordinators`` (:func:`rewrite_coordinators`);
+DescribeCluster ``brokers`` (:func:`rewrite_describe_cluster_brokers`); Produce v10+, Fetch
+v16+, ShareFetch and ShareAcknowledge ``node_endpoints`` (KIP-951,
+:func:`node_endpoints_rewrite`; the last two are refused). DescribeQuorum and the
+Raft/registration APIs carry controller endpoints and are refused (broker-internal). The
+``host`` fields of Describe/DeleteAcls are ACL hosts and those of the Streams group APIs are
+application endpoints: neither is a broker address.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
-from kafkaguard.protocol.codec import ResponsePayload
-from kafkaguard.proxy.handlers.base import (
-    ApiHandler,
-    Forward,
-    HandlerContext,
-    Request,
-    ResponseRewrite,
-    Verdict,
-)
+from kafkaguard.proxy.handlers.base import HandlerContext, Request, ResponseRewrite
+
+FIRST_VERSION_WITH_NODE_ENDPOINTS: Final = {0: 10, 1: 16}
+"""Produce and Fetch: the first version whose response carries ``node_endpoints``."""
 
 
 def rewrite_node_addresses(entries: Any, ctx: HandlerContext, id_field: str) -> Any:
@@ -41,71 +39,58 @@ def rewrite_node_addresses(entries: Any, ctx: HandlerContext, id_field: str) -> 
     return tuple(out) if changed else entries
 
 
-class _AddressRewriteHandler(ApiHandler):
-    """Forward the request's bytes; rewrite the addresses in the response."""
-
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        return Forward(rewrite=self.rewriter(ctx))
-
-    def rewriter(self, ctx: HandlerContext) -> ResponseRewrite:
-        def rewrite(response: ResponsePayload) -> ResponsePayload:
-            rewritten: ResponsePayload = self.rewrite(response, ctx)
-            return rewritten
-
-        return rewrite
-
-    def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
-        raise NotImplementedError
+def _rewrite_brokers(response: Any, ctx: HandlerContext, id_field: str) -> Any:
+    brokers = rewrite_node_addresses(response.brokers, ctx, id_field)
+    return response if brokers is response.brokers else replace(response, brokers=brokers)
 
 
-class MetadataHandler(_AddressRewriteHandler):
-    api_key = 3
-
-    def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
-        brokers = rewrite_node_addresses(response.brokers, ctx, "node_id")
-        return response if brokers is response.brokers else replace(response, brokers=brokers)
+def rewrite_metadata_brokers(response: Any, ctx: HandlerContext) -> Any:
+    """Metadata ``brokers``."""
+    return _rewrite_brokers(response, ctx, "node_id")
 
 
-class DescribeClusterHandler(_AddressRewriteHandler):
-    api_key = 60
-
-    def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
-        brokers = rewrite_node_addresses(response.brokers, ctx, "broker_id")
-        return response if brokers is response.brokers else replace(response, brokers=brokers)
+def rewrite_describe_cluster_brokers(response: Any, ctx: HandlerContext) -> Any:
+    """DescribeCluster ``brokers``."""
+    return _rewrite_brokers(response, ctx, "broker_id")
 
 
-class FindCoordinatorHandler(_AddressRewriteHandler):
-    api_key = 10
-
-    def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
-        if hasattr(response, "coordinators"):  # v4+: batched (KIP-699)
-            found = tuple(c for c in response.coordinators if c.node_id >= 0)
-            if not found:
-                return response
-            coordinators = tuple(
-                rewrite_node_addresses((c,), ctx, "node_id")[0] if c.node_id >= 0 else c
-                for c in response.coordinators
-            )
-            return replace(response, coordinators=coordinators)
-        if response.node_id < 0:  # COORDINATOR_NOT_AVAILABLE etc.: no address to hide
+def rewrite_coordinators(response: Any, ctx: HandlerContext) -> Any:
+    """FindCoordinator: the v0–3 top-level node, or each found v4+ ``coordinators`` entry
+    (a node id below 0, e.g. COORDINATOR_NOT_AVAILABLE, has no address to hide)."""
+    if hasattr(response, "coordinators"):  # v4+: batched (KIP-699)
+        if all(c.node_id < 0 for c in response.coordinators):
             return response
-        host, port = ctx.advertise_node(response.node_id, response.host, response.port)
-        return replace(response, host=host, port=port)
+        coordinators = tuple(
+            rewrite_node_addresses((c,), ctx, "node_id")[0] if c.node_id >= 0 else c
+            for c in response.coordinators
+        )
+        return replace(response, coordinators=coordinators)
+    if response.node_id < 0:
+        return response
+    host, port = ctx.advertise_node(response.node_id, response.host, response.port)
+    return replace(response, host=host, port=port)
 
 
-class NodeEndpointsHandler(_AddressRewriteHandler):
-    """Produce, Fetch, ShareFetch, ShareAcknowledge: only versions with ``node_endpoints``
-    need their response decoded; older versions are forwarded byte for byte."""
+def coordinators_rewrite(ctx: HandlerContext) -> ResponseRewrite:
+    """:func:`rewrite_coordinators` as a :class:`~base.Forward` rewrite."""
 
-    first_version_with_endpoints: int
+    def rewrite(response: Any) -> Any:
+        return rewrite_coordinators(response, ctx)
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        if request.header.api_version < self.first_version_with_endpoints:
-            return Forward()
-        return Forward(rewrite=self.rewriter(ctx))
+    return rewrite
 
-    def rewrite(self, response: Any, ctx: HandlerContext) -> Any:
+
+def node_endpoints_rewrite(request: Request, ctx: HandlerContext) -> ResponseRewrite | None:
+    """The ``node_endpoints`` rewrite for a Produce/Fetch request, ``None`` for versions
+    without them (their response need not be decoded for addresses)."""
+    header = request.header
+    if header.api_version < FIRST_VERSION_WITH_NODE_ENDPOINTS[header.api_key]:
+        return None
+
+    def rewrite(response: Any) -> Any:
         if not response.node_endpoints:
             return response
         endpoints = rewrite_node_addresses(response.node_endpoints, ctx, "node_id")
         return replace(response, node_endpoints=endpoints)
+
+    return rewrite

@@ -12,6 +12,7 @@ lists the supported versions, so the client can retry with one it shares.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
@@ -42,38 +43,33 @@ class ApiVersionsHandler(ApiHandler):
             )
             entry_type = nested_type(type(response), "api_keys")
             broker_keys = {int(e.api_key) for e in response.api_keys}
-            entries = []
             # APIs the proxy answers itself (ACL admin, …) are advertised whether or not the
             # broker has them; everything else is what the broker offers, narrowed.
-            for api_key in sorted(broker_keys | set(API_NAMES)):
-                supported = ctx.supported_versions(api_key)
-                if supported:
-                    entries.append(
-                        entry_type(
-                            api_key=i16(api_key),
-                            min_version=i16(supported.start),
-                            max_version=i16(supported.stop - 1),
-                        )
-                    )
-            return replace(response, api_keys=tuple(entries))
+            entries = _advertised(ctx, entry_type, broker_keys | set(API_NAMES))
+            return replace(response, api_keys=entries)
 
         return Forward(rewrite=rewrite)
 
     def unsupported_version(self, header: RequestHeaderInfo, ctx: HandlerContext) -> Verdict:
-        entries = []
-        for api_key in sorted(API_NAMES):
-            supported = ctx.supported_versions(api_key)
-            if supported:
-                entries.append(
-                    ApiVersionV0(
-                        api_key=i16(api_key),
-                        min_version=i16(supported.start),
-                        max_version=i16(supported.stop - 1),
-                    )
-                )
+        entries = _advertised(ctx, ApiVersionV0, API_NAMES)
         return Respond(
-            ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=tuple(entries))
+            ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=entries)
         )
+
+
+def _advertised(
+    ctx: HandlerContext, entry_type: type[Any], api_keys: Iterable[int]
+) -> tuple[Any, ...]:
+    """One ``entry_type`` per API key with a supported version, in key order."""
+    return tuple(
+        entry_type(
+            api_key=i16(api_key),
+            min_version=i16(supported.start),
+            max_version=i16(supported.stop - 1),
+        )
+        for api_key in sorted(api_keys)
+        if (supported := ctx.supported_versions(api_key))
+    )
 
 
 HANDLERS: list[ApiHandler] = [ApiVersionsHandler()]

@@ -10,14 +10,16 @@ A handler turns one decoded request into a :data:`Verdict`, synchronously and wi
 * :class:`Respond` — the proxy answers; nothing reaches the broker.
 * :class:`Close` — drop the connection (e.g. a denied ``acks=0`` Produce, which has no response).
 
-Handlers are stateless singletons; what a connection knows lives in :class:`HandlerContext`.
+Handlers are stateless singletons; what a connection knows lives in :class:`HandlerContext`,
+and what a handler must remember between requests of one connection (e.g. Fetch's session
+mirrors) in its :class:`ConnectionState`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 from uuid import UUID
 
 from kafkaguard.policy.authorizer import (
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
     from kafkaguard.proxy.session import Session
 
 ResponseRewrite = Callable[[ResponsePayload], ResponsePayload]
+
+_S = TypeVar("_S")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +97,32 @@ FORWARD = Forward()
 """The verdict for "send the client's own bytes, return the broker's own bytes"."""
 
 
+class ConnectionState:
+    """Handler state that lives as long as one client connection: one instance per type,
+    created with ``kind()`` the first time a handler asks for it."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self) -> None:
+        self._slots: dict[type[Any], Any] = {}
+
+    def get(self, kind: type[_S]) -> _S:
+        state = self._slots.get(kind)
+        if state is None:
+            state = self._slots[kind] = kind()
+        return cast(_S, state)
+
+
 class HandlerContext(Protocol):
     """What a handler may ask of the proxy about the connection it serves."""
 
     @property
     def session(self) -> Session: ...
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        """What handlers keep for this connection between its requests."""
+        ...
 
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
         """The authorizer's decisions, in order, for this request's KIP-504 context."""

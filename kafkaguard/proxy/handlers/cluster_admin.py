@@ -22,13 +22,14 @@ authorizer) and keeps hiding broker addresses.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from kafkaguard.policy.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import rewrite_node_addresses
+from kafkaguard.proxy.handlers.addresses import rewrite_describe_cluster_brokers
 from kafkaguard.proxy.handlers.authz import CLUSTER, is_allowed
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
@@ -39,6 +40,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, partition_errors
 
 _DENIED = ErrorCode.cluster_authorization_failed
 
@@ -66,6 +68,34 @@ class ClusterCheckHandler(ApiHandler):
         return codec.response_schema(self.api_key, version)
 
 
+def _partition_results(
+    schema: type[Any],
+    field: str,
+    topics: Iterable[tuple[str, Iterable[int]]],
+    code: ErrorCode,
+    *,
+    name_field: str = "name",
+    partitions_field: str = "partitions",
+    index_field: str = "partition_index",
+) -> tuple[Any, ...]:
+    """``field`` of an error response echoing the request's (topic, partitions): one topic
+    entry per request entry, ``code`` on each of its partitions."""
+    topic_type = codec.nested_type(schema, field)
+    return tuple(
+        codec.make_entity(
+            topic_type,
+            ErrorCode.none,
+            **{
+                name_field: name,
+                partitions_field: partition_errors(
+                    topic_type, partitions_field, indexes, code, index_field=index_field
+                ),
+            },
+        )
+        for name, indexes in topics
+    )
+
+
 class AlterReplicaLogDirsHandler(ClusterCheckHandler):
     """``handleAlterReplicaLogDirsRequest``: ALTER; one result per (dir, topic) of the request
     with 31 on each partition (``AlterReplicaLogDirsRequest.getErrorResponse``)."""
@@ -76,20 +106,8 @@ class AlterReplicaLogDirsHandler(ClusterCheckHandler):
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
-        topic_type = codec.nested_type(schema, "results")
-        partition_type = codec.nested_type(topic_type, "partitions")
-        results = tuple(
-            codec.make_entity(
-                topic_type,
-                topic_name=topic.name,
-                partitions=tuple(
-                    codec.make_entity(partition_type, _DENIED, partition_index=index)
-                    for index in topic.partitions
-                ),
-            )
-            for log_dir in body.dirs
-            for topic in log_dir.topics
-        )
+        topics = ((t.name, t.partitions) for log_dir in body.dirs for t in log_dir.topics)
+        results = _partition_results(schema, "results", topics, _DENIED, name_field="topic_name")
         return codec.make_entity(schema, results=results)
 
 
@@ -112,18 +130,14 @@ class ElectLeadersHandler(ClusterCheckHandler):
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
-        result_type = codec.nested_type(schema, "replica_election_results")
-        partition_type = codec.nested_type(result_type, "partition_result")
-        results = tuple(
-            codec.make_entity(
-                result_type,
-                topic=topic.topic,
-                partition_result=tuple(
-                    codec.make_entity(partition_type, _DENIED, partition_id=partition)
-                    for partition in topic.partitions
-                ),
-            )
-            for topic in body.topic_partitions or ()
+        results = _partition_results(
+            schema,
+            "replica_election_results",
+            ((t.topic, t.partitions) for t in body.topic_partitions or ()),
+            _DENIED,
+            name_field="topic",
+            partitions_field="partition_result",
+            index_field="partition_id",
         )
         return codec.make_entity(schema, _DENIED, replica_election_results=results)
 
@@ -138,21 +152,8 @@ class AlterPartitionReassignmentsHandler(ClusterCheckHandler):
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
-        topic_type = codec.nested_type(schema, "responses")
-        partition_type = codec.nested_type(topic_type, "partitions")
-        responses = tuple(
-            codec.make_entity(
-                topic_type,
-                name=topic.name,
-                partitions=tuple(
-                    codec.make_entity(
-                        partition_type, _DENIED, partition_index=partition.partition_index
-                    )
-                    for partition in topic.partitions
-                ),
-            )
-            for topic in body.topics
-        )
+        topics = ((t.name, (p.partition_index for p in t.partitions)) for t in body.topics)
+        responses = _partition_results(schema, "responses", topics, _DENIED)
         return codec.make_entity(schema, _DENIED, responses=responses)
 
 
@@ -167,20 +168,11 @@ class ListPartitionReassignmentsHandler(ClusterCheckHandler):
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
-        topic_type = codec.nested_type(schema, "topics")
-        partition_type = codec.nested_type(topic_type, "partitions")
-        topics = tuple(
-            codec.make_entity(
-                topic_type,
-                name=topic.name,
-                partitions=tuple(
-                    codec.make_entity(partition_type, partition_index=index)
-                    for index in topic.partition_indexes
-                ),
-            )
-            for topic in body.topics or ()
+        topics = ((t.name, t.partition_indexes) for t in body.topics or ())
+        # The partitions carry no error of their own.
+        return codec.make_entity(
+            schema, _DENIED, topics=_partition_results(schema, "topics", topics, ErrorCode.none)
         )
-        return codec.make_entity(schema, _DENIED, topics=topics)
 
 
 class DescribeClientQuotasHandler(ClusterCheckHandler):
@@ -201,7 +193,6 @@ class AlterClientQuotasHandler(ClusterCheckHandler):
     api_key = 49
     operation = AclOperation.ALTER_CONFIGS
     decode_request = True
-    message: ClassVar[str] = "Cluster authorization failed."
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
@@ -211,7 +202,7 @@ class AlterClientQuotasHandler(ClusterCheckHandler):
             codec.make_entity(
                 entry_type,
                 _DENIED,
-                error_message=self.message,
+                error_message=ERROR_MESSAGES[_DENIED],
                 entity=tuple(
                     # make_entity's first parameter is itself called entity_type
                     entity_cls(entity_type=e.entity_type, entity_name=e.entity_name)
@@ -297,7 +288,8 @@ class DescribeClusterHandler(ApiHandler):
     3. ``includeClusterAuthorizedOperations``: DESCRIBE CLUSTER (an ordinary, logged check);
        denied → 0, allowed → the KIP-430 bitfield. Not requested → Int.MinValue, whatever the
        broker wrote. Decided when the request arrives, like every other decision.
-    4. Broker addresses are replaced by the proxy's (``addresses.rewrite_node_addresses``).
+    4. Broker addresses are replaced by the proxy's
+       (``addresses.rewrite_describe_cluster_brokers``).
     """
 
     api_key = 60
@@ -331,9 +323,7 @@ class DescribeClusterHandler(ApiHandler):
             )
 
         def rewrite(response: Any) -> Any:
-            brokers = rewrite_node_addresses(response.brokers, ctx, "broker_id")
-            if brokers is not response.brokers:
-                response = codec.replace(response, brokers=brokers)
+            response = rewrite_describe_cluster_brokers(response, ctx)
             if (
                 response.error_code != ErrorCode.none  # Kafka leaves the default then
                 or response.cluster_authorized_operations == operations

@@ -8,19 +8,12 @@ order, as the broker's ``ConfigAdminManager.reassemble*Response`` does for the a
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from kafkaguard.policy.model import AclOperation, ResourcePattern
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import (
-    CLUSTER,
-    group,
-    is_allowed,
-    merge_in_request_order,
-    topic,
-)
+from kafkaguard.proxy.handlers.authz import CLUSTER, duplicates, group, is_allowed, topic
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
     ApiHandler,
@@ -30,7 +23,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.topics_admin import ERROR_MESSAGES, entity
+from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, entity, merge_rewrite
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 _DELETE_OP = 1  # AlterConfigOp.OpType.DELETE: the only incremental op whose value may be null
@@ -54,12 +47,39 @@ def _key(entry: Any) -> Key:
     return int(entry.resource_type), entry.resource_name
 
 
-def _merging(field: str, keys: list[Key], local: dict[Key, list[Any]]) -> Any:
-    def merge(response: Any) -> Any:
-        merged = merge_in_request_order(keys, local, getattr(response, field), _key)
-        return codec.replace(response, **{field: merged})
+def _resource_error(
+    result_type: type[Any],
+    resource: Any,
+    code: ErrorCode,
+    message: str | None = None,
+    **values: Any,
+) -> Any:
+    """A result for ``resource`` with ``code`` and ``message`` (``Errors.message()`` unless
+    given)."""
+    return entity(
+        result_type,
+        code,
+        error_message=ERROR_MESSAGES[code] if message is None else message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **values,
+    )
 
-    return merge
+
+def _forward_authorized(
+    request: Request, body: Any, field: str, keys: list[Key], local: dict[Key, list[Any]]
+) -> Verdict:
+    """Forward the resources without a local answer; merge the local ones into the broker's
+    ``field`` in request order (the proxy answers alone when none is left)."""
+    if not local:
+        return FORWARD
+    merge = merge_rewrite(keys, local, field, _key)
+    kept = tuple(r for r in body.resources if _key(r) not in local)
+    if not kept:
+        schema = codec.response_schema(request.header.api_key, request.header.api_version)
+        empty: dict[str, Any] = {field: ()}
+        return Respond(merge(entity(schema, **empty)))
+    return Forward(request=codec.replace(body, resources=kept), rewrite=merge)
 
 
 class DescribeConfigsHandler(ApiHandler):
@@ -82,31 +102,16 @@ class DescribeConfigsHandler(ApiHandler):
             guard = config_resource(resource.resource_type, resource.resource_name)
             if guard is None:
                 invalid = ErrorCode.invalid_request
-                results = tuple(self._result(result_type, r, invalid) for r in body.resources)
+                results = tuple(
+                    _resource_error(result_type, r, invalid, configs=()) for r in body.resources
+                )
                 return Respond(entity(schema, results=results))
             pattern, code = guard
             if not is_allowed(ctx, request, AclOperation.DESCRIBE_CONFIGS, pattern):
                 local.setdefault(_key(resource), []).append(
-                    self._result(result_type, resource, code)
+                    _resource_error(result_type, resource, code, configs=())
                 )
-        if not local:
-            return FORWARD
-        merge = _merging("results", keys, local)
-        kept = tuple(r for r in body.resources if _key(r) not in local)
-        if not kept:
-            return Respond(merge(entity(schema, results=())))
-        return Forward(request=codec.replace(body, resources=kept), rewrite=merge)
-
-    @staticmethod
-    def _result(result_type: type[Any], resource: Any, code: ErrorCode) -> Any:
-        return entity(
-            result_type,
-            code,
-            error_message=ERROR_MESSAGES[code],
-            resource_type=resource.resource_type,
-            resource_name=resource.resource_name,
-            configs=(),
-        )
+        return _forward_authorized(request, body, "results", keys, local)
 
 
 class _AlterConfigsHandler(ApiHandler):
@@ -132,18 +137,12 @@ class _AlterConfigsHandler(ApiHandler):
         schema = codec.response_schema(self.api_key, request.header.api_version)
         result_type = codec.nested_type(schema, "responses")
         keys = [_key(r) for r in body.resources]
-        repeated = {k for k, n in Counter(keys).items() if n > 1}
+        repeated = duplicates(keys)
         local: dict[Key, list[Any]] = {}
 
-        def reject(resource: Any, code: ErrorCode, message: str) -> None:
+        def reject(resource: Any, code: ErrorCode, message: str | None = None) -> None:
             local.setdefault(_key(resource), []).append(
-                entity(
-                    result_type,
-                    code,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
+                _resource_error(result_type, resource, code, message)
             )
 
         for resource in body.resources:
@@ -158,8 +157,7 @@ class _AlterConfigsHandler(ApiHandler):
             elif resource.resource_type == BROKER_LOGGER and not is_allowed(
                 ctx, request, AclOperation.ALTER_CONFIGS, CLUSTER
             ):
-                code = ErrorCode.cluster_authorization_failed
-                reject(resource, code, ERROR_MESSAGES[code])
+                reject(resource, ErrorCode.cluster_authorization_failed)
         for resource in body.resources:
             if _key(resource) in local or resource.resource_type == BROKER_LOGGER:
                 continue
@@ -167,14 +165,8 @@ class _AlterConfigsHandler(ApiHandler):
             assert guard is not None  # unknown types were rejected by the pre-check
             pattern, code = guard
             if not is_allowed(ctx, request, AclOperation.ALTER_CONFIGS, pattern):
-                reject(resource, code, ERROR_MESSAGES[code])
-        if not local:
-            return FORWARD
-        merge = _merging("responses", keys, local)
-        kept = tuple(r for r in body.resources if _key(r) not in local)
-        if not kept:
-            return Respond(merge(entity(schema, responses=())))
-        return Forward(request=codec.replace(body, resources=kept), rewrite=merge)
+                reject(resource, code)
+        return _forward_authorized(request, body, "responses", keys, local)
 
     def _precheck(self, resource: Any) -> str | None:
         names = [c.name for c in resource.configs]

@@ -13,7 +13,13 @@ from typing import Any, ClassVar
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import filter_authorized, group, is_allowed
+from kafkaguard.proxy.handlers.authz import (
+    authorized_operations_rewrite,
+    filter_authorized,
+    first_seen,
+    group,
+    is_allowed,
+)
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
     ApiHandler,
@@ -23,13 +29,8 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.groups import (
-    GroupGateHandler,
-    authorized_operations_rewrite,
-    merge_rewrite,
-    response_type,
-    whole_error,
-)
+from kafkaguard.proxy.handlers.groups import GroupGateHandler
+from kafkaguard.proxy.handlers.responses import chain, merge_rewrite, response_type, whole_error
 
 
 class SubscribedTopicsGateHandler(GroupGateHandler):
@@ -101,20 +102,17 @@ class DescribedGroupsHandler(ApiHandler):
         )
         merge = merge_rewrite(ids, denied, "groups", lambda e: e.group_id) if denied else None
 
-        def rewrite(response: Any) -> Any:
-            response = self._check_topics(request, ctx, group_type, response)
-            if fill is not None:
-                response = fill(response)
-            return merge(response) if merge is not None else response
+        def check_topics(response: Any) -> Any:
+            return self._check_topics(request, ctx, group_type, response)
 
         new_body = codec.replace(body, group_ids=kept) if denied else None
-        return Forward(request=new_body, rewrite=rewrite)
+        return Forward(request=new_body, rewrite=chain(check_topics, fill, merge))
 
     def _check_topics(
         self, request: Request, ctx: HandlerContext, group_type: type[Any], response: Any
     ) -> Any:
         used = {
-            g.group_id: list(dict.fromkeys(self.topics_of(g)))
+            g.group_id: first_seen(self.topics_of(g))
             for g in response.groups
             if g.error_code == ErrorCode.none
         }

@@ -39,21 +39,15 @@ session id). Sessionless clients (epoch −1) never pay for the mirror.
 from __future__ import annotations
 
 import uuid
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import NodeEndpointsHandler
-from kafkaguard.proxy.handlers.authz import (
-    CLUSTER,
-    filter_authorized,
-    is_allowed,
-    merge_in_request_order,
-)
+from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
+from kafkaguard.proxy.handlers.authz import CLUSTER, authorize_topics, first_seen, is_allowed
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
     Forward,
@@ -63,6 +57,7 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
+from kafkaguard.proxy.handlers.responses import chain, merge_in_request_order
 
 TopicKey = str | uuid.UUID
 """A topic name (v4–12) or topic id (v13+), as the request names it."""
@@ -84,7 +79,9 @@ class SessionMirror:
     """Partitions in the client's session but not in the broker's, with their error."""
 
 
-class _ConnectionSessions:
+class FetchSessions:
+    """The session mirrors of one connection (its :class:`~base.ConnectionState`)."""
+
     def __init__(self) -> None:
         self.by_id: dict[int, SessionMirror] = {}
 
@@ -95,15 +92,9 @@ class _ConnectionSessions:
             del self.by_id[next(iter(self.by_id))]
 
 
-_SESSIONS: weakref.WeakKeyDictionary[Any, _ConnectionSessions] = weakref.WeakKeyDictionary()
-
-
-def connection_sessions(ctx: HandlerContext) -> _ConnectionSessions:
+def connection_sessions(ctx: HandlerContext) -> FetchSessions:
     """The session mirrors of ``ctx``'s connection (kept as long as the connection lives)."""
-    sessions = _SESSIONS.get(ctx)
-    if sessions is None:
-        sessions = _SESSIONS[ctx] = _ConnectionSessions()
-    return sessions
+    return ctx.connection_state.get(FetchSessions)
 
 
 def _is_follower(body: Any) -> bool:
@@ -112,9 +103,8 @@ def _is_follower(body: Any) -> bool:
     return int(replica_id) >= 0
 
 
-class FetchHandler(NodeEndpointsHandler):
+class FetchHandler(ApiHandler):
     api_key = 1
-    first_version_with_endpoints = 16
     decode_request = True
 
     # -- deciding ----------------------------------------------------------------------------
@@ -167,30 +157,17 @@ class FetchHandler(NodeEndpointsHandler):
         """Denied partitions of the fetch context, in context order."""
         if not partitions:
             return {}
-        names: dict[TopicKey, str | None] = {}
-        for key, _ in partitions:
-            if key not in names:
-                names[key] = key if isinstance(key, str) else ctx.topic_name(key)
         if _is_follower(body):
             if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
                 return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
-            allowed = {n for n in names.values() if n is not None}
-        else:
-            allowed = filter_authorized(
-                ctx,
-                request,
-                AclOperation.READ,
-                ResourceType.TOPIC,
-                [n for k, _ in partitions if (n := names[k]) is not None],
-            )
-        denied: dict[PartitionKey, ErrorCode] = {}
-        for part in partitions:
-            name = names[part[0]]
-            if name is None:
-                denied[part] = ErrorCode.unknown_topic_id
-            elif name not in allowed:
-                denied[part] = ErrorCode.topic_authorization_failed
-        return denied
+            topics: dict[TopicKey, ErrorCode] = {
+                key: ErrorCode.unknown_topic_id
+                for key, _ in partitions
+                if not isinstance(key, str) and ctx.topic_name(key) is None
+            }
+        else:  # one reference per partition, as Kafka counts them
+            topics = authorize_topics(ctx, request, AclOperation.READ, [k for k, _ in partitions])
+        return {part: topics[part[0]] for part in partitions if part[0] in topics}
 
     # -- full fetches --------------------------------------------------------------------------
     def _full(
@@ -213,8 +190,7 @@ class FetchHandler(NodeEndpointsHandler):
         if not kept:
             schema = codec.response_schema(1, version)
             return Respond(merge(codec.make_entity(schema, responses=())))
-        steps = [merge] if learn is None else [learn, merge]
-        return self._forward(request, ctx, codec.replace(body, topics=kept), _chain(steps))
+        return self._forward(request, ctx, codec.replace(body, topics=kept), chain(learn, merge))
 
     def _session_learner(
         self,
@@ -296,7 +272,7 @@ class FetchHandler(NodeEndpointsHandler):
             key: [topic_type(**{tkey: key, "partitions": tuple(parts)})]
             for key, parts in synthesized.items()
         }
-        topic_order = list(dict.fromkeys(key for key, _ in order))
+        topic_order = first_seen(key for key, _ in order)
         upstream = set(topic_order) - set(entries)
 
         def merge(response: Any) -> Any:
@@ -323,12 +299,9 @@ class FetchHandler(NodeEndpointsHandler):
         upstream: Any,
         rewrite: ResponseRewrite | None,
     ) -> Verdict:
-        steps: list[ResponseRewrite] = []
-        if request.header.api_version >= self.first_version_with_endpoints:
-            steps.append(self.rewriter(ctx))
-        if rewrite is not None:
-            steps.append(rewrite)
-        return Forward(request=upstream, rewrite=_chain(steps) if steps else None)
+        return Forward(
+            request=upstream, rewrite=chain(node_endpoints_rewrite(request, ctx), rewrite)
+        )
 
 
 def _group(keys: Iterable[PartitionKey]) -> dict[TopicKey, list[int]]:
@@ -336,18 +309,6 @@ def _group(keys: Iterable[PartitionKey]) -> dict[TopicKey, list[int]]:
     for key, index in keys:
         out.setdefault(key, []).append(index)
     return out
-
-
-def _chain(steps: list[ResponseRewrite]) -> ResponseRewrite:
-    if len(steps) == 1:
-        return steps[0]
-
-    def run(response: Any) -> Any:
-        for step in steps:
-            response = step(response)
-        return response
-
-    return run
 
 
 HANDLERS: list[ApiHandler] = [FetchHandler()]

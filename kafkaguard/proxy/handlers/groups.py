@@ -1,25 +1,26 @@
 """Classic group APIs: FindCoordinator, Join/Heartbeat/Leave/SyncGroup, Describe/List/DeleteGroups.
 
 Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, spec §5 rows 10–16 and 42). The
-module also holds the small helpers the other group families share (whole-request group gate,
-Kafka's ``Errors.message()`` strings, synthesized per-item entries).
+module also holds :class:`GroupGateHandler`, the whole-request group gate the other group
+families build on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers import addresses
+from kafkaguard.proxy.handlers.addresses import coordinators_rewrite
 from kafkaguard.proxy.handlers.authz import (
     CLUSTER,
+    authorized_operations_rewrite,
     filter_authorized,
+    first_seen,
     group,
     is_allowed,
-    merge_in_request_order,
     transactional_id,
 )
 from kafkaguard.proxy.handlers.base import (
@@ -29,67 +30,16 @@ from kafkaguard.proxy.handlers.base import (
     HandlerContext,
     Request,
     Respond,
-    ResponseRewrite,
     Verdict,
 )
-
-ERROR_MESSAGES: dict[ErrorCode, str] = {
-    # ``Errors.java``: the default message each error's exception carries (``error.message()``).
-    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
-    ErrorCode.group_authorization_failed: "Group authorization failed.",
-    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
-    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
-    ErrorCode.inconsistent_group_protocol: (
-        "The group member's supported protocols are incompatible with those of existing members "
-        "or first group member tried to join with empty protocol type or empty protocol list."
-    ),
-    ErrorCode.invalid_request: (
-        "This most likely occurs because of a request being malformed by the client library or "
-        "the message was sent to an incompatible broker. See the broker logs for more details."
-    ),
-}
-
-
-def has_field(entity_type: type[Any], name: str) -> bool:
-    return name in entity_type.__dataclass_fields__
-
-
-def entity(entity_type: type[Any], code: ErrorCode, *, message: bool = False, **values: Any) -> Any:
-    """``codec.make_entity`` that also fills ``error_message`` (when asked and the version has
-    one) with Kafka's default message for ``code``."""
-    if message and has_field(entity_type, "error_message") and "error_message" not in values:
-        values["error_message"] = ERROR_MESSAGES.get(code)
-    return codec.make_entity(entity_type, code, **values)
-
-
-def response_type(request: Request) -> type[Any]:
-    return codec.response_schema(request.header.api_key, request.header.api_version)
-
-
-def whole_error(request: Request, code: ErrorCode, *, message: bool = False, **values: Any) -> Any:
-    """``XxxRequest.getErrorResponse`` for a schema with a top-level error (spec §5.2)."""
-    return entity(response_type(request), code, message=message, **values)
-
-
-def authorized_operations_rewrite(
-    request: Request, ctx: HandlerContext, field: str = "groups"
-) -> Callable[[Any], Any]:
-    """KIP-430 (``AuthHelper.authorizedOperations``): the broker behind the proxy has no
-    authorizer, so every group returned with NONE gets the proxy's bitfield; others keep the
-    broker's value (the "omitted" sentinel)."""
-
-    def fill(response: Any) -> Any:
-        groups = tuple(
-            codec.replace(
-                g, authorized_operations=ctx.authorized_operations(request, group(g.group_id))
-            )
-            if g.error_code == ErrorCode.none
-            else g
-            for g in getattr(response, field)
-        )
-        return codec.replace(response, **{field: groups})
-
-    return fill
+from kafkaguard.proxy.handlers.responses import (
+    chain,
+    entity,
+    merge_in_request_order,
+    merge_rewrite,
+    response_type,
+    whole_error,
+)
 
 
 class GroupGateHandler(ApiHandler):
@@ -157,7 +107,7 @@ _FIRST_BATCHED = 4
 _FIRST_SHARE = 6
 
 
-class FindCoordinatorHandler(addresses.FindCoordinatorHandler):
+class FindCoordinatorHandler(ApiHandler):
     """``handleFindCoordinatorRequest`` / ``getCoordinator``, keeping the address rewrite.
 
     GROUP keys need DESCRIBE GROUP (30), TRANSACTION keys DESCRIBE TRANSACTIONAL_ID (53), checked
@@ -168,6 +118,7 @@ class FindCoordinatorHandler(addresses.FindCoordinatorHandler):
     type makes ``CoordinatorType.forId`` throw: the whole request fails with 42.
     """
 
+    api_key = 10
     decode_request = True
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
@@ -179,7 +130,7 @@ class FindCoordinatorHandler(addresses.FindCoordinatorHandler):
         if key_type not in (_GROUP, _TRANSACTION, _SHARE):
             return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
         if not keys:  # Kafka maps over no keys: no check at all
-            return Forward(rewrite=self.rewriter(ctx))
+            return Forward(rewrite=coordinators_rewrite(ctx))
         if key_type == _SHARE:
             if version < _FIRST_SHARE:
                 return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
@@ -187,7 +138,7 @@ class FindCoordinatorHandler(addresses.FindCoordinatorHandler):
                 return Respond(
                     self._all_failed(request, keys, ErrorCode.cluster_authorization_failed)
                 )
-            return Forward(rewrite=self.rewriter(ctx))
+            return Forward(rewrite=coordinators_rewrite(ctx))
         if key_type == _GROUP:
             resource, code = group, ErrorCode.group_authorization_failed
         else:
@@ -196,7 +147,7 @@ class FindCoordinatorHandler(addresses.FindCoordinatorHandler):
             k for k in keys if not is_allowed(ctx, request, AclOperation.DESCRIBE, resource(k))
         ]
         if not denied:
-            return Forward(rewrite=self.rewriter(ctx))
+            return Forward(rewrite=coordinators_rewrite(ctx))
         if not batched:
             return Respond(self._all_failed(request, keys, code))
         coordinator_type = codec.nested_type(response_type(request), "coordinators")
@@ -214,14 +165,13 @@ class FindCoordinatorHandler(addresses.FindCoordinatorHandler):
                     coordinators=merge_in_request_order(keys, entries, (), _coordinator_key),
                 )
             )
-        addresses_rewrite = self.rewriter(ctx)
-
-        def merge(response: Any) -> Any:
-            response = addresses_rewrite(response)
-            merged = merge_in_request_order(keys, entries, response.coordinators, _coordinator_key)
-            return codec.replace(response, coordinators=merged)
-
-        return Forward(request=codec.replace(body, coordinator_keys=kept), rewrite=merge)
+        return Forward(
+            request=codec.replace(body, coordinator_keys=kept),
+            rewrite=chain(
+                coordinators_rewrite(ctx),
+                merge_rewrite(keys, entries, "coordinators", _coordinator_key),
+            ),
+        )
 
     @staticmethod
     def _all_failed(request: Request, keys: Sequence[str], code: ErrorCode) -> Any:
@@ -274,14 +224,10 @@ class DescribeGroupsHandler(ApiHandler):
         if not kept:
             groups = merge_in_request_order(ids, entries, (), _group_key)
             return Respond(codec.make_entity(response_type(request), groups=groups))
-
-        def merge(response: Any) -> Any:
-            if fill is not None:
-                response = fill(response)
-            merged = merge_in_request_order(ids, entries, response.groups, _group_key)
-            return codec.replace(response, groups=merged)
-
-        return Forward(request=codec.replace(body, groups=kept), rewrite=merge)
+        return Forward(
+            request=codec.replace(body, groups=kept),
+            rewrite=chain(fill, merge_rewrite(ids, entries, "groups", _group_key)),
+        )
 
 
 def _group_key(entry: Any) -> str:
@@ -324,7 +270,7 @@ class DeleteGroupsHandler(ApiHandler):
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         body: Any = request.body
-        distinct = list(dict.fromkeys(body.groups_names))
+        distinct = first_seen(body.groups_names)
         allowed = filter_authorized(ctx, request, AclOperation.DELETE, ResourceType.GROUP, distinct)
         if len(allowed) == len(distinct):
             return FORWARD
@@ -342,18 +288,6 @@ class DeleteGroupsHandler(ApiHandler):
             request=codec.replace(body, groups_names=kept),
             rewrite=merge_rewrite(distinct, entries, "results", _group_key),
         )
-
-
-def merge_rewrite(
-    keys: Sequence[Any], entries: dict[Any, list[Any]], field: str, key: Callable[[Any], Any]
-) -> ResponseRewrite:
-    """A rewrite merging synthesized ``entries`` into the broker's ``field`` in request order."""
-
-    def merge(response: Any) -> Any:
-        merged = merge_in_request_order(keys, entries, getattr(response, field), key)
-        return codec.replace(response, **{field: merged})
-
-    return merge
 
 
 HANDLERS: list[ApiHandler] = [

@@ -36,12 +36,13 @@ from typing import Any
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import MetadataHandler as _AddressOnlyMetadata
+from kafkaguard.proxy.handlers.addresses import rewrite_metadata_brokers
 from kafkaguard.proxy.handlers.authz import (
     CLUSTER,
+    INTERNAL_TOPICS,
     filter_authorized,
+    first_seen,
     is_allowed,
-    merge_in_request_order,
     topic,
 )
 from kafkaguard.proxy.handlers.base import (
@@ -52,15 +53,43 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.responses import entity, merge_in_request_order
 
 ZERO_UUID = uuid.UUID(int=0)
 NOT_REQUESTED = -2147483648
 """``Int.MinValue``: the schema default of the KIP-430 fields."""
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-"""``Topic.isInternal``."""
 _MISSING = (ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_topic_exception)
+_DENIED = ErrorCode.topic_authorization_failed
 
-_addresses = _AddressOnlyMetadata()
+
+def _topic_error(
+    topic_type: type[Any],
+    code: ErrorCode,
+    name: str | None,
+    topic_id: uuid.UUID = ZERO_UUID,
+    *,
+    is_internal: bool = False,
+) -> Any:
+    """A topic entry that carries only an error, for any version (no id or ``isInternal``
+    before the version has them)."""
+    return entity(
+        topic_type, code, name=name, topic_id=topic_id, is_internal=is_internal, partitions=()
+    )
+
+
+def _describable(
+    ctx: HandlerContext, request: Request, topics: Sequence[Any], *, log_if_denied: bool = True
+) -> list[Any]:
+    """The entries of ``topics`` the principal may DESCRIBE (listing everything)."""
+    visible = filter_authorized(
+        ctx,
+        request,
+        AclOperation.DESCRIBE,
+        ResourceType.TOPIC,
+        [t.name for t in topics if t.name],
+        log_if_denied=log_if_denied,
+    )
+    return [t for t in topics if t.name in visible]
 
 
 def learn_topic_ids(ctx: HandlerContext, topics: Sequence[Any]) -> None:
@@ -122,24 +151,11 @@ class MetadataHandler(ApiHandler):
         schema = codec.response_schema(3, request.header.api_version)
         return codec.nested_type(schema, "topics")
 
-    def _entry(self, request: Request, code: ErrorCode, **values: Any) -> Any:
-        topic_type = self._topic_type(request)
-        if "topic_id" not in topic_type.__dataclass_fields__:
-            values.pop("topic_id", None)
-        if "is_internal" not in topic_type.__dataclass_fields__:
-            values.pop("is_internal", None)
-        return codec.make_entity(topic_type, code, partitions=(), **values)
-
     def _error_response(self, request: Request, body: Any, code: ErrorCode) -> Any:
         """``MetadataRequest.getErrorResponse``: every requested topic with the error."""
+        topic_type = self._topic_type(request)
         topics = tuple(
-            self._entry(
-                request,
-                code,
-                name=t.name or "",
-                topic_id=t.topic_id or ZERO_UUID,
-                is_internal=False,
-            )
+            _topic_error(topic_type, code, t.name or "", t.topic_id or ZERO_UUID)
             for t in body.topics
         )
         return codec.make_entity(
@@ -148,7 +164,7 @@ class MetadataHandler(ApiHandler):
 
     def _by_id(self, request: Request, ctx: HandlerContext, body: Any, ids: list[Any]) -> Verdict:
         request_type = type(body.topics[0])
-        distinct = list(dict.fromkeys(ids))
+        distinct = first_seen(ids)
         upstream = codec.replace(
             body,
             topics=tuple(request_type(topic_id=i, name=None) for i in distinct),
@@ -160,22 +176,15 @@ class MetadataHandler(ApiHandler):
     def _by_name(self, request: Request, ctx: HandlerContext, body: Any) -> Verdict:
         version = request.header.api_version
         names: list[str] = [t.name for t in body.topics]
-        distinct = list(dict.fromkeys(names))  # Kafka works on a Set: reference count 1
+        distinct = first_seen(names)  # Kafka works on a Set: reference count 1
         allowed = filter_authorized(
             ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, distinct
         )
         plan = _Plan(request_keys=names)
+        topic_type = self._topic_type(request)
         for name in distinct:
             if name not in allowed:
-                plan.denied[name] = [
-                    self._entry(
-                        request,
-                        ErrorCode.topic_authorization_failed,
-                        name=name,
-                        topic_id=ZERO_UUID,
-                        is_internal=False,
-                    )
-                ]
+                plan.denied[name] = [_topic_error(topic_type, _DENIED, name)]
         describable = [n for n in distinct if n in allowed]
         auto_create = version < 4 or bool(body.allow_auto_topic_creation)
         no_create: set[str] = set()
@@ -213,12 +222,8 @@ class MetadataHandler(ApiHandler):
 
     def _create_denied(self, request: Request, name: str) -> Any:
         """Kafka's unauthorizedForCreateTopicMetadata entry."""
-        return self._entry(
-            request,
-            ErrorCode.topic_authorization_failed,
-            name=name,
-            topic_id=ZERO_UUID,
-            is_internal=name in INTERNAL_TOPICS,
+        return _topic_error(
+            self._topic_type(request), _DENIED, name, is_internal=name in INTERNAL_TOPICS
         )
 
     def _rewriter(self, request: Request, ctx: HandlerContext, plan: _Plan) -> Any:
@@ -229,19 +234,11 @@ class MetadataHandler(ApiHandler):
 
         def rewrite(response: Any) -> Any:
             learn_topic_ids(ctx, response.topics)
-            response = _addresses.rewrite(response, ctx)
+            response = rewrite_metadata_brokers(response, ctx)
             broker: list[Any] = list(response.topics)
             described: set[int] = set()  # indexes of entries eligible for KIP-430 ops
             if plan.all_topics:
-                visible = filter_authorized(
-                    ctx,
-                    request,
-                    AclOperation.DESCRIBE,
-                    ResourceType.TOPIC,
-                    [t.name for t in broker if t.name],
-                    log_if_denied=False,
-                )
-                broker = [t for t in broker if t.name in visible]
+                broker = _describable(ctx, request, broker, log_if_denied=False)
                 described = set(range(len(broker)))
             elif plan.by_id:
                 broker = self._filter_by_id(request, ctx, plan, broker, described)
@@ -297,22 +294,14 @@ class MetadataHandler(ApiHandler):
         broker = [t for t in broker if t.topic_id in wanted]
         named = [t.name for t in broker if t.name and t.error_code != ErrorCode.unknown_topic_id]
         allowed = filter_authorized(
-            ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, list(dict.fromkeys(named))
+            ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, first_seen(named)
         )
         out = []
         for t in broker:
             if t.error_code == ErrorCode.unknown_topic_id or not t.name:
                 out.append(t)
             elif t.name not in allowed:
-                out.append(
-                    self._entry(
-                        request,
-                        ErrorCode.topic_authorization_failed,
-                        name=None,
-                        topic_id=t.topic_id,
-                        is_internal=False,
-                    )
-                )
+                out.append(_topic_error(self._topic_type(request), _DENIED, None, t.topic_id))
             else:
                 described.add(len(out))
                 out.append(t)
@@ -340,7 +329,7 @@ class DescribeTopicPartitionsHandler(ApiHandler):
         cursor = body.cursor
         cursor_name = cursor.topic_name if cursor is not None else ""
         fetch_all = not body.topics
-        names = list(dict.fromkeys(t.name for t in body.topics if t.name >= cursor_name))
+        names = first_seen(t.name for t in body.topics if t.name >= cursor_name)
         if cursor is not None and not fetch_all and cursor.topic_name not in names:
             return Respond(self._error_response(request, body, ErrorCode.invalid_request))
         schema = codec.response_schema(75, request.header.api_version)
@@ -351,18 +340,7 @@ class DescribeTopicPartitionsHandler(ApiHandler):
             allowed = filter_authorized(
                 ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, names
             )
-            denied = [
-                codec.make_entity(
-                    topic_type,
-                    ErrorCode.topic_authorization_failed,
-                    name=n,
-                    topic_id=ZERO_UUID,
-                    is_internal=False,
-                    partitions=(),
-                )
-                for n in names
-                if n not in allowed
-            ]
+            denied = [_topic_error(topic_type, _DENIED, n) for n in names if n not in allowed]
             kept = tuple(t for t in body.topics if t.name in allowed)
             if len(kept) != len(body.topics):
                 changes["topics"] = kept
@@ -395,14 +373,7 @@ class DescribeTopicPartitionsHandler(ApiHandler):
             if not fetch_all:  # only what was asked (see Metadata)
                 topics = [t for t in topics if t.name in asked]
             else:
-                visible = filter_authorized(
-                    ctx,
-                    request,
-                    AclOperation.DESCRIBE,
-                    ResourceType.TOPIC,
-                    [t.name for t in topics if t.name],
-                )
-                topics = [t for t in topics if t.name in visible]
+                topics = _describable(ctx, request, topics)
             for i, t in enumerate(topics):
                 ops = ctx.authorized_operations(request, topic(t.name)) if t.name else NOT_REQUESTED
                 if t.topic_authorized_operations != ops:
@@ -432,10 +403,7 @@ class DescribeTopicPartitionsHandler(ApiHandler):
         """``DescribeTopicPartitionsRequest.getErrorResponse``: each requested name."""
         schema = codec.response_schema(75, request.header.api_version)
         topic_type = codec.nested_type(schema, "topics")
-        topics = tuple(
-            codec.make_entity(topic_type, code, name=t.name, topic_id=ZERO_UUID, partitions=())
-            for t in body.topics
-        )
+        topics = tuple(_topic_error(topic_type, code, t.name) for t in body.topics)
         return codec.make_entity(schema, topics=topics)
 
 

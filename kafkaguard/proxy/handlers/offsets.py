@@ -12,14 +12,20 @@ topic id the proxy cannot name cannot be authorized and is dropped (fail closed)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
-from uuid import UUID
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
-from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import filter_authorized, group, is_allowed
+from kafkaguard.proxy.handlers.authz import (
+    TopicKey,
+    authorize_topics,
+    drop_denied_topics,
+    group,
+    is_allowed,
+    topic_key,
+)
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
     ApiHandler,
@@ -29,92 +35,117 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.groups import (
-    GroupGateHandler,
+from kafkaguard.proxy.handlers.groups import GroupGateHandler
+from kafkaguard.proxy.handlers.responses import (
+    entity,
     merge_rewrite,
+    partition_errors,
     response_type,
+    topic_entries,
     whole_error,
 )
-
-TopicKey = str | UUID
-
-
-def topic_key(entry: Any) -> TopicKey:
-    """A request/response topic's identity: its name, or its id in the id-keyed versions."""
-    for field in ("name", "topic_name"):
-        if hasattr(entry, field):
-            return str(getattr(entry, field))
-    topic_id: UUID = entry.topic_id
-    return topic_id
-
-
-def authorize_topics(
-    ctx: HandlerContext,
-    request: Request,
-    operation: AclOperation,
-    keys: Sequence[TopicKey],
-) -> dict[TopicKey, ErrorCode]:
-    """``filterByAuthorized`` over the topics named by ``keys``; returns the denied keys and
-    their code: 29, or 100 for an id the proxy cannot name (checked before authorization, as
-    the broker resolves ids first)."""
-    names = {k: (k if isinstance(k, str) else ctx.topic_name(k)) for k in keys}
-    allowed = filter_authorized(
-        ctx,
-        request,
-        operation,
-        ResourceType.TOPIC,
-        [name for k in keys if (name := names[k]) is not None],
-    )
-    denied: dict[TopicKey, ErrorCode] = {}
-    for key, name in names.items():
-        if name is None:
-            denied[key] = ErrorCode.unknown_topic_id
-        elif name not in allowed:
-            denied[key] = ErrorCode.topic_authorization_failed
-    return denied
-
-
-def topic_entries(
-    topic_type: type[Any],
-    partitions_field: str,
-    topics: Iterable[Any],
-    codes: dict[TopicKey, ErrorCode],
-    partition_indexes: Callable[[Any], Iterable[int]],
-    **partition_values: Any,
-) -> dict[TopicKey, list[Any]]:
-    """One response topic per denied key (the partitions of every request entry naming it,
-    like Kafka's ``Response.Builder.addPartitions``), each partition carrying the key's code."""
-    partition_type = codec.nested_type(topic_type, partitions_field)
-    key_field = next(
-        f for f in ("name", "topic_name", "topic_id") if f in topic_type.__dataclass_fields__
-    )
-    grouped: dict[TopicKey, list[int]] = {}
-    for entry in topics:
-        key = topic_key(entry)
-        if key in codes:
-            grouped.setdefault(key, []).extend(partition_indexes(entry))
-    return {
-        key: [
-            codec.make_entity(
-                topic_type,
-                ErrorCode.none,
-                **{
-                    key_field: key,
-                    partitions_field: tuple(
-                        codec.make_entity(
-                            partition_type, codes[key], partition_index=i, **partition_values
-                        )
-                        for i in indexes
-                    ),
-                },
-            )
-        ]
-        for key, indexes in grouped.items()
-    }
 
 
 def _partition_indexes(entry: Any) -> list[int]:
     return [p.partition_index for p in entry.partitions]
+
+
+class GroupTopicsHandler(GroupGateHandler):
+    """The group gate, then READ TOPIC per topic; denied topics are answered by the proxy
+    (:meth:`denied_topics`) in the response's ``response_topics``, the rest forwarded —
+    possibly none, as Kafka still calls the coordinator. A top-level coordinator error
+    replaces the per-topic results (``OffsetDeleteResponse.Builder.merge``): the broker's
+    answer is then returned as it is."""
+
+    response_topics: ClassVar[str] = "topics"
+
+    def denied_topics(
+        self, request: Request, body: Any, denied: dict[TopicKey, ErrorCode]
+    ) -> dict[TopicKey, list[Any]]:
+        raise NotImplementedError
+
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+        keys = [topic_key(t) for t in body.topics]
+        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+        if not denied:
+            return FORWARD
+        entries = self.denied_topics(request, body, denied)
+        merge = merge_rewrite(keys, entries, self.response_topics, topic_key)
+
+        def rewrite(response: Any) -> Any:
+            return response if response.error_code != ErrorCode.none else merge(response)
+
+        kept = tuple(t for t in body.topics if topic_key(t) not in denied)
+        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
+
+
+def authorize_group_offsets(
+    request: Request,
+    ctx: HandlerContext,
+    partition_indexes: Callable[[Any], Iterable[int]],
+    *,
+    group_message: bool = False,
+    **partition_values: Any,
+) -> Verdict:
+    """Batched offset reads (OffsetFetch v8+, DescribeShareGroupOffsets): per group DESCRIBE
+    GROUP (a 30 group entry, with Kafka's message when ``group_message``), then DESCRIBE TOPIC
+    per named topic (29 on each partition, with ``partition_values``). ``topics == null``
+    asks for every offset: the broker's answer is filtered silently. Groups whose topics are
+    all denied are still forwarded with an empty list, as Kafka still asks the coordinator;
+    a group-level coordinator error is returned as the broker gave it."""
+    body: Any = request.body
+    schema = response_type(request)
+    group_type = codec.nested_type(schema, "groups")
+    topic_type = codec.nested_type(group_type, "topics")
+    denied_groups: dict[str, list[Any]] = {}
+    fixes: dict[str, Callable[[Any], Any]] = {}
+    kept: list[Any] = []
+    changed = False
+    for g in body.groups:
+        if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g.group_id)):
+            code = ErrorCode.group_authorization_failed
+            denied_groups.setdefault(g.group_id, []).append(
+                entity(group_type, code, message=group_message, group_id=g.group_id)
+            )
+            changed = True
+            continue
+        if g.topics is None:
+            fixes[g.group_id] = drop_denied_topics(ctx, request, AclOperation.DESCRIBE)
+        elif g.topics:
+            keys = [topic_key(t) for t in g.topics]
+            denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys)
+            if denied:
+                entries = topic_entries(
+                    topic_type,
+                    "partitions",
+                    g.topics,
+                    denied,
+                    partition_indexes,
+                    **partition_values,
+                )
+                fixes[g.group_id] = merge_rewrite(keys, entries, "topics", topic_key)
+                g = codec.replace(
+                    g, topics=tuple(t for t in g.topics if topic_key(t) not in denied)
+                )
+                changed = True
+        kept.append(g)
+    ids = [g.group_id for g in body.groups]
+    if not kept:
+        groups = tuple(e for k in dict.fromkeys(ids) for e in denied_groups[k])
+        return Respond(codec.make_entity(schema, groups=groups))
+    if not fixes and not changed:
+        return FORWARD
+    merge_groups = merge_rewrite(ids, denied_groups, "groups", lambda e: e.group_id)
+
+    def rewrite(response: Any) -> Any:
+        groups = tuple(
+            fixes[g.group_id](g) if g.group_id in fixes and g.error_code == ErrorCode.none else g
+            for g in response.groups
+        )
+        return merge_groups(codec.replace(response, groups=groups))
+
+    new_body = codec.replace(body, groups=tuple(kept)) if changed else None
+    return Forward(request=new_body, rewrite=rewrite)
 
 
 # -- OffsetCommit ------------------------------------------------------------------------------
@@ -131,7 +162,6 @@ class OffsetCommitHandler(GroupGateHandler):
         schema = response_type(request)
         topic_type = codec.nested_type(schema, "topics")
         key_field = "name" if "name" in topic_type.__dataclass_fields__ else "topic_id"
-        partition_type = codec.nested_type(topic_type, "partitions")
         code = ErrorCode.group_authorization_failed
         topics = tuple(
             codec.make_entity(
@@ -139,9 +169,8 @@ class OffsetCommitHandler(GroupGateHandler):
                 ErrorCode.none,
                 **{
                     key_field: topic_key(t),
-                    "partitions": tuple(
-                        codec.make_entity(partition_type, code, partition_index=p.partition_index)
-                        for p in t.partitions
+                    "partitions": partition_errors(
+                        topic_type, "partitions", _partition_indexes(t), code
                     ),
                 },
             )
@@ -173,7 +202,7 @@ class OffsetCommitHandler(GroupGateHandler):
 # -- OffsetDelete ------------------------------------------------------------------------------
 
 
-class OffsetDeleteHandler(GroupGateHandler):
+class OffsetDeleteHandler(GroupTopicsHandler):
     """DELETE GROUP → top-level 30; READ TOPIC per topic → 29 per partition. Kafka calls the
     coordinator even when no topic is authorized and a top-level coordinator error replaces the
     per-topic results (``OffsetDeleteResponse.Builder.merge``): so does the proxy."""
@@ -181,25 +210,22 @@ class OffsetDeleteHandler(GroupGateHandler):
     api_key = 47
     group_operation = AclOperation.DELETE
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
-        if not denied:
-            return FORWARD
+    def denied_topics(
+        self, request: Request, body: Any, denied: dict[TopicKey, ErrorCode]
+    ) -> dict[TopicKey, list[Any]]:
         topic_type = codec.nested_type(response_type(request), "topics")
-        entries = topic_entries(topic_type, "partitions", body.topics, denied, _partition_indexes)
-        merge = merge_rewrite(keys, entries, "topics", topic_key)
-
-        def rewrite(response: Any) -> Any:
-            return response if response.error_code != ErrorCode.none else merge(response)
-
-        kept = tuple(t for t in body.topics if topic_key(t) not in denied)
-        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
+        return topic_entries(topic_type, "partitions", body.topics, denied, _partition_indexes)
 
 
 # -- OffsetFetch -------------------------------------------------------------------------------
 
 _FIRST_BATCHED = 8
+_UNKNOWN_OFFSET: dict[str, Any] = {"committed_offset": -1, "metadata": ""}
+"""What Kafka's OffsetFetch puts on a partition it answers with an error."""
+
+
+def _requested_indexes(entry: Any) -> Any:
+    return entry.partition_indexes
 
 
 class OffsetFetchHandler(ApiHandler):
@@ -214,33 +240,30 @@ class OffsetFetchHandler(ApiHandler):
     decode_request = True
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
         if request.header.api_version >= _FIRST_BATCHED:
-            return self._batched(request, body, ctx)
-        return self._single(request, body, ctx)
+            return authorize_group_offsets(request, ctx, _requested_indexes, **_UNKNOWN_OFFSET)
+        return self._single(request, request.body, ctx)
 
     # v1–7: one group, top-level topics
     def _single(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
         version = request.header.api_version
+        topic_type = codec.nested_type(response_type(request), "topics")
         if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(body.group_id)):
             code = ErrorCode.group_authorization_failed
             if version >= 2:
                 return Respond(whole_error(request, code))
-            topic_type = codec.nested_type(response_type(request), "topics")
             denied_all = {topic_key(t): code for t in body.topics}
             entries = self._entries(topic_type, body.topics, denied_all)
             topics = tuple(e for k in dict.fromkeys(denied_all) for e in entries[k])
             return Respond(codec.make_entity(response_type(request), topics=topics))
         if body.topics is None:
-            return Forward(rewrite=self._filter_all(request, ctx, "topics"))
+            return Forward(rewrite=drop_denied_topics(ctx, request, AclOperation.DESCRIBE))
         keys = [topic_key(t) for t in body.topics]
         denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys)
         if not denied:
             return FORWARD
-        topic_type = codec.nested_type(response_type(request), "topics")
-        merge = merge_rewrite(
-            keys, self._entries(topic_type, body.topics, denied), "topics", topic_key
-        )
+        entries = self._entries(topic_type, body.topics, denied)
+        merge = merge_rewrite(keys, entries, "topics", topic_key)
 
         def rewrite(response: Any) -> Any:
             if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
@@ -250,82 +273,11 @@ class OffsetFetchHandler(ApiHandler):
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
         return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
 
-    # v8+: batched groups
-    def _batched(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        schema = response_type(request)
-        group_type = codec.nested_type(schema, "groups")
-        topic_type = codec.nested_type(group_type, "topics")
-        denied_groups: dict[str, list[Any]] = {}
-        topic_merges: dict[str, Callable[[Any], Any]] = {}
-        filter_all: dict[str, Callable[[Any], Any]] = {}
-        kept_groups: list[Any] = []
-        changed = False
-        for g in body.groups:
-            if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g.group_id)):
-                denied_groups.setdefault(g.group_id, []).append(
-                    codec.make_entity(
-                        group_type, ErrorCode.group_authorization_failed, group_id=g.group_id
-                    )
-                )
-                changed = True
-                continue
-            if g.topics is None:
-                filter_all[g.group_id] = self._filter_all(request, ctx, "topics")
-                kept_groups.append(g)
-                continue
-            keys = [topic_key(t) for t in g.topics]
-            denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys)
-            if denied:
-                entries = self._entries(topic_type, g.topics, denied)
-                topic_merges[g.group_id] = merge_rewrite(keys, entries, "topics", topic_key)
-                kept = tuple(t for t in g.topics if topic_key(t) not in denied)
-                g = codec.replace(g, topics=kept)
-                changed = True
-            kept_groups.append(g)
-        group_ids = [g.group_id for g in body.groups]
-        if not kept_groups:
-            groups = tuple(e for k in dict.fromkeys(group_ids) for e in denied_groups[k])
-            return Respond(codec.make_entity(schema, groups=groups))
-        if not changed and not filter_all:
-            return FORWARD
-        merge_groups = merge_rewrite(group_ids, denied_groups, "groups", lambda e: e.group_id)
-
-        def rewrite(response: Any) -> Any:
-            groups = []
-            for entry in response.groups:
-                fix = topic_merges.get(entry.group_id) or filter_all.get(entry.group_id)
-                if fix is not None and entry.error_code == ErrorCode.none:
-                    entry = fix(entry)
-                groups.append(entry)
-            return merge_groups(codec.replace(response, groups=tuple(groups)))
-
-        new_body = codec.replace(body, groups=tuple(kept_groups)) if changed else None
-        return Forward(request=new_body, rewrite=rewrite)
-
     @staticmethod
     def _entries(topic_type: type[Any], topics: Any, codes: dict[TopicKey, ErrorCode]) -> Any:
-        values: dict[str, Any] = {"committed_offset": -1, "metadata": ""}
         return topic_entries(
-            topic_type, "partitions", topics, codes, lambda t: t.partition_indexes, **values
+            topic_type, "partitions", topics, codes, _requested_indexes, **_UNKNOWN_OFFSET
         )
-
-    @staticmethod
-    def _filter_all(request: Request, ctx: HandlerContext, field: str) -> Callable[[Any], Any]:
-        """All-offsets form: keep only topics the principal may DESCRIBE (silently)."""
-
-        def keep(holder: Any) -> Any:
-            topics = getattr(holder, field)
-            if not topics:
-                return holder
-            keys = [topic_key(t) for t in topics]
-            denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys)
-            if not denied:
-                return holder
-            return codec.replace(
-                holder, **{field: tuple(t for t in topics if topic_key(t) not in denied)}
-            )
-
-        return keep
 
 
 HANDLERS: list[ApiHandler] = [OffsetCommitHandler(), OffsetFetchHandler(), OffsetDeleteHandler()]

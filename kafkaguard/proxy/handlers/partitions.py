@@ -22,17 +22,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import (
-    CLUSTER,
-    filter_authorized,
-    is_allowed,
-    merge_in_request_order,
-    topic,
-)
+from kafkaguard.proxy.handlers.authz import CLUSTER, filter_authorized, is_allowed, topic
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
     ApiHandler,
@@ -42,12 +35,14 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.responses import (
+    ERROR_MESSAGES,
+    merge_in_request_order,
+    partition_errors,
+)
 
 Denial = tuple[ErrorCode, str | None]
 """An error code and, for schemas with a per-partition message, its text."""
-
-TOPIC_AUTHORIZATION_FAILED_MESSAGE = "Topic authorization failed."
-"""``Errors.TOPIC_AUTHORIZATION_FAILED.message()``, which ``new ApiError(error)`` copies."""
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_TOPIC_LENGTH = 249
@@ -124,8 +119,7 @@ class PerTopicHandler(ApiHandler):
     ) -> dict[str, list[Any]]:
         schema = codec.response_schema(self.api_key, request.header.api_version)
         topic_type = codec.nested_type(schema, "topics")
-        partition_type = codec.nested_type(topic_type, self.response_partitions)
-        fields = partition_type.__dataclass_fields__
+        fields = codec.nested_type(topic_type, self.response_partitions).__dataclass_fields__
         extra = {k: v for k, v in self.denied_values.items() if k in fields}
         out: dict[str, list[Any]] = {}
         for entry in body.topics:
@@ -136,14 +130,13 @@ class PerTopicHandler(ApiHandler):
             values = dict(extra)
             if message is not None and "error_message" in fields:
                 values["error_message"] = message
-            partitions = tuple(
-                codec.make_entity(
-                    partition_type,
-                    code,
-                    **{self.response_index: self._index(p)},
-                    **values,
-                )
-                for p in getattr(entry, self.request_partitions)
+            partitions = partition_errors(
+                topic_type,
+                self.response_partitions,
+                map(self._index, getattr(entry, self.request_partitions)),
+                code,
+                index_field=self.response_index,
+                **values,
             )
             out.setdefault(name, []).append(
                 codec.make_entity(
@@ -219,12 +212,9 @@ class DescribeProducersHandler(PerTopicHandler):
             if invalid is not None:
                 denied[name] = (ErrorCode.invalid_topic_exception, invalid)
                 continue
-            action = Action(AclOperation.READ, topic(name), 1, True, True)
-            if ctx.authorize(request, [action])[0] is not AuthorizationResult.ALLOWED:
-                denied[name] = (
-                    ErrorCode.topic_authorization_failed,
-                    TOPIC_AUTHORIZATION_FAILED_MESSAGE,
-                )
+            if not is_allowed(ctx, request, AclOperation.READ, topic(name)):
+                code = ErrorCode.topic_authorization_failed
+                denied[name] = (code, ERROR_MESSAGES[code])
         return denied
 
 

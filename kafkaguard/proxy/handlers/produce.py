@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import NodeEndpointsHandler
+from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
 from kafkaguard.proxy.handlers.authz import (
-    filter_authorized,
+    TopicKey,
+    authorize_topics,
     is_allowed,
-    merge_in_request_order,
+    topic_key,
     transactional_id,
 )
 from kafkaguard.proxy.handlers.base import (
@@ -37,8 +38,13 @@ from kafkaguard.proxy.handlers.base import (
     HandlerContext,
     Request,
     Respond,
-    ResponseRewrite,
     Verdict,
+)
+from kafkaguard.proxy.handlers.responses import (
+    chain,
+    merge_in_request_order,
+    merge_rewrite,
+    partition_errors,
 )
 
 _TRANSACTIONAL_FLAG = 0x10
@@ -64,13 +70,8 @@ def has_transactional_batches(body: Any) -> bool:
     return False
 
 
-def _topic_key(entry: Any) -> Any:
-    return entry.name if hasattr(entry, "name") else entry.topic_id
-
-
-class ProduceHandler(NodeEndpointsHandler):
+class ProduceHandler(ApiHandler):
     api_key = 0
-    first_version_with_endpoints = 10
     decode_request = True
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
@@ -82,98 +83,69 @@ class ProduceHandler(NodeEndpointsHandler):
             )
         ):
             return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
-
-        names: dict[Any, str | None] = {}
-        for entry in body.topic_data:
-            key = _topic_key(entry)
-            names[key] = key if isinstance(key, str) else ctx.topic_name(key)
-        allowed_names = filter_authorized(
-            ctx,
-            request,
-            AclOperation.WRITE,
-            ResourceType.TOPIC,
-            [name for e in body.topic_data if (name := names[_topic_key(e)]) is not None],
-        )
-        denied: dict[Any, ErrorCode] = {}
-        for key, name in names.items():
-            if name is None:
-                denied[key] = ErrorCode.unknown_topic_id
-            elif name not in allowed_names:
-                denied[key] = ErrorCode.topic_authorization_failed
+        keys = [topic_key(e) for e in body.topic_data]
+        denied = authorize_topics(ctx, request, AclOperation.WRITE, keys)
         if not denied:
             if body.acks == 0:
                 return Forward(expects_response=False)
-            return super().on_request(request, ctx)
+            return Forward(rewrite=node_endpoints_rewrite(request, ctx))
         if body.acks == 0:
             return Close("acks=0 Produce to a topic it may not write (Kafka closes too)")
-        kept = tuple(e for e in body.topic_data if _topic_key(e) not in denied)
+        entries = self._denied_entries(request, body, denied)
+        kept = tuple(e for e in body.topic_data if topic_key(e) not in denied)
         if not kept:
-            return Respond(self._response(request, body, denied))
-        endpoint_rewrite = (
-            self.rewriter(ctx)
-            if request.header.api_version >= self.first_version_with_endpoints
-            else None
-        )
+            return Respond(self._response(request, keys, entries))
+        merge = merge_rewrite(keys, entries, "responses", topic_key)
         return Forward(
             request=codec.replace(body, topic_data=kept),
-            rewrite=self._merge(request, body, denied, endpoint_rewrite),
+            rewrite=chain(node_endpoints_rewrite(request, ctx), merge),
         )
 
     def _deny(self, request: Request, body: Any, code: ErrorCode) -> Verdict:
         if body.acks == 0:
             return Close("acks=0 transactional Produce without WRITE on its transactional id")
-        return Respond(
-            self._response(request, body, dict.fromkeys(map(_topic_key, body.topic_data), code))
-        )
+        keys = [topic_key(e) for e in body.topic_data]
+        entries = self._denied_entries(request, body, dict.fromkeys(keys, code))
+        return Respond(self._response(request, keys, entries))
 
+    @staticmethod
     def _denied_entries(
-        self, request: Request, body: Any, denied: dict[Any, ErrorCode]
-    ) -> dict[Any, list[Any]]:
+        request: Request, body: Any, denied: dict[TopicKey, ErrorCode]
+    ) -> dict[TopicKey, list[Any]]:
         schema = codec.response_schema(0, request.header.api_version)
         topic_type = codec.nested_type(schema, "responses")
-        partition_type = codec.nested_type(topic_type, "partition_responses")
         key_field = "name" if "name" in topic_type.__dataclass_fields__ else "topic_id"
-        out: dict[Any, list[Any]] = {}
+        out: dict[TopicKey, list[Any]] = {}
         for entry in body.topic_data:
-            key = _topic_key(entry)
+            key = topic_key(entry)
             if key not in denied or key in out:
                 continue
-            partitions = tuple(
-                # Kafka's PartitionResponse(error): baseOffset -1, logAppendTime -1.
-                codec.make_entity(partition_type, denied[key], index=p.index, base_offset=-1)
-                for p in entry.partition_data
+            # Kafka's PartitionResponse(error): baseOffset -1, logAppendTime -1.
+            partitions = partition_errors(
+                topic_type,
+                "partition_responses",
+                (p.index for p in entry.partition_data),
+                denied[key],
+                index_field="index",
+                base_offset=-1,
             )
             out[key] = [
-                codec.make_entity(topic_type, **{key_field: key, "partition_responses": partitions})
+                codec.make_entity(
+                    topic_type,
+                    ErrorCode.none,
+                    **{key_field: key, "partition_responses": partitions},
+                )
             ]
         return out
 
-    def _response(self, request: Request, body: Any, denied: dict[Any, ErrorCode]) -> Any:
-        entries = self._denied_entries(request, body, denied)
-        responses = merge_in_request_order(
-            [_topic_key(e) for e in body.topic_data], entries, (), _topic_key
-        )
+    @staticmethod
+    def _response(
+        request: Request, keys: list[TopicKey], entries: dict[TopicKey, list[Any]]
+    ) -> Any:
+        responses = merge_in_request_order(keys, entries, (), topic_key)
         return codec.make_entity(
             codec.response_schema(0, request.header.api_version), responses=responses
         )
-
-    def _merge(
-        self,
-        request: Request,
-        body: Any,
-        denied: dict[Any, ErrorCode],
-        endpoint_rewrite: ResponseRewrite | None,
-    ) -> ResponseRewrite:
-        entries = self._denied_entries(request, body, denied)
-        keys = [_topic_key(e) for e in body.topic_data]
-
-        def merge(response: Any) -> Any:
-            if endpoint_rewrite is not None:
-                response = endpoint_rewrite(response)
-            merged = merge_in_request_order(keys, entries, response.responses, _topic_key)
-            return codec.replace(response, responses=merged)
-
-        return merge
 
 
 HANDLERS: list[ApiHandler] = [ProduceHandler()]

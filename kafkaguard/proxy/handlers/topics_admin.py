@@ -8,10 +8,8 @@ and messages below follow those methods. Kafka answers them as unordered collect
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import fields
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 from uuid import UUID
 
 from kafkaguard.policy.model import AclOperation, ResourceType
@@ -19,9 +17,10 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.authz import (
     CLUSTER,
+    duplicates,
     filter_authorized,
+    first_seen,
     is_allowed,
-    merge_in_request_order,
 )
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
@@ -32,39 +31,16 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-
-_T = TypeVar("_T")
-
-ERROR_MESSAGES: dict[ErrorCode, str] = {
-    # ``Errors.message()`` — what ``new ApiError(error)`` puts in errorMessage fields.
-    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
-    ErrorCode.group_authorization_failed: "Group authorization failed.",
-    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
-    ErrorCode.unknown_topic_id: "This server does not host this topic ID.",
-    ErrorCode.invalid_request: (
-        "This most likely occurs because of a request being malformed by the client library"
-        " or the message was sent to an incompatible broker. See the broker logs for more"
-        " details."
-    ),
-}
+from kafkaguard.proxy.handlers.responses import (
+    ERROR_MESSAGES,
+    entity,
+    merge_in_request_order,
+    merge_rewrite,
+)
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 _ZERO = UUID(int=0)
-
-
-def entity(cls: type[_T], error_code: ErrorCode = ErrorCode.none, **values: Any) -> _T:
-    """``codec.make_entity`` for any version: values for fields the version lacks (e.g.
-    ``error_message`` before it existed) are dropped, so one call serves every version."""
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return codec.make_entity(cls, error_code, **{k: v for k, v in values.items() if k in known})
-
-
-def duplicates(names: Iterable[_T]) -> set[_T]:
-    return {name for name, count in Counter(names).items() if count > 1}
-
-
-def first_seen(names: Iterable[_T]) -> list[_T]:
-    return list(dict.fromkeys(names))
+_DUPLICATE_NAME = "Duplicate topic name."
 
 
 class CreateTopicsHandler(ApiHandler):
@@ -108,7 +84,7 @@ class CreateTopicsHandler(ApiHandler):
         local: dict[str, list[Any]] = {}
         for name in first_seen(names):
             if name in dup:
-                code, message = ErrorCode.invalid_request, "Duplicate topic name."
+                code, message = ErrorCode.invalid_request, _DUPLICATE_NAME
             elif name == CLUSTER_METADATA_TOPIC:
                 code = ErrorCode.invalid_request
                 message = f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."
@@ -126,7 +102,7 @@ class CreateTopicsHandler(ApiHandler):
                 if getattr(t, "topic_id", None) and t.error_code == ErrorCode.none
             )
             if local:
-                topics = merge_in_request_order(names, local, topics, lambda t: t.name)
+                topics = merge_in_request_order(names, local, topics, _name)
             elif all(a is b for a, b in zip(topics, response.topics, strict=True)):
                 return response
             return codec.replace(response, topics=topics)
@@ -137,6 +113,10 @@ class CreateTopicsHandler(ApiHandler):
         if not kept:
             return Respond(rewrite(entity(schema, topics=())))
         return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
+
+
+def _name(entry: Any) -> Any:
+    return entry.name
 
 
 def _hide_configs(result: Any, describable: set[str]) -> Any:
@@ -230,7 +210,7 @@ class DeleteTopicsHandler(ApiHandler):
                 a = answer(None, None, invalid, "Neither topic name nor id were specified.")
             elif name is not None:
                 if name in dup_names:
-                    a = answer(name, None, invalid, "Duplicate topic name.")
+                    a = answer(name, None, invalid, _DUPLICATE_NAME)
                 elif name not in describable or name not in deletable:
                     a = answer(name, None, denied, ERROR_MESSAGES[denied])
                 else:
@@ -317,18 +297,14 @@ class CreatePartitionsHandler(ApiHandler):
                         result_type,
                         ErrorCode.invalid_request,
                         name=name,
-                        error_message="Duplicate topic name.",
+                        error_message=_DUPLICATE_NAME,
                     )
                 ]
             elif name not in allowed:
                 local[name] = [entity(result_type, ErrorCode.topic_authorization_failed, name=name)]
         if not local:
             return FORWARD
-
-        def merge(response: Any) -> Any:
-            results = merge_in_request_order(names, local, response.results, lambda r: r.name)
-            return codec.replace(response, results=results)
-
+        merge = merge_rewrite(names, local, "results", _name)
         kept = tuple(t for t in body.topics if t.name not in local)
         if not kept:
             return Respond(merge(entity(schema, results=())))

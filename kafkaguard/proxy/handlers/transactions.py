@@ -8,8 +8,8 @@ forward only the authorized items and merge the proxy's entries back in request 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
@@ -17,10 +17,11 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.authz import (
     CLUSTER,
+    INTERNAL_TOPICS,
+    authorize_topics,
     filter_authorized,
     group,
     is_allowed,
-    merge_in_request_order,
     topic,
     transactional_id,
 )
@@ -33,16 +34,29 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.topics_admin import entity
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-"""``Topic.isInternal``: never authorized in AddPartitionsToTxn v0–3."""
+from kafkaguard.proxy.handlers.responses import (
+    entity,
+    merge_in_request_order,
+    merge_rewrite,
+    partition_errors,
+    whole_error,
+)
 
 
 def _whole(request: Request, code: ErrorCode, **values: Any) -> Respond:
     """A response with the top-level ``error_code`` (§5.2) and nothing else of substance."""
-    api_key, version = request.header.api_key, request.header.api_version
-    return Respond(entity(codec.response_schema(api_key, version), code, **values))
+    return Respond(whole_error(request, code, **values))
+
+
+def _transaction_denied(
+    ctx: HandlerContext, request: Request, body: Any, *, read_group: bool
+) -> ErrorCode | None:
+    """WRITE on the request's TransactionalId (53), then, if asked, READ on its group (30)."""
+    if not is_allowed(ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)):
+        return ErrorCode.transactional_id_authorization_failed
+    if read_group and not is_allowed(ctx, request, AclOperation.READ, group(body.group_id)):
+        return ErrorCode.group_authorization_failed
+    return None
 
 
 class InitProducerIdHandler(ApiHandler):
@@ -137,7 +151,6 @@ class AddPartitionsToTxnHandler(ApiHandler):
         """``AddPartitionsToTxnResponse.resultForTransaction``: one entry per topic."""
         schema = codec.response_schema(24, request.header.api_version)
         topic_type = codec.nested_type(schema, "results_by_topic_v3_and_below")
-        partition_type = codec.nested_type(topic_type, "results_by_partition")
         partitions: dict[str, dict[int, None]] = {}
         for t in topics:
             partitions.setdefault(t.name, {}).update(dict.fromkeys(t.partitions))
@@ -150,30 +163,12 @@ class AddPartitionsToTxnHandler(ApiHandler):
                 entity(
                     topic_type,
                     name=name,
-                    results_by_partition=tuple(
-                        entity(partition_type, code, partition_index=p) for p in indexes
+                    results_by_partition=partition_errors(
+                        topic_type, "results_by_partition", indexes, code
                     ),
                 )
             )
         return entity(schema, results_by_topic_v3_and_below=tuple(results))
-
-
-class AddOffsetsToTxnHandler(ApiHandler):
-    """``KafkaApis.handleAddOffsetsToTxnRequest``: WRITE TransactionalId (53), then READ
-    on the group (30); top-level error code."""
-
-    api_key = 25
-    decode_request = True
-
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
-        if not is_allowed(
-            ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)
-        ):
-            return _whole(request, ErrorCode.transactional_id_authorization_failed)
-        if not is_allowed(ctx, request, AclOperation.READ, group(body.group_id)):
-            return _whole(request, ErrorCode.group_authorization_failed)
-        return FORWARD
 
 
 class EndTxnHandler(ApiHandler):
@@ -182,14 +177,19 @@ class EndTxnHandler(ApiHandler):
 
     api_key = 26
     decode_request = True
+    read_group: ClassVar[bool] = False
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
-        if not is_allowed(
-            ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)
-        ):
-            return _whole(request, ErrorCode.transactional_id_authorization_failed)
-        return FORWARD
+        code = _transaction_denied(ctx, request, request.body, read_group=self.read_group)
+        return FORWARD if code is None else _whole(request, code)
+
+
+class AddOffsetsToTxnHandler(EndTxnHandler):
+    """``KafkaApis.handleAddOffsetsToTxnRequest``: WRITE TransactionalId (53), then READ
+    on the group (30); top-level error code."""
+
+    api_key = 25
+    read_group = True
 
 
 class TxnOffsetCommitHandler(ApiHandler):
@@ -204,49 +204,38 @@ class TxnOffsetCommitHandler(ApiHandler):
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         body: Any = request.body
-        if not is_allowed(
-            ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)
-        ):
-            return self._all(request, body, ErrorCode.transactional_id_authorization_failed)
-        if not is_allowed(ctx, request, AclOperation.READ, group(body.group_id)):
-            return self._all(request, body, ErrorCode.group_authorization_failed)
-        allowed = filter_authorized(
-            ctx, request, AclOperation.READ, ResourceType.TOPIC, [t.name for t in body.topics]
-        )
-        denied = {t.name for t in body.topics if t.name not in allowed}
+        keys = [t.name for t in body.topics]
+        code = _transaction_denied(ctx, request, body, read_group=True)
+        if code is not None:  # TxnOffsetCommitRequest.getErrorResponse: every partition
+            every = self._entries(request, body, dict.fromkeys(keys, code))
+            return Respond(self._response(request, keys, every))
+        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
         if not denied:
             return FORWARD
-        entries = self._entries(request, body, denied, ErrorCode.topic_authorization_failed)
-        keys = [t.name for t in body.topics]
-        kept = tuple(t for t in body.topics if t.name in allowed)
+        entries = self._entries(request, body, denied)
+        kept = tuple(t for t in body.topics if t.name not in denied)
         if not kept:
-            return Respond(self._response(request, keys, entries, ()))
-
-        def merge(response: Any) -> Any:
-            topics = merge_in_request_order(keys, entries, response.topics, lambda t: t.name)
-            return codec.replace(response, topics=topics)
-
-        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
-
-    def _all(self, request: Request, body: Any, code: ErrorCode) -> Respond:
-        """``TxnOffsetCommitRequest.getErrorResponse``: the code on every partition."""
-        names = {t.name for t in body.topics}
-        keys = [t.name for t in body.topics]
-        return Respond(self._response(request, keys, self._entries(request, body, names, code), ()))
+            return Respond(self._response(request, keys, entries))
+        return Forward(
+            request=codec.replace(body, topics=kept),
+            rewrite=merge_rewrite(keys, entries, "topics", _name),
+        )
 
     @staticmethod
     def _entries(
-        request: Request, body: Any, names: set[str], code: ErrorCode
-    ) -> dict[str, list[Any]]:
+        request: Request, body: Any, codes: Mapping[Any, ErrorCode]
+    ) -> dict[Any, list[Any]]:
+        """One topic per request entry of a denied name, its code on every partition."""
         schema = codec.response_schema(28, request.header.api_version)
         topic_type = codec.nested_type(schema, "topics")
-        partition_type = codec.nested_type(topic_type, "partitions")
-        out: dict[str, list[Any]] = {}
+        out: dict[Any, list[Any]] = {}
         for t in body.topics:
-            if t.name in names:
-                partitions = tuple(
-                    entity(partition_type, code, partition_index=p.partition_index)
-                    for p in t.partitions
+            if t.name in codes:
+                partitions = partition_errors(
+                    topic_type,
+                    "partitions",
+                    (p.partition_index for p in t.partitions),
+                    codes[t.name],
                 )
                 out.setdefault(t.name, []).append(
                     entity(topic_type, name=t.name, partitions=partitions)
@@ -254,12 +243,14 @@ class TxnOffsetCommitHandler(ApiHandler):
         return out
 
     @staticmethod
-    def _response(
-        request: Request, keys: list[str], entries: dict[str, list[Any]], broker: Any
-    ) -> Any:
-        schema = codec.response_schema(28, request.header.api_version)
-        topics = merge_in_request_order(keys, entries, broker, lambda t: t.name)
-        return entity(schema, topics=topics)
+    def _response(request: Request, keys: list[str], entries: dict[Any, list[Any]]) -> Any:
+        """The proxy's whole answer: every topic denied."""
+        topics = merge_in_request_order(keys, entries, (), _name)
+        return entity(codec.response_schema(28, request.header.api_version), topics=topics)
+
+
+def _name(entry: Any) -> Any:
+    return entry.name
 
 
 class DescribeTransactionsHandler(ApiHandler):

@@ -39,7 +39,14 @@ from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.header import peek_request_header
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.base import Close, Forward, Request, Respond, Verdict
+from kafkaguard.proxy.handlers.base import (
+    Close,
+    ConnectionState,
+    Forward,
+    Request,
+    Respond,
+    Verdict,
+)
 from kafkaguard.proxy.session import Session
 
 
@@ -92,6 +99,7 @@ class HandlerHarness:
         self.checks: list[tuple[Action, AuthorizationResult]] = []
         self.advertised: dict[int, tuple[str, int]] = {}
         self.broker_api_versions = broker_api_versions
+        self.connection_state = ConnectionState()
 
     # -- HandlerContext --------------------------------------------------------------------
     @property
@@ -99,17 +107,7 @@ class HandlerHarness:
         return self.session.listener_name
 
     def _context(self, request: Request) -> RequestContext:
-        header = request.header
-        return RequestContext(
-            listener_name=self.session.listener_name,
-            security_protocol=self.session.security_protocol,
-            principal=self.session.principal,
-            client_address=self.session.client_address,
-            api_key=header.api_key,
-            api_version=header.api_version,
-            client_id=header.client_id,
-            correlation_id=header.correlation_id,
-        )
+        return self.session.request_context(request.header)
 
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
         results = self.authorizer.authorize(self._context(request), actions)

@@ -71,6 +71,18 @@ def reply12(*topics: str, session: int = 0) -> Any:
     )
 
 
+def fetch_by_id(schema: Any, *topic_ids: uuid.UUID, **fields: Any) -> Any:
+    """A v13+ FetchRequest of ``schema`` (a kio request module) for partition 0 of each id."""
+    partition = schema.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1)
+    return schema.FetchRequest(
+        max_wait=timedelta(0),
+        min_bytes=1,
+        topics=tuple(schema.FetchTopic(topic_id=i, partitions=(partition,)) for i in topic_ids),
+        forgotten_topics_data=(),
+        **fields,
+    )
+
+
 def parts(response: Any) -> list[tuple[Any, int, int]]:
     return [
         (getattr(t, "topic", None) or t.topic_id, p.partition_index, int(p.error_code))
@@ -117,20 +129,7 @@ def test_nothing_allowed_is_answered_without_the_broker() -> None:
 def test_topic_ids_unknown_to_the_proxy_are_100_and_never_forwarded() -> None:
     known, denied, unknown = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     h = HandlerHarness([READ_A], topic_ids={known: "a", denied: "b"})
-    body = req13.FetchRequest(
-        max_wait=timedelta(0),
-        min_bytes=1,
-        topics=tuple(
-            req13.FetchTopic(
-                topic_id=i,
-                partitions=(
-                    req13.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),
-                ),
-            )
-            for i in (unknown, denied, known)
-        ),
-        forgotten_topics_data=(),
-    )
+    body = fetch_by_id(req13, unknown, denied, known)
     verdict = h.send(body)
     assert h.checked() == [("READ", "TOPIC", "b", "DENIED"), ("READ", "TOPIC", "a", "ALLOWED")]
     assert sent_parts(h.forwarded_body(verdict, None)) == [(known, 0)]
@@ -156,19 +155,8 @@ def test_topic_ids_unknown_to_the_proxy_are_100_and_never_forwarded() -> None:
 
 
 def _follower(replica_id: int) -> Any:
-    return req15.FetchRequest(
-        replica_state=req15.ReplicaState(replica_id=replica_id),
-        max_wait=timedelta(0),
-        min_bytes=1,
-        topics=(
-            req15.FetchTopic(
-                topic_id=uuid.UUID(int=5),
-                partitions=(
-                    req15.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
+    return fetch_by_id(
+        req15, uuid.UUID(int=5), replica_state=req15.ReplicaState(replica_id=replica_id)
     )
 
 
@@ -191,19 +179,7 @@ def test_follower_with_cluster_action_is_forwarded_unchanged() -> None:
 
 def test_v16_keeps_rewriting_node_endpoints() -> None:
     h = HandlerHarness([READ_A], topic_ids={uuid.UUID(int=1): "a"})
-    body = req16.FetchRequest(
-        max_wait=timedelta(0),
-        min_bytes=1,
-        topics=(
-            req16.FetchTopic(
-                topic_id=uuid.UUID(int=1),
-                partitions=(
-                    req16.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
+    body = fetch_by_id(req16, uuid.UUID(int=1))
     verdict = h.send(body)
     assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite
     reply = resp16.FetchResponse(

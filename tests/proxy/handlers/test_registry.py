@@ -42,11 +42,8 @@ REFUSED = BROKER_INTERNAL | SASL | NEEDS_BROKER_STATE
 
 ALL_KEYS = range(93)
 
-# Modules whose handlers are transitional: the generic forwarder and the address-only ones.
-_TRANSITIONAL_MODULES = {
-    "kafkaguard.proxy.handlers.base",
-    "kafkaguard.proxy.handlers.addresses",
-}
+# A handler defined in base.py would be the generic forward-everything ApiHandler itself.
+_TRANSITIONAL_MODULES = {"kafkaguard.proxy.handlers.base"}
 
 
 def _param(key: int) -> Any:
