@@ -60,7 +60,8 @@ class _KafkaEnum(enum.IntEnum):
         takes) and the PascalCase name (``DescribeConfigs``, which ``SecurityUtils.operation``
         and kafka-acls.sh take).
         """
-        return _names(cls).get(_squash(text.strip()), cls(0))
+        found = _names(cls).get(_squash(text.strip()))
+        return found if found is not None else cls(0)  # cls(0) is slow: only when needed
 
     @classmethod
     def parse(cls: type[_E], text: str) -> _E:

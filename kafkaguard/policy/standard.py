@@ -21,7 +21,13 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
-from kafkaguard.policy.acl_index import USER_WILDCARD_KEY, AclIndex, Entry, Verdict
+from kafkaguard.policy.acl_index import (
+    USER_WILDCARD_KEY,
+    AclIndex,
+    Entry,
+    Verdict,
+    principal_key,
+)
 from kafkaguard.policy.audit_log import (
     TRACE,
     DecisionEvent,
@@ -59,6 +65,9 @@ from kafkaguard.policy.stores.base import AclStore
 
 ALLOWED = AuthorizationResult.ALLOWED
 DENIED = AuthorizationResult.DENIED
+_ALLOW_ACL = Verdict.ALLOW_ACL
+_DENY_ACL = Verdict.DENY_ACL
+_NO_ACL = Verdict.NO_ACL
 _FULL_REBUILD_RATIO = 0.05  # above 5% changed, rebuilding beats patching buckets
 DecisionListener = Callable[[DecisionEvent], None]
 
@@ -162,16 +171,15 @@ class StandardAuthorizer:
             await self.store.close()
 
     # -- decisions ---------------------------------------------------------------------------
-    def _policy(self, context: RequestContext) -> _Policy:
-        if self._listener_policy:
-            return self._listener_policy.get(context.listener_name, self._default)
-        return self._default
-
     def authorize(
         self, context: RequestContext, actions: Sequence[Action]
     ) -> list[AuthorizationResult]:
         """``StandardAuthorizer.authorize``: one result per action, in order."""
-        policy = self._policy(context)
+        policy = (
+            self._listener_policy.get(context.listener_name, self._default)
+            if self._listener_policy
+            else self._default
+        )
         listener = self.decision_listener
         if context.principal.text in policy.super_users:
             for action in actions:
@@ -181,8 +189,12 @@ class StandardAuthorizer:
         if not self._ready:
             raise AuthorizerNotReadyError("the authorizer has not finished loading ACLs")
         index = self._index
-        pkey = context.principal.key
+        principal = context.principal  # principal_key(), inlined
+        pkey = None if ":" in principal.principal_type else principal.text
         host, address = context.host, context.client_address
+        # "Does any ACL apply at all?" only changes a decision under allow.everyone, and only
+        # a decision listener reports it otherwise (the audit line does not).
+        need_applicable = policy.allow_everyone or listener is not None
         enabled = audit_logger.isEnabledFor
         results: list[AuthorizationResult] = []
         for action in actions:
@@ -190,13 +202,19 @@ class StandardAuthorizer:
             if pattern.pattern_type != PatternType.LITERAL:
                 check_literal(action)
             verdict, entry = index.match(
-                pkey, host, address, action.operation, pattern.resource_type, pattern.name
+                pkey,
+                host,
+                address,
+                action.operation,
+                pattern.resource_type,
+                pattern.name,
+                need_applicable,
             )
-            if verdict is Verdict.ALLOW_ACL:
+            if verdict is _ALLOW_ACL:
                 result, reason = ALLOWED, DecisionReason.ALLOW_ACL
-            elif verdict is Verdict.DENY_ACL:
+            elif verdict is _DENY_ACL:
                 result, reason = DENIED, DecisionReason.DENY_ACL
-            elif verdict is Verdict.NO_ACL and policy.allow_everyone:
+            elif verdict is _NO_ACL and policy.allow_everyone:
                 result, reason = ALLOWED, DecisionReason.DEFAULT_ALLOW
             else:
                 result, reason = DENIED, DecisionReason.DEFAULT_DENY
@@ -250,7 +268,7 @@ class StandardAuthorizer:
         if self.authorize(context, [probe])[0] is ALLOWED:
             return ALLOWED
         index = self._index
-        pkey = context.principal.key
+        pkey = principal_key(context.principal)
         keys = (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY)
         deny_literal: set[str] = set()
         deny_prefix: set[str] = set()

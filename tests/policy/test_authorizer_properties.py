@@ -176,7 +176,7 @@ def test_incremental_update_equals_rebuild(base, added, removed_pool) -> None:
     assert index.bindings == expected
     fresh = AclIndex.build(expected)
     for principal in ("User:alice", "User:bob", "Group:alice"):
-        key = tuple(principal.split(":", 1))
+        key = principal
         for rtype in (ResourceType.TOPIC, ResourceType.GROUP):
             for name in ("", "a", "ab", "abc", "b", "*", "x*"):
                 for op in (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.ALL):

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from kafkaguard.policy.acl_index import gc_paused
 from kafkaguard.policy.model import (
     WILDCARD_HOST,
     AccessControlEntry,
@@ -111,6 +112,11 @@ def parse_entry(item: Any) -> list[AclBinding]:
 
 def parse_acl_text(text: str, file: str) -> frozenset[AclBinding]:
     """Parse a whole file; the first bad entry fails the whole file (no partial policy)."""
+    with gc_paused():
+        return _parse_acl_text(text, file)
+
+
+def _parse_acl_text(text: str, file: str) -> frozenset[AclBinding]:
     data: Any = None
     parsed = False
     if text.lstrip().startswith("{"):
