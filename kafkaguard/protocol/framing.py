@@ -47,6 +47,24 @@ class FrameBuffer:
         """Bytes of an incomplete frame held back (0 between frames: a clean EOF point)."""
         return self._have
 
+    @property
+    def partial_frame_size(self) -> int:
+        """Size (prefix included) of the incomplete frame held back; 0 if none or unknown."""
+        return self._need if self._need > 4 else 0
+
+    def partial_head(self, n: int) -> bytes | memoryview:
+        """The first ``n`` bytes (or fewer) of the incomplete frame held back."""
+        first = self._chunks[0]
+        return first[:n] if len(first) >= n else b"".join(self._chunks)[:n]
+
+    def take_partial(self) -> tuple[list[bytes | memoryview], int]:
+        """Hand over the incomplete frame (its size known): the chunks received so far and how
+        many bytes are still to come. The buffer forgets it (cut-through, see
+        :mod:`kafkaguard.proxy.connection`)."""
+        chunks, remaining = self._chunks, self._need - self._have
+        self._chunks, self._have, self._need = [], 0, 0
+        return chunks, remaining
+
     def _check(self, size: int) -> None:
         if size < 0:
             raise MalformedFrame(f"negative frame size {size}")

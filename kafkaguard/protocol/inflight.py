@@ -114,6 +114,23 @@ class InflightQueue:
         self._upstream.popleft()
         return slot
 
+    def can_stream(self, correlation_id: int) -> bool:
+        """Whether the broker response ``correlation_id`` may go to the client as it arrives:
+        it answers the oldest slot of all and its request asked for no rewrite."""
+        if not self._upstream or not self._slots:
+            return False
+        slot = self._upstream[0]
+        return (
+            slot is self._slots[0]
+            and slot.transform is None
+            and slot.correlation_id == correlation_id
+        )
+
+    def claim_for_stream(self) -> None:
+        """Release the head slot, whose response is being streamed (after :meth:`can_stream`)."""
+        self._upstream.popleft()
+        self._slots.popleft()
+
     def take_ready(self) -> list[Frame]:
         """Responses that may be written now, in request order."""
         out: list[Frame] = []

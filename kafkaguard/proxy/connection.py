@@ -10,7 +10,9 @@ broker; all frames completed by one read are written with one ``writelines``.
 
 Response path: bytes → frames → each claims the oldest upstream slot of the
 :class:`InflightQueue` (correlation ids must match) → the slot's transform runs only when the
-handler asked to rewrite → ready responses leave strictly in request order.
+handler asked to rewrite → ready responses leave strictly in request order. Cut-through: a
+large response (≥ 64 KiB) that is next in line and needs no rewrite is written to the client
+chunk by chunk as it arrives; until its last byte, nothing else is written to that client.
 
 Flow control: client reads pause while the in-flight queue is full (checked after each read,
 so the cap is exceeded by at most one read's worth of requests) or while the broker side's
@@ -69,6 +71,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kafkaguard.proxy")
 
+_CUT_THROUGH_MIN = 64 * 1024
+"""Broker responses at least this large that need no rewrite are streamed as they arrive
+instead of being buffered whole (a 1 MB Fetch response would otherwise reach the client only
+after its last byte, adding its whole transfer time to every fetch cycle)."""
 _UPSTREAM_MAX_FRAME = (1 << 31) - 1  # the broker is trusted to size its own responses
 
 # Reasons client reading is paused; reading resumes when none is left.
@@ -94,6 +100,8 @@ class ClientConnection(asyncio.Protocol):
         """Requests accepted before the upstream connection is up (uvloop starts reading
         right after ``connection_made``, whatever ``pause_reading`` said)."""
         self._closed = False
+        self._streaming = False
+        """A broker response is being streamed to the client (cut-through)."""
         self.peer = "?"
         self.session = Session(listener.config.name, listener.security_protocol, peer_address(None))
         self._context_header: RequestHeaderInfo | None = None
@@ -342,6 +350,8 @@ class ClientConnection(asyncio.Protocol):
         return False
 
     def _write_ready(self) -> None:
+        if self._streaming:  # a response is being streamed: nothing may interleave
+            return
         ready = self._inflight.take_ready()
         if ready and self._transport is not None and not self._closed:
             self._transport.writelines(ready)
@@ -353,6 +363,33 @@ class ClientConnection(asyncio.Protocol):
             self._process()
 
     # -- responses from the broker -----------------------------------------------------------
+    def may_stream(self, response_head: bytes | memoryview) -> bool:
+        """Cut-through: may an incomplete broker response be written to the client as it
+        arrives? Only when it is next in line and its request asked for no rewrite."""
+        return (
+            not self._closed
+            and not self._streaming
+            and self._transport is not None
+            and len(response_head) >= 8
+            and self._inflight.can_stream(peek_correlation_id(response_head))
+        )
+
+    def start_stream(self, chunks: list[bytes | memoryview]) -> None:
+        """Write the first chunks of a response :meth:`may_stream` allowed; the rest follows
+        through :meth:`stream`, and nothing else reaches the client meanwhile."""
+        assert self._transport is not None
+        self._inflight.claim_for_stream()
+        self._streaming = True
+        self._transport.writelines(chunks)
+
+    def stream(self, data: bytes | memoryview, done: bool) -> None:
+        if self._closed or self._transport is None:
+            return
+        self._transport.write(data)
+        if done:
+            self._streaming = False
+            self._flush()
+
     def on_responses(self, frames: list[Frame]) -> None:
         if self._closed:
             return
@@ -451,6 +488,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._frames = FrameBuffer(_UPSTREAM_MAX_FRAME)
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
+        self._passthrough = 0
+        """Bytes of a streamed response still to come (cut-through)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
@@ -461,6 +500,16 @@ class UpstreamConnection(asyncio.Protocol):
             self._transport.writelines(frames)
 
     def data_received(self, data: bytes) -> None:
+        if self._passthrough:
+            n = self._passthrough
+            if len(data) <= n:
+                self._passthrough -= len(data)
+                self._client.stream(data, self._passthrough == 0)
+                return
+            view = memoryview(data)
+            self._passthrough = 0
+            self._client.stream(view[:n], True)
+            data = view[n:]  # type: ignore[assignment]
         try:
             frames = self._frames.feed(data)
         except ProtocolError as exc:
@@ -468,6 +517,11 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if frames:
             self._client.on_responses(frames)
+        if self._frames.partial_frame_size >= _CUT_THROUGH_MIN and self._client.may_stream(
+            self._frames.partial_head(8)
+        ):
+            chunks, self._passthrough = self._frames.take_partial()
+            self._client.start_stream(chunks)
 
     def pause_writing(self) -> None:
         self._client.upstream_pause_writing()

@@ -32,7 +32,11 @@ from kafkaguard.proxy.server import ProxyServer
 Action = str | float
 """``"close"`` (drop the connection instead of answering), ``"garbage"`` (unframeable bytes),
 ``"oversized"`` (a 2 GiB size prefix, a little data, then close), ``"undecodable"`` (well
-framed, right correlation id, junk body), ``"wrong_correlation"``, or a delay in seconds."""
+framed, right correlation id, junk body), ``"wrong_correlation"``, ``"trickle"`` (a Fetch
+response carrying 256 KiB of record bytes, written in 4 pieces 0.2 s apart; ``trickled`` is
+set after the last piece), or a delay in seconds."""
+
+TRICKLE_RECORDS = bytes(range(256)) * 1024
 
 
 def make(entity_type: type[Any], **values: Any) -> Any:
@@ -76,6 +80,8 @@ class FakeBroker:
         self.errors: list[BaseException] = []
         """Exceptions of the fake itself (a test should assert this stays empty)."""
         self.cluster_id = "fake-cluster"
+        self.trickled = asyncio.Event()
+        self.trickled_bytes = b""
         self._script: dict[int, deque[Action]] = defaultdict(deque)
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -195,6 +201,17 @@ class FakeBroker:
                 return
             elif action == "undecodable":
                 out = frame(header.correlation_id.to_bytes(4, "big", signed=True) + b"\xff" * 9)
+            elif action == "trickle":
+                out = codec.encode_response(self._trickle_body(header), header.correlation_id)
+                self.trickled_bytes = out
+                quarter = len(out) // 4
+                for start in range(0, len(out), quarter):
+                    writer.write(out[start : start + quarter])
+                    await writer.drain()
+                    await asyncio.sleep(0.2)
+                self.trickled.set()
+                outstanding[0] -= 1
+                continue
             elif action == "wrong_correlation":
                 body = self._body(header, raw)
                 out = codec.encode_response(body, header.correlation_id + 1000)
@@ -256,6 +273,14 @@ class FakeBroker:
                 body, node_endpoints=self._entries(schema, "node_endpoints", "node_id")
             )
         return body
+
+    def _trickle_body(self, header: RequestHeaderInfo) -> Any:
+        schema = codec.response_schema(header.api_key, header.api_version)
+        topic_type = codec.nested_type(schema, "responses")
+        partition_type = codec.nested_type(topic_type, "partitions")
+        partition = make(partition_type, partition_index=0, records=TRICKLE_RECORDS)
+        topic = make(topic_type, topic="big", partitions=(partition,))
+        return make(schema, responses=(topic,))
 
     def _coordinator(self, entity: Any, key: str) -> Any:
         node_id = self.coordinator_for(key)
