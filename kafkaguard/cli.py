@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kafkaguard.certs import cli as certs_cli
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy import acls_cli
 from kafkaguard.proxy.config import HostPort, ProxyConfig, UpstreamConfig, load_config
+from kafkaguard.proxy.sasl import cli as users_cli
 from kafkaguard.proxy.server import ProxyServer, install_event_loop_policy, raise_open_file_limit
 
 DEMO_FILES = Path(__file__).parent / "demo"
@@ -103,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         "acls", help="add, remove and list ACLs in the configured store (like kafka-acls.sh)"
     )
     acls_cli.add_arguments(acls)
+    certs = commands.add_parser(
+        "certs", help="mint a development CA, server and client certificates (TLS listeners)"
+    )
+    certs_cli.add_arguments(certs)
+    users = commands.add_parser(
+        "users", help="add, remove and list SASL credentials (PLAIN, SCRAM-SHA-256/512)"
+    )
+    users_cli.add_arguments(users)
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("--config", type=Path, required=True)
     return parser
@@ -116,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(prepare_demo(args.dir))
     if args.command == "acls":
         return acls_cli.run(args)
+    if args.command == "certs":
+        return certs_cli.run(args)
+    if args.command == "users":
+        return users_cli.run(args)
     if args.command == "check-config":
         return _check_config(args.config)
     raise AssertionError(args.command)  # pragma: no cover

@@ -220,3 +220,7 @@ async def async_proxy(tansu: TansuBroker) -> AsyncIterator[ProxyServer]:
         yield server
     finally:
         await server.close()
+
+
+# -- ZooKeeper (issue 6): `zookeeper` (session) and `zookeeper_factory` live in policy/ --------
+from policy.zk_fixture import zookeeper, zookeeper_factory  # noqa: E402,F401

@@ -5,6 +5,12 @@ lines, but it edits the configured store directly (the file store; a running pro
 change up within ``poll_interval_s``) instead of talking to a broker. Wired into
 ``kafkaguard/cli.py`` via :func:`add_arguments` and :func:`run`; standalone:
 ``python -m kafkaguard.policy.acls_cli --acl-file acls.yaml --list``.
+
+Against ZooKeeper (issue 6) it edits Kafka's ``/kafka-acl`` znodes directly, with the same
+conditional writes and change notifications as the proxies (which apply them within a second):
+``--zookeeper-connect host:2181 [--zookeeper-chroot /kafka]`` or a ``--config`` whose
+``acl_store.type`` is ``zookeeper``. ``kafkaguard acls migrate --from file --to zookeeper``
+(or back) copies every ACL of one store into the other (ACLs already there are kept).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import parse_policy_config
@@ -45,10 +52,24 @@ class UsageError(Exception):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "acls_command",
+        metavar="command",
+        nargs="?",
+        choices=["migrate"],
+        help="migrate: copy ACLs between stores",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--config", help="the proxy's config file (its acl_store is used)")
     where.add_argument("--acl-file", help="the YAML ACL file to edit directly")
-    action = parser.add_mutually_exclusive_group(required=True)
+    parser.add_argument("--zookeeper-connect", help="host:port[,...][/chroot] of ZooKeeper")
+    parser.add_argument("--zookeeper-chroot", default="", help="chroot, e.g. /kafka")
+    parser.add_argument(
+        "--zookeeper-digest-auth-file", help="'user:password' or JAAS file for ZooKeeper"
+    )
+    parser.add_argument("--from", dest="from_store", choices=["file", "zookeeper"])
+    parser.add_argument("--to", dest="to_store", choices=["file", "zookeeper"])
+    action = parser.add_mutually_exclusive_group(required=False)
     action.add_argument("--add", action="store_true", help="add ACLs")
     action.add_argument("--remove", action="store_true", help="remove ACLs")
     action.add_argument("--list", action="store_true", help="list ACLs")
@@ -215,21 +236,118 @@ def _sorted(entries: set[AccessControlEntry]) -> list[AccessControlEntry]:
     return sorted(entries, key=lambda e: (e.principal, e.host, e.operation, e.permission_type))
 
 
-def _store_path(args: argparse.Namespace) -> Path:
-    if args.acl_file:
-        return Path(args.acl_file)
-    if not args.config:
-        raise UsageError("give --config <proxy config> or --acl-file <file>")
-    policy = parse_policy_config(ConfigSection.from_file(args.config))
-    if policy.acl_store.type != "file" or policy.acl_store.path is None:
-        raise UsageError(
-            f"{args.config}: acl_store.type is {policy.acl_store.type!r}; "
-            "only file stores can be edited"
+class _Store(Protocol):
+    """What the command needs from a store: read everything, locked read-modify-write."""
+
+    description: str
+
+    def read(self) -> Snapshot: ...
+
+    def modify(self, change: Callable[[Snapshot], Snapshot]) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+
+class _FileStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.description = f"file {path}"
+
+    def read(self) -> Snapshot:
+        return read_acl_file(self.path)[0]
+
+    def modify(self, change: Callable[[Snapshot], Snapshot]) -> Snapshot:
+        return modify_acl_file(self.path, change, create=True)
+
+    def close(self) -> None:
+        pass
+
+
+class _ZooKeeperStore:
+    def __init__(
+        self, connect: str, chroot: str, digest_file: str | Path | None, timeout_s: float
+    ) -> None:
+        from kafkaguard.policy.stores.zookeeper import ZkAclClient, read_digest_auth
+
+        digest = read_digest_auth(digest_file) if digest_file else None
+        self.client = ZkAclClient(
+            connect, chroot=chroot, digest_auth=digest, session_timeout_s=timeout_s
         )
-    return policy.acl_store.path
+        self.description = self.client.description
+        self.client.start()
+
+    def read(self) -> Snapshot:
+        return self.client.snapshot()
+
+    def modify(self, change: Callable[[Snapshot], Snapshot]) -> Snapshot:
+        return self.client.modify(change)
+
+    def close(self) -> None:
+        self.client.stop()
 
 
-def _add(args: argparse.Namespace, path: Path, out: Callable[[str], None]) -> None:
+def _open_store(args: argparse.Namespace, kind: str | None = None) -> _Store:
+    """The store the options name; ``kind`` picks file or zookeeper (migrate's two sides)."""
+    policy = parse_policy_config(ConfigSection.from_file(args.config)) if args.config else None
+    configured = policy.acl_store if policy is not None else None
+    if kind in (None, "file"):
+        if args.acl_file:
+            return _FileStore(Path(args.acl_file))
+        if configured is not None and configured.type == "file" and configured.path:
+            return _FileStore(configured.path)
+    if kind in (None, "zookeeper"):
+        if args.zookeeper_connect:
+            return _ZooKeeperStore(
+                args.zookeeper_connect,
+                args.zookeeper_chroot,
+                args.zookeeper_digest_auth_file,
+                18.0,
+            )
+        if configured is not None and configured.type == "zookeeper" and configured.connect:
+            return _ZooKeeperStore(
+                configured.connect,
+                configured.chroot,
+                configured.digest_auth_file,
+                configured.session_timeout_s,
+            )
+    if configured is not None:
+        raise UsageError(
+            f"{args.config}: acl_store.type is {configured.type!r}; "
+            + (f"give the {kind} side with options" if kind else "it cannot be edited")
+        )
+    if kind == "file":
+        raise UsageError("give the file side with --acl-file <file> or --config")
+    if kind == "zookeeper":
+        raise UsageError("give the ZooKeeper side with --zookeeper-connect or --config")
+    raise UsageError("give --config <proxy config>, --acl-file <file> or --zookeeper-connect")
+
+
+def _migrate(args: argparse.Namespace, out: Callable[[str], None]) -> None:
+    if not args.from_store or not args.to_store or args.from_store == args.to_store:
+        raise UsageError("migrate needs --from and --to, one 'file' and one 'zookeeper'")
+    source = _open_store(args, args.from_store)
+    try:
+        target = _open_store(args, args.to_store)
+        try:
+            acls = source.read()
+            added: list[int] = []
+
+            def change(current: Snapshot) -> Snapshot:
+                added.append(len(acls - current))
+                return current | acls
+
+            target.modify(change)
+            out(
+                f"Copied {len(acls)} ACLs from {source.description} to {target.description} "
+                f"({added[-1]} new, {len(acls) - added[-1]} already present)."
+            )
+        finally:
+            target.close()
+    finally:
+        source.close()
+
+
+def _add(args: argparse.Namespace, path: _Store, out: Callable[[str], None]) -> None:
     if not args.resource_pattern_type.is_specific:
         raise UsageError(
             f"A '--resource-pattern-type' value of '{args.resource_pattern_type.name}' is not "
@@ -258,7 +376,7 @@ def _add(args: argparse.Namespace, path: Path, out: Callable[[str], None]) -> No
                 out(f"Adding ACLs for resource `{pattern}`: \n {_entry_lines(new)}\n")
         return current | frozenset(plan)
 
-    modify_acl_file(path, change, create=True)
+    path.modify(change)
 
 
 def _confirm(args: argparse.Namespace, message: str, out: Callable[[str], None]) -> bool:
@@ -278,7 +396,7 @@ def _without(filters: list[AclBindingFilter]) -> Callable[[Snapshot], Snapshot]:
     return change
 
 
-def _remove(args: argparse.Namespace, path: Path, out: Callable[[str], None]) -> None:
+def _remove(args: argparse.Namespace, path: _Store, out: Callable[[str], None]) -> None:
     acls = _filter_to_acls(args)
     for f, entries in acls.items():
         if not entries:
@@ -291,11 +409,11 @@ def _remove(args: argparse.Namespace, path: Path, out: Callable[[str], None]) ->
             )
             filters = [AclBindingFilter(f, e.to_filter()) for e in _sorted(entries)]
         if _confirm(args, question, out):
-            modify_acl_file(path, _without(filters))
+            path.modify(_without(filters))
 
 
-def _list(args: argparse.Namespace, path: Path, out: Callable[[str], None]) -> None:
-    current, _ = read_acl_file(path)
+def _list(args: argparse.Namespace, path: _Store, out: Callable[[str], None]) -> None:
+    current = path.read()
     filters = _resource_filters(args, False)
     chosen = [b for b in current if not filters or any(f.matches(b.pattern) for f in filters)]
     by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
@@ -326,14 +444,22 @@ def run(args: argparse.Namespace, out: Callable[[str], None] | None = None) -> i
     """Execute; returns the process exit code (0 ok, 1 error, 2 usage)."""
     write = out or _print
     try:
+        if args.acls_command == "migrate":
+            _migrate(args, write)
+            return 0
+        if not (args.add or args.remove or args.list):
+            raise UsageError("one of the arguments --add --remove --list (or migrate) is required")
         _check_args(args)
-        path = _store_path(args)
-        if args.add:
-            _add(args, path, write)
-        elif args.remove:
-            _remove(args, path, write)
-        else:
-            _list(args, path, write)
+        path = _open_store(args)
+        try:
+            if args.add:
+                _add(args, path, write)
+            elif args.remove:
+                _remove(args, path, write)
+            else:
+                _list(args, path, write)
+        finally:
+            path.close()
     except UsageError as exc:
         sys.stderr.write(f"kafkaguard acls: {exc}\n")
         return 2

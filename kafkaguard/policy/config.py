@@ -20,7 +20,7 @@ from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.stores.base import AclStore, MemoryAclStore
 
 DEFAULT_AUTHORIZER_CLASS = "kafkaguard.policy.standard:StandardAuthorizer"
-STORE_TYPES = ("file", "memory")
+STORE_TYPES = ("file", "memory", "zookeeper")
 
 
 def parse_super_users(value: str) -> frozenset[str]:
@@ -64,6 +64,11 @@ class AclStoreConfig:
     type: str = "file"
     path: Path | None = None
     poll_interval_s: float = 1.0
+    # type: zookeeper (issue 6) -- Kafka's zookeeper.connect, chroot, digest auth, session
+    connect: str | None = None
+    chroot: str = ""
+    digest_auth_file: Path | None = None
+    session_timeout_s: float = 18.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,7 @@ def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
     poll = section.get_float("poll_interval_s", 1.0)
     if poll < 0:
         raise section.error("poll_interval_s", "must be >= 0 (0 disables polling)")
+    zk = _zookeeper_options(section, kind)
     section.reject_unknown()
     path: Path | None = None
     if kind == "file":
@@ -135,7 +141,37 @@ def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
         path = Path(raw_path)
         if not path.is_absolute() and not section.file.startswith("<"):
             path = Path(section.file).resolve().parent / path
-    return AclStoreConfig(type=kind, path=path, poll_interval_s=poll)
+    return AclStoreConfig(type=kind, path=path, poll_interval_s=poll, **zk)
+
+
+def _zookeeper_options(section: ConfigSection, kind: str) -> dict[str, Any]:
+    """``type: zookeeper`` keys: ``connect`` (required), ``chroot``, ``digest_auth_file``,
+    ``session_timeout_s``; a relative ``digest_auth_file`` is relative to the config file."""
+    connect = section.get_str("connect", None)
+    chroot = section.get_str("chroot", "") or ""
+    raw_auth = section.get_str("digest_auth_file", None)
+    timeout = section.get_float("session_timeout_s", 18.0)
+    if kind != "zookeeper":
+        return {}
+    if not connect:
+        raise section.error("connect", "is required for a zookeeper store (host:port[,...])")
+    if chroot and not chroot.startswith("/"):
+        raise section.error("chroot", "must start with '/'")
+    if "/" in connect and chroot:
+        raise section.error("chroot", "the connect string already has a chroot")
+    if timeout <= 0:
+        raise section.error("session_timeout_s", "must be > 0")
+    auth: Path | None = None
+    if raw_auth:
+        auth = Path(raw_auth)
+        if not auth.is_absolute() and not section.file.startswith("<"):
+            auth = Path(section.file).resolve().parent / auth
+    return {
+        "connect": connect,
+        "chroot": chroot,
+        "digest_auth_file": auth,
+        "session_timeout_s": timeout,
+    }
 
 
 def parse_policy_config(root: ConfigSection) -> PolicyConfig:
@@ -159,6 +195,17 @@ def build_store(cfg: AclStoreConfig) -> AclStore:
         if cfg.path is None:
             raise ConfigError("acl_store.path is required for a file store")
         return FileAclStore(cfg.path, poll_interval_s=cfg.poll_interval_s)
+    if cfg.type == "zookeeper":
+        from kafkaguard.policy.stores.zookeeper import ZooKeeperAclStore
+
+        if not cfg.connect:
+            raise ConfigError("acl_store.connect is required for a zookeeper store")
+        return ZooKeeperAclStore(
+            cfg.connect,
+            chroot=cfg.chroot,
+            digest_auth_file=cfg.digest_auth_file,
+            session_timeout_s=cfg.session_timeout_s,
+        )
     raise ConfigError(f"unknown acl_store.type {cfg.type!r}")
 
 

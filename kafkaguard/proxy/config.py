@@ -14,12 +14,23 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
+from kafkaguard.certs.tls import (
+    TlsConfig,
+    UpstreamTlsConfig,
+    parse_tls_config,
+    parse_upstream_tls_config,
+)
 from kafkaguard.config_tree import REQUIRED, ConfigError, ConfigSection
 from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from kafkaguard.proxy.sasl.config import SaslListenerConfig, parse_sasl_config
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT",)
+IMPLEMENTED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_SECURITY_PROTOCOLS: Final = ("SSL", "SASL_SSL")
+"""Listeners of these protocols need an ``ssl:`` section (kafkaguard/certs/tls.py)."""
+SASL_SECURITY_PROTOCOLS: Final = ("SASL_PLAINTEXT", "SASL_SSL")
+"""Listeners of these protocols need a ``sasl:`` section (kafkaguard/proxy/sasl/config.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +78,10 @@ class ListenerConfig:
     port: int
     advertised_host: str
     broker_ports: BrokerPorts
+    ssl: TlsConfig | None = None
+    """The ``ssl:`` section: set for SSL and SASL_SSL listeners, None otherwise."""
+    sasl: SaslListenerConfig | None = None
+    """The ``sasl:`` section: set for SASL_PLAINTEXT and SASL_SSL listeners, None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +89,8 @@ class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...]
     """Empty: no upstream configured, ``kafkaguard run`` starts the embedded demo broker."""
     connect_timeout_s: float = 10.0
+    ssl: UpstreamTlsConfig | None = None
+    """``upstream.ssl:`` (TLS from the proxy to the brokers): parsed, rejected until wired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +130,7 @@ def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
     return BrokerPorts(base if base is not None else listener_port + 1, MappingProxyType({}))
 
 
-def _listener(section: ConfigSection) -> ListenerConfig:
+def _listener(section: ConfigSection, base_dir: Path | None = None) -> ListenerConfig:
     name = section.get_str("name", REQUIRED)
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise section.error("name", f"must be a listener name like EXTERNAL, got {name!r}")
@@ -134,12 +151,26 @@ def _listener(section: ConfigSection) -> ListenerConfig:
             raise section.error("advertised_host", f"is required when binding to {bind_host}")
         advertised = bind_host
     ports = _broker_ports(section.section("broker_ports"), port)
+    # --- TLS (kafkaguard/certs) ---
+    tls: TlsConfig | None = None
+    if protocol in TLS_SECURITY_PROTOCOLS:
+        tls = parse_tls_config(section.section("ssl", required=True), base_dir or Path.cwd())
+    elif "ssl" in section:
+        raise section.error("ssl", f"is only for SSL and SASL_SSL listeners, not {protocol}")
+    # --- end TLS ---
+    # --- SASL (kafkaguard/proxy/sasl) ---
+    sasl: SaslListenerConfig | None = None
+    if protocol in SASL_SECURITY_PROTOCOLS:
+        sasl = parse_sasl_config(section.section("sasl", required=True))
+    elif "sasl" in section:
+        raise section.error("sasl", f"is only for SASL_PLAINTEXT and SASL_SSL, not {protocol}")
+    # --- end SASL ---
     section.reject_unknown()
-    return ListenerConfig(name, protocol, bind_host, port, advertised, ports)
+    return ListenerConfig(name, protocol, bind_host, port, advertised, ports, tls, sasl=sasl)
 
 
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
-    listeners = tuple(_listener(s) for s in root.sections("listeners"))
+    listeners = tuple(_listener(s, base_dir) for s in root.sections("listeners"))
     if not listeners:
         raise root.error("listeners", "at least one listener is required")
     names = [ls.name for ls in listeners]
@@ -149,6 +180,9 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     servers = tuple(
         parse_host_port(s, up, "bootstrap_servers") for s in up.str_list("bootstrap_servers", [])
     )
+    if "ssl" in up:  # parsed, but the upstream connections do not use it yet: fail closed
+        parse_upstream_tls_config(up.section("ssl"), base_dir or Path.cwd())
+        raise up.error("ssl", "TLS to the upstream cluster is not available in this build")
     upstream = UpstreamConfig(servers, up.get_float("connect_timeout_s", 10.0))
     up.reject_unknown()
     lim = root.section("limits")

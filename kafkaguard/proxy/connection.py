@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
@@ -46,6 +47,7 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from kafkaguard.policy.principal_mapping import NoMatchingRuleError
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
@@ -64,6 +66,7 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
+from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
 from kafkaguard.proxy.session import Session, peer_address
 
 if TYPE_CHECKING:
@@ -81,6 +84,10 @@ _UPSTREAM_MAX_FRAME = (1 << 31) - 1  # the broker is trusted to size its own res
 _PAUSE_CONNECTING = "connecting"
 _PAUSE_INFLIGHT = "inflight"
 _PAUSE_UPSTREAM_FULL = "upstream-full"
+_PAUSE_CLOSING = "closing"
+_CLOSE_GRACE_S = 0.5
+"""After the last response before a close (e.g. a failed SASL authentication) is written, how
+long the client has to read it and close first. Nothing is read meanwhile."""
 
 
 class ClientConnection(asyncio.Protocol):
@@ -107,6 +114,13 @@ class ClientConnection(asyncio.Protocol):
         self._context_header: RequestHeaderInfo | None = None
         self._context: RequestContext | None = None
         self.connection_state = ConnectionState()
+        # --- SASL (kafkaguard/proxy/sasl) ---
+        self.sasl: SaslAuthenticator | None = None
+        """The SASL state machine on SASL_PLAINTEXT/SASL_SSL listeners; gates every request."""
+        self._closing: str | None = None
+        """Set by :meth:`close_after_responses`: close once pending responses are written."""
+        self._close_scheduled = False
+        # --- end SASL ---
 
     # -- HandlerContext --------------------------------------------------------------------
     @property
@@ -184,6 +198,18 @@ class ClientConnection(asyncio.Protocol):
                 f"listener is at its limit of {self._listener.limits.max_connections} connections"
             )
             return
+        # --- TLS: principal from the client certificate (kafkaguard/certs) ---
+        tls = self._listener.tls
+        if tls is not None and self._listener.config.security_protocol == "SSL":
+            try:
+                self.session.principal = tls.authenticate(transport.get_extra_info("ssl_object"))
+            except NoMatchingRuleError as exc:
+                self.close(f"SSL authentication failed: {exc}")
+                return
+            log.debug("%s: authenticated as %s", self.peer, self.session.principal)
+        # --- end TLS ---
+        if self._listener.sasl is not None:  # SASL: authenticate before anything else
+            self.sasl = SaslAuthenticator(self._listener.sasl, self.session)
         self._pause(_PAUSE_CONNECTING)
         self._listener.spawn(self._connect_upstream())
 
@@ -229,6 +255,16 @@ class ClientConnection(asyncio.Protocol):
         except ProtocolError as exc:
             self.close(f"bad request: {exc}")
             return
+        # --- SASL: refuse an oversized request before authentication before buffering it ---
+        if self.sasl is not None and not self.sasl.complete:
+            pending = self._frames.partial_frame_size - 4
+            if pending > self.sasl.server.config.max_receive_size:
+                self.close(
+                    f"request of {pending} bytes during SASL authentication exceeds "
+                    f"max_receive_size {self.sasl.server.config.max_receive_size}"
+                )
+                return
+        # --- end SASL ---
         self._process()
 
     def _process(self) -> None:
@@ -261,6 +297,16 @@ class ClientConnection(asyncio.Protocol):
     def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
         """Route one request; returns False when the connection was closed."""
         header = peek_request_header(frame)
+        # --- SASL gate: nothing but ApiVersions/SASL before authentication (fail closed) ---
+        if self._closing is not None:  # answering a failed authentication, then closing
+            self._held.clear()
+            return True
+        if self.sasl is not None:
+            refused = self.sasl.check(header.api_key, len(frame), time.monotonic())
+            if refused is not None:
+                self.close(f"{refused} (correlation id {header.correlation_id})")
+                return False
+        # --- end SASL ---
         handler = REGISTRY.get(header.api_key)
         if handler is None:
             self.close(
@@ -355,6 +401,18 @@ class ClientConnection(asyncio.Protocol):
         ready = self._inflight.take_ready()
         if ready and self._transport is not None and not self._closed:
             self._transport.writelines(ready)
+        if self._closing is not None and not len(self._inflight) and not self._close_scheduled:
+            # Let the client read the answer before the FIN reaches it: some clients
+            # (kafka-python) drop data that arrives together with the end of the stream.
+            self._close_scheduled = True
+            asyncio.get_running_loop().call_later(_CLOSE_GRACE_S, self.close, self._closing)
+
+    def close_after_responses(self, reason: str) -> None:
+        """Read nothing more; close once every pending response has been written (a failed
+        SASL authentication is answered, then the connection closed, as Kafka does)."""
+        if self._closing is None:
+            self._closing = reason
+            self._pause(_PAUSE_CLOSING)
 
     def _flush(self) -> None:
         """Write the responses now due; a freed slot lets held requests proceed."""
@@ -449,6 +507,9 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._closed:
+            return
+        if self._closing is not None:  # the client left after its last answer (SASL failure)
+            self.close(self._closing)
             return
         partial = self._frames.pending_bytes
         if partial:

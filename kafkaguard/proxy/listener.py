@@ -15,12 +15,17 @@ import socket
 from collections.abc import Coroutine
 from typing import Any
 
+from kafkaguard.certs.tls import ServerTls
 from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
 from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
 from kafkaguard.proxy.connection import ClientConnection
+from kafkaguard.proxy.sasl.authenticator import SaslServer
 
 log = logging.getLogger("kafkaguard.proxy")
+
+_TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""A client that has not finished its TLS handshake by then is dropped."""
 
 
 class NodePortUnavailable(RuntimeError):
@@ -47,6 +52,14 @@ class ListenerRuntime:
         self._node_ports: dict[int, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.bootstrap_port: int = config.port
+        self.tls: ServerTls | None = (
+            ServerTls(config.ssl, config.name) if config.ssl is not None else None
+        )
+        """SSL/SASL_SSL listeners: the TLS context every port of the listener serves with
+        (files reloaded for new connections when they change)."""
+        self.sasl: SaslServer | None = SaslServer(config.sasl) if config.sasl is not None else None
+        """SASL_PLAINTEXT/SASL_SSL listeners: mechanisms, credentials and failure delays
+        shared by the listener's connections (kafkaguard/proxy/sasl)."""
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a connection-scoped coroutine, keeping a reference so it is not collected."""
@@ -82,7 +95,10 @@ class ListenerRuntime:
 
     async def _serve(self, sock: socket.socket, node_id: int | None) -> None:
         server = await asyncio.get_running_loop().create_server(
-            lambda: self._accept(node_id), sock=sock
+            lambda: self._accept(node_id),
+            sock=sock,
+            ssl=self.tls.context if self.tls is not None else None,
+            ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S if self.tls is not None else None,
         )
         self._servers.append(server)
 

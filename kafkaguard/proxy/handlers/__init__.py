@@ -10,8 +10,9 @@ Rules (principle 2, fail closed):
 
 Broker-internal APIs (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown,
 WriteTxnMarkers, the Raft quorum and registration APIs, Envelope, AlterPartition,
-AllocateProducerIds, the share-group *state* APIs) and the SASL APIs (terminated by the proxy
-itself once listeners authenticate) are deliberately absent. DescribeQuorum is absent because
+AllocateProducerIds, the share-group *state* APIs) are deliberately absent. The SASL APIs
+(SaslHandshake, SaslAuthenticate) are answered by the proxy itself (``sasl.py``), which
+terminates authentication. DescribeQuorum is absent because
 its reply carries controller endpoints the proxy does not expose. ShareFetch and
 ShareAcknowledge are absent because Kafka re-authorizes every partition of the member's share
 session on each request, state the proxy does not keep yet; StreamsGroupHeartbeat because
@@ -40,6 +41,7 @@ from kafkaguard.proxy.handlers import (
     offsets,
     partitions,
     produce,
+    sasl,
     share_groups,
     streams_groups,
     telemetry,
@@ -61,6 +63,7 @@ _FAMILIES: Final = (
     offsets,
     partitions,
     produce,
+    sasl,
     share_groups,
     streams_groups,
     telemetry,

@@ -2,13 +2,13 @@
 
 * AUTHORIZED: a family handler decides with the authorizer (spec §5) before anything goes up.
 * ANSWERED: the proxy answers itself and never forwards (ACL administration — the proxy *is*
-  the authorizer; delegation tokens — see ``handlers/delegation_tokens.py``).
+  the authorizer; delegation tokens — see ``handlers/delegation_tokens.py``; SaslHandshake and
+  SaslAuthenticate — the proxy terminates SASL, see ``handlers/sasl.py``).
 * NO_CHECK: Kafka authorizes nothing (ApiVersions, client telemetry); forwarded by an explicit
   handler whose module says why.
 * REFUSED: absent from the registry, so the connection is closed (fail closed): the
   broker-internal APIs (KRaft quorum, registration, replication, share-group state, the ZK
-  controller APIs 4–7 kio no longer knows), DescribeQuorum (controller endpoints), and SASL
-  until the proxy terminates authentication itself.
+  controller APIs 4–7 kio no longer knows) and DescribeQuorum (controller endpoints).
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ AUTHORIZED = frozenset(
     | {32, 33, 34, 35, 37, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 57, 60, 61, 64, 65, 66}
     | {68, 69, 74, 75, 76, 77, 89, 90, 91, 92}
 )
-ANSWERED = frozenset({29, 30, 31, 38, 39, 40, 41})
+SASL = frozenset({17, 36})
+ANSWERED = frozenset({29, 30, 31, 38, 39, 40, 41}) | SASL
 NO_CHECK = frozenset({18, 71, 72})
 BROKER_INTERNAL = frozenset(
     {4, 5, 6, 7, 27, 52, 53, 54, 55, 56, 58, 59, 62, 63, 67, 70, 73}
     | {80, 81, 82, 83, 84, 85, 86, 87}
 )
-SASL = frozenset({17, 36})
 NEEDS_BROKER_STATE = frozenset({78, 79, 88})
 """ShareFetch/ShareAcknowledge (share-session re-authorization) and StreamsGroupHeartbeat
 (internal-topic creation check): refused until the proxy keeps the state Kafka decides on."""
-REFUSED = BROKER_INTERNAL | SASL | NEEDS_BROKER_STATE
+REFUSED = BROKER_INTERNAL | NEEDS_BROKER_STATE
 
 ALL_KEYS = range(93)
 

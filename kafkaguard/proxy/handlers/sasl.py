@@ -1,0 +1,158 @@
+"""SaslHandshake (17) and SaslAuthenticate (36): answered by the proxy, never forwarded.
+
+The proxy terminates SASL on SASL_PLAINTEXT / SASL_SSL listeners (the broker behind it has no
+security), so these requests are the proxy's own, as in Kafka they are the network layer's
+(``SaslServerAuthenticator``) rather than ``KafkaApis``'. The state machine lives in
+:mod:`kafkaguard.proxy.sasl.authenticator`; this module turns its outcomes into responses.
+
+* On a listener without SASL both are answered ILLEGAL_SASL_STATE (34), as
+  ``KafkaApis.handleSaslHandshakeRequest`` / ``handleSaslAuthenticateRequest`` do.
+* SaslHandshake v0 is advertised (as Kafka does: librdkafka up to at least 2.0 only enables SASL
+  when the handshake range includes v0, then uses v1) but a v0 request is answered
+  UNSUPPORTED_VERSION and the connection closed, with a log line: after a v0 handshake Kafka
+  expects *raw* SASL tokens without Kafka framing (pre-KIP-152 clients, Kafka < 1.0), which
+  the proxy's framing layer cannot tell from Kafka requests. Every current client uses v1 +
+  SaslAuthenticate.
+* A failed step is answered SASL_AUTHENTICATION_FAILED (58) after a per-address delay that
+  doubles with consecutive failures (bounded), then the connection is closed. An unsupported
+  mechanism is answered UNSUPPORTED_SASL_MECHANISM (33) with the enabled list, then closed.
+* Mechanism steps that are CPU-bound (PLAIN's PBKDF2) run in a worker thread; the gate refuses
+  any other request while a step is being evaluated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.base import (
+    ApiHandler,
+    HandlerContext,
+    Request,
+    Respond,
+    RespondLater,
+    Verdict,
+)
+from kafkaguard.proxy.sasl.authenticator import AuthenticateOutcome, SaslAuthenticator
+
+log = logging.getLogger("kafkaguard.sasl")
+
+_AFTER_SUCCESS = "SaslAuthenticate request received after successful authentication"
+
+
+@runtime_checkable
+class SaslCapable(Protocol):
+    """What the connection offers beyond :class:`HandlerContext` on SASL listeners."""
+
+    @property
+    def sasl(self) -> SaslAuthenticator | None: ...
+
+    def close_after_responses(self, reason: str) -> None:
+        """Stop reading; close once every pending response has been written."""
+        ...
+
+
+def _sasl(ctx: HandlerContext) -> tuple[SaslAuthenticator, SaslCapable] | None:
+    if isinstance(ctx, SaslCapable) and ctx.sasl is not None:
+        return ctx.sasl, ctx
+    return None
+
+
+class SaslHandshakeHandler(ApiHandler):
+    api_key = 17
+    decode_request = True
+    answered_by_proxy = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        version = request.header.api_version
+        schema = codec.response_schema(self.api_key, version)
+        found = _sasl(ctx)
+        if found is None:
+            return Respond(codec.make_entity(schema, ErrorCode.illegal_sasl_state))
+        auth, conn = found
+        if version == 0:
+            conn.close_after_responses(
+                "SaslHandshake v0 (raw SASL tokens without Kafka framing) is not supported; "
+                "the client must use SaslHandshake v1 and SaslAuthenticate"
+            )
+            return Respond(codec.make_entity(schema, ErrorCode.unsupported_version))
+        body: Any = request.body
+        outcome = auth.handshake(str(body.mechanism))
+        if outcome.close_reason is not None:
+            conn.close_after_responses(outcome.close_reason)
+        elif auth.reauthenticating:
+            log.debug(
+                "%s: re-authentication of %s begins", ctx.session.client_host, ctx.session.principal
+            )
+        return Respond(codec.make_entity(schema, outcome.error_code, mechanisms=outcome.mechanisms))
+
+
+class SaslAuthenticateHandler(ApiHandler):
+    api_key = 36
+    decode_request = True
+    answered_by_proxy = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        version = request.header.api_version
+        found = _sasl(ctx)
+        if found is None:
+            refused = AuthenticateOutcome(ErrorCode.illegal_sasl_state, _AFTER_SUCCESS)
+            return Respond(_response(version, refused))
+        auth, conn = found
+        begun = auth.begin_step(version)
+        body: Any = request.body
+        token = bytes(body.auth_bytes)
+        host = ctx.session.client_host
+
+        async def evaluate() -> Any:
+            reauthenticating = auth.reauthenticating
+            if isinstance(begun, AuthenticateOutcome):
+                outcome = begun
+            else:
+                if getattr(begun, "blocking", False):
+                    result = await asyncio.to_thread(begun.step, token)
+                else:
+                    result = begun.step(token)
+                outcome = auth.finish_step(
+                    result, time.monotonic(), int(auth.server.wall_clock() * 1000)
+                )
+            if outcome.close_reason is not None:
+                conn.close_after_responses(outcome.close_reason)
+                if outcome.error_code == ErrorCode.sasl_authentication_failed:
+                    delay = auth.server.throttle.failure(host, time.monotonic())
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+            elif outcome.authenticated is not None:
+                auth.server.throttle.success(host)
+                log.info(
+                    "%s on listener %s: %s as %s (session lifetime %s)",
+                    host,
+                    ctx.listener_name,
+                    "re-authenticated" if reauthenticating else "authenticated",
+                    outcome.authenticated,
+                    f"{outcome.session_lifetime_ms} ms"
+                    if outcome.session_lifetime_ms
+                    else "unbounded",
+                )
+            return _response(version, outcome)
+
+        return RespondLater(evaluate)
+
+
+def _response(version: int, outcome: AuthenticateOutcome) -> Any:
+    schema = codec.response_schema(36, version)
+    values: dict[str, Any] = {
+        "error_message": outcome.error_message,
+        "auth_bytes": outcome.auth_bytes,
+    }
+    if "session_lifetime" in schema.__dataclass_fields__:
+        values["session_lifetime"] = timedelta(milliseconds=outcome.session_lifetime_ms)
+    return codec.make_entity(schema, outcome.error_code, **values)
+
+
+HANDLERS: list[ApiHandler] = [SaslHandshakeHandler(), SaslAuthenticateHandler()]

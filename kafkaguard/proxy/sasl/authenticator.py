@@ -1,0 +1,358 @@
+"""SASL on a connection, without I/O: Kafka's ``SaslServerAuthenticator`` as a state machine.
+
+Two objects:
+
+* :class:`SaslServer` — one per listener: enabled mechanisms, the credential store, the JWT
+  validator, principal mapping, and the per-address failure delay (:class:`FailureThrottle`).
+* :class:`SaslAuthenticator` — one per client connection::
+
+      HANDSHAKE ──SaslHandshake ok──▶ AUTHENTICATE ──Success──▶ COMPLETE
+          ▲  ApiVersions, SaslHandshake   │ SaslAuthenticate only   │ anything; SaslHandshake
+          │                               ▼                         │ starts re-authentication
+          └────────── (re-auth) ◀─────  FAILED (closes)  ◀──────────┘
+
+  :meth:`SaslAuthenticator.check` is the gate the connection runs on *every* request before
+  anything else: before authentication completes only ApiVersions and the SASL requests
+  pass, and none larger than ``max_receive_size``; after it, a session past its KIP-368
+  lifetime passes nothing but a SaslHandshake (re-authentication).
+
+Re-authentication (KIP-368) keeps the mechanism and the principal: a different mechanism or a
+token/user that maps to another principal fails with Kafka's messages and closes the
+connection. Session lifetime = min(``connections_max_reauth_ms``, credential expiry − now),
+sent in SaslAuthenticate v1+ (``ReauthInfo.calcCompletionTimesAndReturnSessionLifetimeMs``).
+
+Time is passed in: ``now`` is ``time.monotonic()`` seconds, ``wall_ms`` epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from kafkaguard.policy.model import KafkaPrincipal
+from kafkaguard.policy.principal_mapping import KerberosShortNamer, NoMatchingRuleError
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.sasl import oauthbearer, plain, scram
+from kafkaguard.proxy.sasl.config import SaslListenerConfig
+from kafkaguard.proxy.sasl.credentials import CredentialStore, FileCredentialStore
+from kafkaguard.proxy.sasl.mechanism import (
+    Challenge,
+    Failure,
+    SaslMechanismServer,
+    StepResult,
+    invalid_credentials,
+)
+from kafkaguard.proxy.session import Session
+
+log = logging.getLogger("kafkaguard.sasl")
+
+API_VERSIONS: Final = 18
+SASL_HANDSHAKE: Final = 17
+SASL_AUTHENTICATE: Final = 36
+
+
+class FailureThrottle:
+    """Delay before answering a failed authentication, per client address: ``base`` for the
+    first failure, doubling for each further one, at most ``maximum``; forgotten after
+    ``forget_after_s`` without failures or on a success. Bounded memory (LRU)."""
+
+    def __init__(
+        self,
+        base_ms: int,
+        maximum_ms: int,
+        forget_after_s: float = 300.0,
+        max_addresses: int = 10_000,
+    ) -> None:
+        self._base = base_ms / 1000
+        self._max = maximum_ms / 1000
+        self._forget = forget_after_s
+        self._cap = max_addresses
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def failure(self, address: str, now: float) -> float:
+        """Record a failure; the seconds to wait before answering it."""
+        count, last = self._failures.pop(address, (0, now))
+        if now - last > self._forget:
+            count = 0
+        count += 1
+        self._failures[address] = (count, now)
+        while len(self._failures) > self._cap:
+            self._failures.popitem(last=False)
+        if self._base <= 0:
+            return 0.0
+        return float(min(self._base * 2 ** min(count - 1, 30), self._max))
+
+    def success(self, address: str) -> None:
+        self._failures.pop(address, None)
+
+
+class SaslServer:
+    """What every connection of one SASL listener shares."""
+
+    def __init__(
+        self,
+        config: SaslListenerConfig,
+        *,
+        store: CredentialStore | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.mechanisms = config.enabled_mechanisms
+        if store is None and config.credentials_file is not None:
+            store = FileCredentialStore(config.credentials_file)
+        self.store = store
+        self.validator: oauthbearer.JwtValidator | None = None
+        if config.oauthbearer is not None:
+            oauth = config.oauthbearer
+            keys = [oauthbearer.load_pem_key(p) for p in oauth.public_key_files]
+            if oauth.jwks_file is not None:
+                keys += oauthbearer.load_jwks(oauth.jwks_file)
+            self.validator = oauthbearer.JwtValidator(
+                keys,
+                expected_issuer=oauth.expected_issuer,
+                expected_audience=oauth.expected_audience,
+                principal_claim=oauth.principal_claim,
+                clock_skew_s=oauth.clock_skew_s,
+                algorithms=oauth.algorithms,
+            )
+        self.short_namer = (
+            KerberosShortNamer(config.kerberos_principal_to_local_rules)
+            if config.kerberos_principal_to_local_rules is not None
+            else None
+        )
+        self.throttle = FailureThrottle(
+            config.failed_authentication_delay_ms, config.max_failed_authentication_delay_ms
+        )
+        self.wall_clock = wall_clock
+        self._unknown_user_secret = secrets.token_bytes(32)
+
+    def new_mechanism(self, mechanism: str) -> SaslMechanismServer:
+        if mechanism == plain.MECHANISM:
+            store = self.store
+            assert store is not None
+            return plain.PlainServer(store.plain_credential)
+        if mechanism in scram.MECHANISMS:
+            store = self.store
+            assert store is not None
+            return scram.ScramServer(
+                mechanism,
+                store.scram_credential,
+                unknown_user_secret=self._unknown_user_secret,
+            )
+        if mechanism == oauthbearer.MECHANISM:
+            assert self.validator is not None
+            return oauthbearer.OAuthBearerServer(self.validator, self.wall_clock)
+        raise ValueError(f"mechanism {mechanism} is not enabled")
+
+    def principal(self, authorization_id: str) -> KafkaPrincipal:
+        """``User:<authorization id>``, through the short-name rules when configured
+        (raises :class:`NoMatchingRuleError` when none applies)."""
+        name = authorization_id
+        if self.short_namer is not None:
+            name = self.short_namer.short_name(authorization_id)
+        return KafkaPrincipal(KafkaPrincipal.USER_TYPE, name)
+
+
+class State(enum.Enum):
+    HANDSHAKE = "handshake"
+    AUTHENTICATE = "authenticate"
+    STEPPING = "stepping"
+    """A token is being evaluated (possibly off the event loop); nothing else may arrive."""
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeOutcome:
+    error_code: ErrorCode
+    mechanisms: tuple[str, ...]
+    close_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticateOutcome:
+    error_code: ErrorCode
+    error_message: str | None
+    auth_bytes: bytes = b""
+    session_lifetime_ms: int = 0
+    close_reason: str | None = None
+    """Set on failure: answer, then close."""
+    authenticated: KafkaPrincipal | None = None
+    """Set when this step completed (re-)authentication."""
+
+
+class SaslAuthenticator:
+    """The SASL state of one connection; writes the principal into its :class:`Session`."""
+
+    def __init__(self, server: SaslServer, session: Session) -> None:
+        self.server = server
+        self.session = session
+        self.state = State.HANDSHAKE
+        self._mechanism: SaslMechanismServer | None = None
+        self._mechanism_name: str | None = None
+        self._previous: tuple[str, KafkaPrincipal] | None = None
+        """(mechanism, principal) of the session being re-authenticated."""
+        self._bad_reauth_mechanism: str | None = None
+        self.session_expiry: float | None = None
+        """``time.monotonic()`` after which only re-authentication is accepted."""
+        self.client_supports_reauth = False
+
+    @property
+    def complete(self) -> bool:
+        return self.state is State.COMPLETE
+
+    @property
+    def reauthenticating(self) -> bool:
+        return self._previous is not None
+
+    def _what(self) -> str:
+        return "re-authentication" if self.reauthenticating else "authentication"
+
+    # -- the gate ----------------------------------------------------------------------------
+    def check(self, api_key: int, frame_size: int, now: float) -> str | None:
+        """``None`` if a request may be handled now, else why the connection must close."""
+        state = self.state
+        if state is State.COMPLETE:
+            if api_key == SASL_HANDSHAKE:
+                return None
+            if self.session_expiry is not None and now >= self.session_expiry:
+                return (
+                    f"SASL session of {self.session.principal} expired without "
+                    "re-authentication (connections_max_reauth_ms / credential lifetime)"
+                )
+            return None
+        if frame_size - 4 > self.server.config.max_receive_size:
+            return (
+                f"request of {frame_size - 4} bytes during SASL {self._what()} exceeds "
+                f"max_receive_size {self.server.config.max_receive_size}"
+            )
+        allowed: tuple[int, ...] = ()
+        if state is State.HANDSHAKE:
+            allowed = (API_VERSIONS, SASL_HANDSHAKE)
+        elif state is State.AUTHENTICATE:
+            allowed = (SASL_AUTHENTICATE,)
+        if api_key in allowed:
+            return None
+        if state is State.FAILED:
+            return f"request after a failed SASL {self._what()}"
+        return f"api key {api_key} before SASL {self._what()} completed (state {state.value})"
+
+    # -- SaslHandshake -----------------------------------------------------------------------
+    def handshake(self, mechanism: str) -> HandshakeOutcome:
+        """``handleHandshakeRequest`` (v1; the gate has already admitted the request)."""
+        enabled = self.server.mechanisms
+        if self.state is State.COMPLETE:
+            assert self._mechanism_name is not None
+            self._previous = (self._mechanism_name, self.session.principal)
+        elif self.state is not State.HANDSHAKE:
+            self.state = State.FAILED
+            return HandshakeOutcome(
+                ErrorCode.illegal_sasl_state, enabled, "SaslHandshake in the wrong state"
+            )
+        if mechanism not in enabled:
+            self.state = State.FAILED
+            return HandshakeOutcome(
+                ErrorCode.unsupported_sasl_mechanism,
+                enabled,
+                f"unsupported SASL mechanism {mechanism!r} (enabled: {', '.join(enabled)})",
+            )
+        self._bad_reauth_mechanism = None
+        if self._previous is not None and self._previous[0] != mechanism:
+            # Kafka answers the handshake normally and fails the next SaslAuthenticate.
+            self._bad_reauth_mechanism = (
+                f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                f"re-authentication of mechanism '{self._previous[0]}'"
+            )
+        else:
+            self._mechanism = self.server.new_mechanism(mechanism)
+            self._mechanism_name = mechanism
+        self.state = State.AUTHENTICATE
+        return HandshakeOutcome(ErrorCode.none, enabled)
+
+    # -- SaslAuthenticate --------------------------------------------------------------------
+    def begin_step(self, version: int) -> SaslMechanismServer | AuthenticateOutcome:
+        """Start evaluating one SaslAuthenticate: the mechanism to ``step`` (the caller may do
+        so in a worker thread, then must call :meth:`finish_step`), or an immediate outcome."""
+        if self.state is State.COMPLETE:
+            # KafkaApis.handleSaslAuthenticateRequest on an authenticated connection.
+            return AuthenticateOutcome(
+                ErrorCode.illegal_sasl_state,
+                "SaslAuthenticate request received after successful authentication",
+            )
+        if self.state is not State.AUTHENTICATE:
+            self.state = State.FAILED
+            return self._failed(
+                "SaslAuthenticate in the wrong state", "Unexpected SaslAuthenticate"
+            )
+        if version > 0:
+            self.client_supports_reauth = True
+        if self._bad_reauth_mechanism is not None:
+            message = self._bad_reauth_mechanism
+            self.state = State.FAILED
+            return self._failed(message, message)
+        assert self._mechanism is not None
+        self.state = State.STEPPING
+        return self._mechanism
+
+    def finish_step(self, result: StepResult, now: float, wall_ms: int) -> AuthenticateOutcome:
+        assert self.state is State.STEPPING and self._mechanism_name is not None
+        if isinstance(result, Failure):
+            self.state = State.FAILED
+            message = result.client_message
+            if self.reauthenticating and message == invalid_credentials(self._mechanism_name):
+                message = invalid_credentials(self._mechanism_name, reauthenticating=True)
+            return self._failed(result.reason, message)
+        if isinstance(result, Challenge):
+            self.state = State.AUTHENTICATE
+            return AuthenticateOutcome(ErrorCode.none, None, result.data)
+        try:
+            principal = self.server.principal(result.authorization_id)
+        except NoMatchingRuleError as exc:
+            self.state = State.FAILED
+            return self._failed(
+                f"no principal mapping rule applies: {exc}",
+                invalid_credentials(self._mechanism_name, self.reauthenticating),
+            )
+        if self._previous is not None and self._previous[1] != principal:
+            old = self._previous[1]
+            message = (
+                f"Cannot change principals during re-authentication from "
+                f"{old.principal_type}.{old.name}: {principal.principal_type}.{principal.name}"
+            )
+            self.state = State.FAILED
+            return self._failed(message, message)
+        lifetime_ms = self._session_lifetime_ms(result.credential_expiry_ms, wall_ms)
+        self.session_expiry = None if lifetime_ms is None else now + lifetime_ms / 1000
+        self.session.principal = principal
+        self.state = State.COMPLETE
+        self._previous = None
+        self._mechanism = None
+        return AuthenticateOutcome(
+            ErrorCode.none,
+            None,
+            result.data,
+            session_lifetime_ms=lifetime_ms or 0,
+            authenticated=principal,
+        )
+
+    def _session_lifetime_ms(self, credential_expiry_ms: int | None, wall_ms: int) -> int | None:
+        max_reauth = self.server.config.connections_max_reauth_ms
+        if credential_expiry_ms is None and max_reauth <= 0:
+            return None
+        if credential_expiry_ms is None:
+            return max_reauth
+        remaining = max(0, credential_expiry_ms - wall_ms)
+        return remaining if max_reauth <= 0 else min(remaining, max_reauth)
+
+    def _failed(self, reason: str, message: str) -> AuthenticateOutcome:
+        return AuthenticateOutcome(
+            ErrorCode.sasl_authentication_failed,
+            message,
+            close_reason=f"SASL {self._what()} failed: {reason}",
+        )

@@ -1,0 +1,134 @@
+"""The ``sasl:`` sub-section of a SASL_PLAINTEXT / SASL_SSL listener.
+
+Independent of the transport: a SASL_SSL listener has both an ``ssl:`` section (TLS) and this
+one; SASL only ever sees decrypted Kafka frames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from kafkaguard.config_tree import ConfigSection
+from kafkaguard.policy.principal_mapping import KerberosShortNamer
+from kafkaguard.proxy.sasl import oauthbearer, plain, scram
+
+MECHANISMS: Final = (plain.MECHANISM, *scram.MECHANISMS, oauthbearer.MECHANISM)
+DEFAULT_MAX_RECEIVE_SIZE: Final = 524288
+"""Kafka's ``sasl.server.max.receive.size``: the largest request accepted before
+authentication completes."""
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthBearerConfig:
+    jwks_file: Path | None = None
+    public_key_files: tuple[Path, ...] = ()
+    expected_issuer: str | None = None
+    expected_audience: tuple[str, ...] = ()
+    principal_claim: str = "sub"
+    clock_skew_s: int = 30
+    algorithms: tuple[str, ...] = oauthbearer.ALGORITHMS
+
+
+@dataclass(frozen=True, slots=True)
+class SaslListenerConfig:
+    enabled_mechanisms: tuple[str, ...]
+    credentials_file: Path | None = None
+    oauthbearer: OAuthBearerConfig | None = None
+    connections_max_reauth_ms: int = 0
+    """KIP-368 ``connections.max.reauth.ms``: 0 disables re-authentication enforcement."""
+    kerberos_principal_to_local_rules: str | None = None
+    """``sasl.kerberos.principal.to.local.rules``, applied to every authorization id when set
+    (Kafka applies them to GSSAPI only; the proxy has no GSSAPI)."""
+    max_receive_size: int = DEFAULT_MAX_RECEIVE_SIZE
+    failed_authentication_delay_ms: int = 100
+    """Kafka's ``connection.failed.authentication.delay.ms``; doubles with each consecutive
+    failure from the same address, up to ``max_failed_authentication_delay_ms``."""
+    max_failed_authentication_delay_ms: int = 5000
+
+
+def _path(section: ConfigSection, key: str, value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_absolute() and not section.file.startswith("<"):
+        path = Path(section.file).resolve().parent / path
+    return path
+
+
+def parse_sasl_config(section: ConfigSection) -> SaslListenerConfig:
+    mechanisms = tuple(section.str_list("enabled_mechanisms", ["SCRAM-SHA-512"]))
+    if not mechanisms:
+        raise section.error("enabled_mechanisms", "must name at least one mechanism")
+    for mechanism in mechanisms:
+        if mechanism not in MECHANISMS:
+            raise section.error(
+                "enabled_mechanisms",
+                f"unknown mechanism {mechanism!r} (available: {', '.join(MECHANISMS)})",
+            )
+    if len(set(mechanisms)) != len(mechanisms):
+        raise section.error("enabled_mechanisms", "lists a mechanism twice")
+    credentials = section.get_str("credentials_file", None)
+    needs_credentials = set(mechanisms) & {plain.MECHANISM, *scram.MECHANISMS}
+    if needs_credentials and credentials is None:
+        raise section.error(
+            "credentials_file", f"is required for {', '.join(sorted(needs_credentials))}"
+        )
+    oauth_section = section.section("oauthbearer")
+    oauth: OAuthBearerConfig | None = None
+    if oauthbearer.MECHANISM in mechanisms:
+        oauth = _parse_oauth(oauth_section)
+    elif "oauthbearer" in section:
+        raise section.error("oauthbearer", "is set but OAUTHBEARER is not enabled")
+    rules = section.get_str("kerberos_principal_to_local_rules", None)
+    if rules is not None:
+        try:
+            KerberosShortNamer(rules)
+        except ValueError as exc:
+            raise section.error("kerberos_principal_to_local_rules", str(exc)) from None
+    config = SaslListenerConfig(
+        enabled_mechanisms=mechanisms,
+        credentials_file=_path(section, "credentials_file", credentials) if credentials else None,
+        oauthbearer=oauth,
+        connections_max_reauth_ms=section.get_int("connections_max_reauth_ms", 0, minimum=0),
+        kerberos_principal_to_local_rules=rules,
+        max_receive_size=section.get_int(
+            "max_receive_size", DEFAULT_MAX_RECEIVE_SIZE, minimum=1024
+        ),
+        failed_authentication_delay_ms=section.get_int(
+            "failed_authentication_delay_ms", 100, minimum=0
+        ),
+        max_failed_authentication_delay_ms=section.get_int(
+            "max_failed_authentication_delay_ms", 5000, minimum=0
+        ),
+    )
+    section.reject_unknown()
+    return config
+
+
+def _parse_oauth(section: ConfigSection) -> OAuthBearerConfig:
+    jwks = section.get_str("jwks_file", None)
+    pems = section.str_list("public_key_files", [])
+    if jwks is None and not pems:
+        raise section.error("jwks_file", "OAUTHBEARER needs jwks_file or public_key_files")
+    algorithms = tuple(section.str_list("algorithms", list(oauthbearer.ALGORITHMS)))
+    for alg in algorithms:
+        if alg not in oauthbearer.ALGORITHMS:
+            raise section.error("algorithms", f"{alg!r} is not one of RS256, ES256")
+    audience = section.raw("expected_audience", None)
+    if isinstance(audience, str):
+        audience = [audience]
+    if audience is not None and not (
+        isinstance(audience, list) and all(isinstance(a, str) for a in audience)
+    ):
+        raise section.error("expected_audience", "must be a string or a list of strings")
+    config = OAuthBearerConfig(
+        jwks_file=_path(section, "jwks_file", jwks) if jwks else None,
+        public_key_files=tuple(_path(section, "public_key_files", p) for p in pems),
+        expected_issuer=section.get_str("expected_issuer", None),
+        expected_audience=tuple(audience or ()),
+        principal_claim=section.get_str("principal_claim", "sub"),
+        clock_skew_s=section.get_int("clock_skew_s", 30, minimum=0),
+        algorithms=algorithms,
+    )
+    section.reject_unknown()
+    return config

@@ -1,0 +1,164 @@
+"""A real ZooKeeper for tests: Debian's ``zookeeper`` package, standalone, on loopback.
+
+``./dev test`` installs the package. The server runs as
+``java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain
+<port> <datadir>`` (the jar's manifest names its dependencies), is ready when it answers
+``ruok``, and is stopped by PID. Tests that need it are skipped, with the reason, when the
+package is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+
+
+def free_port() -> int:
+    """A free port below Linux's ephemeral range, so no outgoing connection can take it
+    while the server is stopped for an outage test."""
+    for _ in range(100):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
+
+
+def missing_reason() -> str | None:
+    if not ZOOKEEPER_JAR.exists():
+        return (
+            f"Debian's zookeeper package is not installed ({ZOOKEEPER_JAR} missing; "
+            "`./dev test` installs it: apt-get install zookeeper)"
+        )
+    if shutil.which("java") is None:
+        return "no `java` on PATH (Debian's zookeeper package depends on a JRE)"
+    return None
+
+
+class ZooKeeperServer:
+    """One standalone server; :meth:`stop` then :meth:`start` restarts it on the same port
+    and data directory (sessions and znodes survive, as after a real outage)."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir / "zookeeper.log"
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        assert self.proc is None, "already running"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed in stop()
+        self.proc = subprocess.Popen(
+            [
+                "java",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Dzookeeper.4lw.commands.whitelist=ruok",
+                "-Dzookeeper.admin.enableServer=false",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-cp",
+                str(ZOOKEEPER_JAR),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(self.port),
+                str(self.data_dir / "data"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"ZooKeeper exited with {self.proc.returncode}: "
+                    f"{self.log_path.read_text(errors='replace')[-2000:]}"
+                )
+            if self.ruok():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not answer ruok within {timeout_s} s")
+
+    def ruok(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"ruok")
+                return sock.recv(16) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+ZooKeeperFactory = Callable[[], ZooKeeperServer]
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One ZooKeeper for the session; tests isolate themselves with a unique chroot."""
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zookeeper_factory(tmp_path: Path) -> Iterator[ZooKeeperFactory]:
+    """``zookeeper_factory()`` starts a dedicated server (for tests that stop it)."""
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    started: list[ZooKeeperServer] = []
+
+    def start() -> ZooKeeperServer:
+        server = ZooKeeperServer(tmp_path / f"zk-{len(started)}")
+        started.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
+
+
+def unique_chroot() -> str:
+    return f"/kg-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,31 @@
+"""The top-level ``kafkaguard`` command dispatches to its subcommands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafkaguard.cli import main
+
+
+def test_acls_subcommand_adds_and_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    acl_file = tmp_path / "acls.yaml"
+    acl_file.write_text("acls: []\n", encoding="utf-8")
+    add = ["acls", "--acl-file", str(acl_file), "--add", "--allow-principal", "User:alice"]
+    assert main([*add, "--operation", "Read", "--topic", "orders"]) == 0
+    assert main(["acls", "--acl-file", str(acl_file), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "name=orders" in out and "principal=User:alice" in out and "operation=READ" in out
+
+
+def test_check_config_names_the_bad_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("listeners:\n  - name: A\n    port: nope\n", encoding="utf-8")
+    assert main(["check-config", "--config", str(config)]) == 2
+    assert f"{config}:3 listeners[0].port" in capsys.readouterr().err
+
+
+def test_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parent.parent / "config.example.yaml"
+    assert main(["check-config", "--config", str(example)]) == 0
