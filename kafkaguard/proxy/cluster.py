@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from kafkaguard.certs.tls import UpstreamTlsConfig, build_client_context
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import FrameBuffer
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.sasl.client import (
+    SASL_AUTHENTICATE,
+    UpstreamAuthenticationError,
+    UpstreamSasl,
+    UpstreamSaslConfig,
+    UpstreamSaslExchange,
+    authenticate_stream,
+)
 
 log = logging.getLogger("kafkaguard.proxy")
 
@@ -27,9 +37,24 @@ log = logging.getLogger("kafkaguard.proxy")
 class UpstreamCluster:
     """Broker addresses by node id and the negotiated API version ranges."""
 
-    def __init__(self, bootstrap_servers: tuple[HostPort, ...], connect_timeout_s: float) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: tuple[HostPort, ...],
+        connect_timeout_s: float,
+        *,
+        tls: UpstreamTlsConfig | None = None,
+        sasl: UpstreamSaslConfig | None = None,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.connect_timeout_s = connect_timeout_s
+        # --- upstream security: every connection to a broker (probe included) uses these ---
+        self.ssl_context: ssl.SSLContext | None = (
+            build_client_context(tls) if tls is not None else None
+        )
+        """TLS towards the brokers (``upstream.ssl``); None: plaintext."""
+        self.sasl: UpstreamSasl | None = UpstreamSasl(sasl) if sasl is not None else None
+        """SASL towards the brokers (``upstream.sasl``); None: no authentication."""
+        # --- end upstream security ---
         self._nodes: dict[int, HostPort] = {}
         self._broker_versions: Mapping[int, range] | None = None
         self._supported: dict[int, range] = {}
@@ -74,16 +99,28 @@ class UpstreamCluster:
         self._supported[api_key] = result
         return result
 
-    async def probe(self) -> HostPort:
-        """Ask a bootstrap server for its API versions; returns the server that answered.
+    def sasl_exchange(self) -> UpstreamSaslExchange | None:
+        """A fresh SASL exchange for a new upstream connection (None without ``upstream.sasl``).
+        Raises :class:`UpstreamAuthenticationError` when the password file cannot be read."""
+        if self.sasl is None:
+            return None
+        broker = self._broker_versions
+        return self.sasl.exchange(broker.get(SASL_AUTHENTICATE) if broker is not None else None)
 
-        Raises ``OSError`` when no bootstrap server answers.
+    async def probe(self) -> HostPort:
+        """Ask a bootstrap server for its API versions (over TLS and after SASL
+        authentication when configured); returns the server that answered.
+
+        Raises ``OSError`` when no bootstrap server answers, and
+        :class:`UpstreamAuthenticationError` at once when one refuses the proxy's SASL
+        credentials (retrying cannot help).
         """
         last: Exception | None = None
         for server in self.bootstrap_servers:
             try:
                 versions = await asyncio.wait_for(
-                    fetch_api_versions(server), timeout=self.connect_timeout_s
+                    fetch_api_versions(server, ssl_context=self.ssl_context, sasl=self.sasl),
+                    timeout=self.connect_timeout_s,
                 )
             except (OSError, TimeoutError, ProtocolError) as exc:
                 last = exc
@@ -93,9 +130,21 @@ class UpstreamCluster:
         raise OSError(f"no upstream bootstrap server answered: {last}")
 
 
-async def fetch_api_versions(server: HostPort) -> dict[int, range]:
-    """One ApiVersions round trip on a fresh connection (startup probe)."""
-    reader, writer = await asyncio.open_connection(server.host, server.port)
+async def fetch_api_versions(
+    server: HostPort,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    sasl: UpstreamSasl | None = None,
+) -> dict[int, range]:
+    """One ApiVersions round trip on a fresh connection (startup probe); with ``sasl``, the
+    connection then authenticates (SaslHandshake + SaslAuthenticate), so bad credentials are
+    found at start. Raises :class:`UpstreamAuthenticationError` when they are refused."""
+    reader, writer = await asyncio.open_connection(
+        server.host,
+        server.port,
+        ssl=ssl_context,
+        server_hostname=server.host if ssl_context is not None else None,
+    )
     try:
         request = ApiVersionsRequest(
             client_software_name="kafkaguard", client_software_version="0.1.0"
@@ -110,6 +159,19 @@ async def fetch_api_versions(server: HostPort) -> dict[int, range]:
             if got:
                 break
         response: Any = codec.decode_response(got[0], 18, 3)
-        return {int(e.api_key): range(e.min_version, e.max_version + 1) for e in response.api_keys}
+        versions = {
+            int(e.api_key): range(e.min_version, e.max_version + 1) for e in response.api_keys
+        }
+        if sasl is not None:
+            exchange = sasl.exchange(versions.get(SASL_AUTHENTICATE))
+            try:
+                await authenticate_stream(exchange, reader, writer, frames)
+            except UpstreamAuthenticationError as exc:
+                raise UpstreamAuthenticationError(
+                    f"upstream {server} refused the proxy's SASL authentication "
+                    f"({sasl.describe()}): {exc}"
+                ) from None
+            log.info("authenticated to upstream %s with %s", server, sasl.describe())
+        return versions
     finally:
         writer.close()

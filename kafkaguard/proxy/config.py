@@ -23,6 +23,7 @@ from kafkaguard.certs.tls import (
 from kafkaguard.config_tree import REQUIRED, ConfigError, ConfigSection
 from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from kafkaguard.proxy.sasl.client import UpstreamSaslConfig, parse_upstream_sasl_config
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, parse_sasl_config
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -90,7 +91,9 @@ class UpstreamConfig:
     """Empty: no upstream configured, ``kafkaguard run`` starts the embedded demo broker."""
     connect_timeout_s: float = 10.0
     ssl: UpstreamTlsConfig | None = None
-    """``upstream.ssl:`` (TLS from the proxy to the brokers): parsed, rejected until wired."""
+    """``upstream.ssl:`` (TLS from the proxy to the brokers), None for plaintext."""
+    sasl: UpstreamSaslConfig | None = None
+    """``upstream.sasl:`` (the proxy authenticates to the brokers), None for none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,10 +183,17 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     servers = tuple(
         parse_host_port(s, up, "bootstrap_servers") for s in up.str_list("bootstrap_servers", [])
     )
-    if "ssl" in up:  # parsed, but the upstream connections do not use it yet: fail closed
-        parse_upstream_tls_config(up.section("ssl"), base_dir or Path.cwd())
-        raise up.error("ssl", "TLS to the upstream cluster is not available in this build")
-    upstream = UpstreamConfig(servers, up.get_float("connect_timeout_s", 10.0))
+    # --- upstream TLS and SASL (kafkaguard/certs/tls.py, kafkaguard/proxy/sasl/client.py) ---
+    up_tls: UpstreamTlsConfig | None = None
+    if "ssl" in up:
+        up_tls = parse_upstream_tls_config(up.section("ssl"), base_dir or Path.cwd())
+    up_sasl: UpstreamSaslConfig | None = None
+    if "sasl" in up:
+        up_sasl = parse_upstream_sasl_config(up.section("sasl"), base_dir or Path.cwd())
+    # --- end upstream TLS and SASL ---
+    upstream = UpstreamConfig(
+        servers, up.get_float("connect_timeout_s", 10.0), ssl=up_tls, sasl=up_sasl
+    )
     up.reject_unknown()
     lim = root.section("limits")
     limits = LimitsConfig(

@@ -67,6 +67,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
+from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSaslExchange
 from kafkaguard.proxy.session import Session, peer_address
 
 if TYPE_CHECKING:
@@ -121,6 +122,8 @@ class ClientConnection(asyncio.Protocol):
         """Set by :meth:`close_after_responses`: close once pending responses are written."""
         self._close_scheduled = False
         # --- end SASL ---
+        self._upstream_refused = False
+        """The upstream connection being set up must not be used (upstream SASL)."""
 
     # -- HandlerContext --------------------------------------------------------------------
     @property
@@ -225,11 +228,16 @@ class ClientConnection(asyncio.Protocol):
             self.close(f"no known address for upstream node {self._node_id}")
             return
         error: BaseException | None = None
+        tls = cluster.ssl_context  # upstream.ssl
         for target in targets:
             try:
                 _, upstream = await asyncio.wait_for(
                     loop.create_connection(
-                        partial(UpstreamConnection, self, target), target.host, target.port
+                        partial(UpstreamConnection, self, target),
+                        target.host,
+                        target.port,
+                        ssl=tls,
+                        server_hostname=target.host if tls is not None else None,
                     ),
                     timeout=cluster.connect_timeout_s,
                 )
@@ -239,6 +247,16 @@ class ClientConnection(asyncio.Protocol):
             if self._closed:
                 upstream.close()
                 return
+            # --- upstream SASL: authenticate before any client request is written; the
+            # client's requests wait in self._backlog meanwhile (kafkaguard/proxy/sasl/client.py)
+            if cluster.sasl is not None:
+                outcome = await self._authenticate_upstream(upstream, target)
+                if outcome is not None:
+                    error = outcome
+                    continue
+                if self._upstream_refused:
+                    return
+            # --- end upstream SASL ---
             self._upstream = upstream
             if self._backlog:
                 upstream.send(self._backlog)
@@ -246,6 +264,41 @@ class ClientConnection(asyncio.Protocol):
             self._resume(_PAUSE_CONNECTING)
             return
         self.close(f"cannot connect upstream ({', '.join(map(str, targets))}): {error}")
+
+    # --- upstream SASL (kafkaguard/proxy/sasl/client.py) ---
+    async def _authenticate_upstream(
+        self, upstream: UpstreamConnection, target: HostPort
+    ) -> BaseException | None:
+        """The proxy's SASL exchange on a new upstream connection. Returns a connection error
+        (try the next target); None otherwise, with ``_upstream_refused`` set when the
+        connection must not be used (credentials refused → this client connection is closed
+        with a log line; or the client left meanwhile)."""
+        cluster = self._listener.cluster
+        assert cluster.sasl is not None
+        try:
+            exchange = cluster.sasl_exchange()
+            assert exchange is not None
+            await asyncio.wait_for(
+                upstream.authenticate(exchange), timeout=cluster.connect_timeout_s
+            )
+        except UpstreamAuthenticationError as exc:
+            upstream.close()
+            self._upstream_refused = True
+            self.close(
+                f"upstream {target} refused the proxy's SASL authentication "
+                f"({cluster.sasl.describe()}): {exc}",
+                level=logging.ERROR,
+            )
+            return None
+        except (OSError, TimeoutError) as exc:
+            upstream.close()
+            return exc if str(exc) else TimeoutError("SASL authentication timed out")
+        if self._closed:
+            upstream.close()
+            self._upstream_refused = True
+        return None
+
+    # --- end upstream SASL ---
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -381,13 +434,12 @@ class ClientConnection(asyncio.Protocol):
                 try:
                     response = await verdict.response()
                     slot.response = codec.encode_response(response, header.correlation_id)
+                    self._flush()  # may handle held requests: a fault there closes too
                 except Exception:
                     log.exception(
                         "%s: answering correlation id %d failed", self.peer, slot.correlation_id
                     )
                     self.close("internal error while answering the request")
-                    return
-                self._flush()
 
             self._listener.spawn(answer())
             return True
@@ -551,6 +603,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._reading_paused = False
         self._passthrough = 0
         """Bytes of a streamed response still to come (cut-through)."""
+        self._auth: UpstreamSaslExchange | None = None
+        """The proxy's own SASL exchange with the broker, while it runs (upstream.sasl)."""
+        self._auth_done: asyncio.Future[None] | None = None
+        self._auth_ok = False
+        """Authenticated: only then is this connection the client's (and its loss theirs)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
@@ -560,7 +617,49 @@ class UpstreamConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.writelines(frames)
 
+    # --- upstream SASL (kafkaguard/proxy/sasl/client.py) ---
+    def authenticate(self, exchange: UpstreamSaslExchange) -> asyncio.Future[None]:
+        """Run ``exchange`` on this connection before anything else is sent on it; the
+        future completes when the broker accepted the proxy's credentials, or fails with
+        :class:`UpstreamAuthenticationError` (refused) / ``OSError`` (connection lost)."""
+        self._auth = exchange
+        self._auth_done = asyncio.get_running_loop().create_future()
+        self.send([exchange.start()])
+        return self._auth_done
+
+    def _auth_failed(self, exc: BaseException) -> None:
+        self._auth = None
+        if self._auth_done is not None and not self._auth_done.done():
+            self._auth_done.set_exception(exc)
+
+    def _auth_received(self, data: bytes) -> None:
+        exchange = self._auth
+        assert exchange is not None
+        try:
+            for frame in self._frames.feed(data):
+                if exchange.done:
+                    raise UpstreamAuthenticationError("unexpected response after SASL")
+                request = exchange.receive(frame)
+                if request is not None:
+                    self.send([request])
+        except UpstreamAuthenticationError as exc:
+            self._auth_failed(exc)
+            return
+        except ProtocolError as exc:
+            self._auth_failed(UpstreamAuthenticationError(f"bad response from the broker: {exc}"))
+            return
+        if exchange.done and not self._frames.pending_bytes:
+            self._auth = None
+            self._auth_ok = True
+            if self._auth_done is not None and not self._auth_done.done():
+                self._auth_done.set_result(None)
+
+    # --- end upstream SASL ---
+
     def data_received(self, data: bytes) -> None:
+        if self._auth is not None:
+            self._auth_received(data)
+            return
         if self._passthrough:
             n = self._passthrough
             if len(data) <= n:
@@ -605,6 +704,13 @@ class UpstreamConnection(asyncio.Protocol):
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._auth_done is not None and not self._auth_ok:  # SASL never completed on it
+            self._auth_failed(
+                OSError(f"the broker closed the connection during SASL authentication: {exc}")
+                if exc
+                else OSError("the broker closed the connection during SASL authentication")
+            )
+            return
         self._client.upstream_lost(exc)
 
 

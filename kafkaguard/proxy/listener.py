@@ -21,6 +21,7 @@ from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
 from kafkaguard.proxy.connection import ClientConnection
 from kafkaguard.proxy.sasl.authenticator import SaslServer
+from kafkaguard.proxy.sasl.credentials import LiveCredentialStore, build_credential_store
 
 log = logging.getLogger("kafkaguard.proxy")
 
@@ -57,7 +58,11 @@ class ListenerRuntime:
         )
         """SSL/SASL_SSL listeners: the TLS context every port of the listener serves with
         (files reloaded for new connections when they change)."""
-        self.sasl: SaslServer | None = SaslServer(config.sasl) if config.sasl is not None else None
+        self.sasl: SaslServer | None = (
+            SaslServer(config.sasl, store=build_credential_store(config.sasl))
+            if config.sasl is not None
+            else None
+        )
         """SASL_PLAINTEXT/SASL_SSL listeners: mechanisms, credentials and failure delays
         shared by the listener's connections (kafkaguard/proxy/sasl)."""
 
@@ -68,6 +73,9 @@ class ListenerRuntime:
         task.add_done_callback(self._tasks.discard)
 
     async def start(self) -> None:
+        # SASL credentials kept in ZooKeeper: first full load before the port opens.
+        if self.sasl is not None and isinstance(self.sasl.store, LiveCredentialStore):
+            await self.sasl.store.start()
         sock = self._bind(self.config.port)
         self.bootstrap_port = sock.getsockname()[1]
         await self._serve(sock, None)
@@ -149,3 +157,5 @@ class ListenerRuntime:
             await server.wait_closed()
         for task in list(self._tasks):
             task.cancel()
+        if self.sasl is not None and isinstance(self.sasl.store, LiveCredentialStore):
+            await self.sasl.store.close()

@@ -38,7 +38,10 @@ class ProxyServer:
     def __init__(self, config: ProxyConfig, authorizer: Authorizer | None = None) -> None:
         self.config = config
         self.cluster = UpstreamCluster(
-            config.upstream.bootstrap_servers, config.upstream.connect_timeout_s
+            config.upstream.bootstrap_servers,
+            config.upstream.connect_timeout_s,
+            tls=config.upstream.ssl,  # upstream security (kafkaguard/proxy/sasl/client.py)
+            sasl=config.upstream.sasl,
         )
         self.authorizer = authorizer or build_authorizer(config.policy)
         self.listeners = [

@@ -293,8 +293,9 @@ def test_example_config_ssl_listener_parses() -> None:
     assert listener.security_protocol == "SSL" and listener.ssl is not None
 
 
-def test_upstream_ssl_is_rejected_until_wired(tmp_path: Path) -> None:
+def test_upstream_ssl_is_parsed(tmp_path: Path) -> None:
+    """Wired since upstream TLS exists (tests/proxy/test_upstream_security.py)."""
     text = "upstream: {bootstrap_servers: ['127.0.0.1:9092'], ssl: {ca_file: ca.pem}}\n"
     text += "listeners: [{name: P, port: 9192}]\n"
-    with pytest.raises(ConfigError, match="upstream.ssl: TLS to the upstream cluster is not"):
-        parse_config(ConfigSection.from_text(text, "c.yaml"), tmp_path)
+    config = parse_config(ConfigSection.from_text(text, "c.yaml"), tmp_path)
+    assert config.upstream.ssl == UpstreamTlsConfig(ca_file=tmp_path / "ca.pem")

@@ -4,6 +4,15 @@ ConfigResource type ids (``ConfigResource.Type``): TOPIC 2, BROKER 4, BROKER_LOG
 CLIENT_METRICS 16, GROUP 32. Per resource: BROKER, BROKER_LOGGER, CLIENT_METRICS → the
 cluster (31); TOPIC → the topic (29); GROUP → the group (30). Answers keep the request's
 order, as the broker's ``ConfigAdminManager.reassemble*Response`` does for the alters.
+
+Intentional deviation from Kafka: DescribeConfigs results for BROKER resources hide every
+address-bearing config (:func:`is_address_config`: ``listeners``, ``advertised.listeners``, any
+``*.listeners``, ``controller.quorum.voters``, ``controller.quorum.bootstrap.servers``,
+``bootstrap.servers`` and any ``*.bootstrap.servers``, ``zookeeper.connect``, and the legacy
+``host.name`` / ``advertised.host.name``) as Kafka hides a sensitive one: ``value`` null,
+``is_sensitive`` true, every synonym's value null. Kafka returns these to any principal with
+DESCRIBE_CONFIGS on the cluster; the proxy's rule that clients never see a real broker address
+wins. Only responses to requests naming a BROKER resource are decoded for this.
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ from kafkaguard.proxy.handlers.base import (
     HandlerContext,
     Request,
     Respond,
+    ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, entity, merge_rewrite
+from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, chain, entity, merge_rewrite
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 _DELETE_OP = 1  # AlterConfigOp.OpType.DELETE: the only incremental op whose value may be null
@@ -66,20 +76,78 @@ def _resource_error(
     )
 
 
+_ADDRESS_CONFIGS = frozenset(
+    {
+        "listeners",
+        "advertised.listeners",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "bootstrap.servers",
+        "zookeeper.connect",
+        "host.name",  # removed in Kafka 3.0, still answered by older brokers
+        "advertised.host.name",
+    }
+)
+_ADDRESS_SUFFIXES = (".listeners", ".bootstrap.servers")
+
+
+def is_address_config(name: str) -> bool:
+    """Whether a broker config's value names broker (or ZooKeeper) addresses."""
+    return name in _ADDRESS_CONFIGS or name.endswith(_ADDRESS_SUFFIXES)
+
+
+def _hide_config(config: Any) -> Any:
+    """``config`` with its value (and every synonym's) null and marked sensitive, as Kafka
+    describes a sensitive config."""
+    synonyms = getattr(config, "synonyms", ())
+    hidden = tuple(codec.replace(s, value=None) if s.value is not None else s for s in synonyms)
+    changes: dict[str, Any] = {"value": None, "is_sensitive": True}
+    if hidden != tuple(synonyms):
+        changes["synonyms"] = hidden
+    if config.value is None and config.is_sensitive and "synonyms" not in changes:
+        return config
+    return codec.replace(config, **changes)
+
+
+def hide_broker_addresses(response: Any) -> Any:
+    """The DescribeConfigs rewrite for BROKER results (see the module docstring); the
+    response itself when there was nothing to hide."""
+    results = []
+    changed = False
+    for result in response.results:
+        if result.resource_type == BROKER and any(
+            is_address_config(c.name) for c in result.configs
+        ):
+            configs = tuple(
+                _hide_config(c) if is_address_config(c.name) else c for c in result.configs
+            )
+            if any(a is not b for a, b in zip(configs, result.configs, strict=True)):
+                result = codec.replace(result, configs=configs)
+                changed = True
+        results.append(result)
+    return codec.replace(response, results=tuple(results)) if changed else response
+
+
 def _forward_authorized(
-    request: Request, body: Any, field: str, keys: list[Key], local: dict[Key, list[Any]]
+    request: Request,
+    body: Any,
+    field: str,
+    keys: list[Key],
+    local: dict[Key, list[Any]],
+    rewrite: ResponseRewrite | None = None,
 ) -> Verdict:
     """Forward the resources without a local answer; merge the local ones into the broker's
-    ``field`` in request order (the proxy answers alone when none is left)."""
+    ``field`` in request order (the proxy answers alone when none is left); ``rewrite`` then
+    applies to what the broker answered."""
     if not local:
-        return FORWARD
+        return FORWARD if rewrite is None else Forward(rewrite=rewrite)
     merge = merge_rewrite(keys, local, field, _key)
     kept = tuple(r for r in body.resources if _key(r) not in local)
     if not kept:
         schema = codec.response_schema(request.header.api_key, request.header.api_version)
         empty: dict[str, Any] = {field: ()}
         return Respond(merge(entity(schema, **empty)))
-    return Forward(request=codec.replace(body, resources=kept), rewrite=merge)
+    return Forward(request=codec.replace(body, resources=kept), rewrite=chain(rewrite, merge))
 
 
 class DescribeConfigsHandler(ApiHandler):
@@ -87,7 +155,8 @@ class DescribeConfigsHandler(ApiHandler):
     order; a resource of an unknown type aborts the whole request (InvalidRequestException →
     ``DescribeConfigsRequest.getErrorResponse``: 42 on every resource) — the checks made
     before it still count, as in Kafka. Denied resources get the code and
-    ``Errors.message()`` with no configs; authorized missing topics get 3 from the broker."""
+    ``Errors.message()`` with no configs; authorized missing topics get 3 from the broker.
+    BROKER results lose their address-bearing values (module docstring)."""
 
     api_key = 32
     decode_request = True
@@ -111,7 +180,9 @@ class DescribeConfigsHandler(ApiHandler):
                 local.setdefault(_key(resource), []).append(
                     _resource_error(result_type, resource, code, configs=())
                 )
-        return _forward_authorized(request, body, "results", keys, local)
+        brokers = any(r.resource_type == BROKER and _key(r) not in local for r in body.resources)
+        hide = hide_broker_addresses if brokers else None
+        return _forward_authorized(request, body, "results", keys, local, hide)
 
 
 class _AlterConfigsHandler(ApiHandler):

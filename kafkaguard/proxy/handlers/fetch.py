@@ -29,7 +29,11 @@ connection and authorizes the whole mirror on every request, as Kafka does:
   the client last sent for it (the client re-sends a partition whenever its position changes,
   so that is the current one).
 * Incremental requests are always forwarded (even with nothing authorized) so the broker's
-  session epoch stays in step with the client's.
+  session epoch stays in step with the client's — except one that grows the mirror past
+  :data:`MAX_SESSION_PARTITIONS`, answered 70 (the mirror is dropped, the client starts over).
+* Whatever is sent upstream is authorized, including a partition named in ``topics`` and in
+  ``forgotten_topics_data`` of the same request (outside the session, so outside Kafka's
+  check); a requested partition that is dropped means the request is rewritten.
 
 Fast path: nothing denied and no withheld partition → the client's bytes go up unchanged and the
 response is not decoded (except v16+ for ``node_endpoints`` and epoch-0 fetches to learn the
@@ -66,6 +70,17 @@ PartitionKey = tuple[TopicKey, int]
 MAX_SESSIONS_PER_CONNECTION = 8
 """A client keeps one session per broker connection; older mirrors are evicted (their next
 incremental request then gets 70 and the client starts a new session)."""
+
+MAX_SESSION_PARTITIONS = 10_000
+"""Partitions one session mirror may hold (denied and withheld ones included), so a client
+cannot grow the proxy's memory without bound by naming partitions incrementally — the broker
+never sees the denied ones, so its own limits do not apply to them. Kafka has no per-session
+partition limit (``max.incremental.fetch.session.cache.slots`` bounds the *number* of cached
+sessions per broker, 1000 by default); 10,000 is far above what one consumer fetches from one
+broker. An incremental request growing a mirror past it drops the mirror and is answered
+FETCH_SESSION_ID_NOT_FOUND (70): the client closes the session and sends a full fetch. A full
+fetch above it (epoch 0) is forwarded sessionless (epoch −1): the broker assigns no session id,
+so the client keeps sending full fetches, which the proxy authorizes whole each time."""
 
 
 @dataclass(slots=True)
@@ -129,21 +144,32 @@ class FetchHandler(ApiHandler):
                 for index in forgotten.partitions:
                     mirror.partitions.pop((getattr(forgotten, tkey), index), None)
                     mirror.withheld.pop((getattr(forgotten, tkey), index), None)
+            if len(mirror.partitions) > MAX_SESSION_PARTITIONS:
+                del connection_sessions(ctx).by_id[session_id]
+                return Respond(self._session_error(request))
             context = list(mirror.partitions)
         else:
             if sessions_on and session_id:  # epoch 0/-1 with an id closes that session
                 connection_sessions(ctx).by_id.pop(session_id, None)
             context = list(requested)
-        denied = self._decide(request, ctx, body, version, context)
+        # Everything sent upstream is authorized: the context (Kafka's check) plus partitions
+        # named in ``topics`` and also forgotten by the same request, which leave the session
+        # (Kafka adds, then forgets) yet would still be forwarded.
+        also_sent = [k for k in requested if k not in mirror.partitions] if mirror else []
+        checked = self._decide(request, ctx, body, version, context + also_sent)
+        denied = {
+            k: code for k, code in checked.items() if mirror is None or k in mirror.partitions
+        }
 
         if mirror is None:
             return self._full(request, ctx, body, version, requested, denied, epoch == 0)
+        dropped = [k for k in also_sent if k in checked]
         forget = [k for k in denied if k in broker_has]
         readd = [k for k in mirror.withheld if k not in denied and k not in requested]
         mirror.withheld = denied
-        if not denied and not readd:
+        if not denied and not readd and not dropped:
             return self._forward(request, ctx, None, None)
-        upstream = self._incremental_request(body, tkey, mirror, requested, denied, forget, readd)
+        upstream = self._incremental_request(body, tkey, mirror, requested, checked, forget, readd)
         return self._forward(request, ctx, upstream, self._merger(request, context, denied))
 
     def _decide(
@@ -181,16 +207,24 @@ class FetchHandler(ApiHandler):
         new_session: bool,
     ) -> Verdict:
         order = list(requested)
-        learn = self._session_learner(ctx, version, requested, denied) if new_session else None
+        sessionless = new_session and len(requested) > MAX_SESSION_PARTITIONS
+        learn = (
+            self._session_learner(ctx, version, requested, denied)
+            if new_session and not sessionless
+            else None
+        )
+        changes: dict[str, Any] = {"session_epoch": -1} if sessionless else {}
         if not denied:
-            return self._forward(request, ctx, None, learn)
+            upstream = codec.replace(body, **changes) if changes else None
+            return self._forward(request, ctx, upstream, learn)
         tkey = "topic" if version < 13 else "topic_id"
         kept = self._topics(body, tkey, [k for k in requested if k not in denied], requested)
         merge = self._merger(request, order, denied)
         if not kept:
             schema = codec.response_schema(1, version)
             return Respond(merge(codec.make_entity(schema, responses=())))
-        return self._forward(request, ctx, codec.replace(body, topics=kept), chain(learn, merge))
+        upstream = codec.replace(body, topics=kept, **changes)
+        return self._forward(request, ctx, upstream, chain(learn, merge))
 
     def _session_learner(
         self,
@@ -220,6 +254,7 @@ class FetchHandler(ApiHandler):
         forget: list[PartitionKey],
         readd: list[PartitionKey],
     ) -> Any:
+        """``denied`` covers every requested partition (in the session or not)."""
         sent = [k for k in requested if k not in denied] + readd
         topics = self._topics(body, tkey, sent, {**requested, **mirror.partitions})
         forgotten = list(body.forgotten_topics_data)

@@ -37,6 +37,7 @@ from kafkaguard.proxy.handlers.base import (
 )
 from kafkaguard.proxy.handlers.groups import GroupGateHandler
 from kafkaguard.proxy.handlers.responses import (
+    BrokerMismatch,
     entity,
     merge_rewrite,
     partition_errors,
@@ -52,10 +53,14 @@ def _partition_indexes(entry: Any) -> list[int]:
 
 class GroupTopicsHandler(GroupGateHandler):
     """The group gate, then READ TOPIC per topic; denied topics are answered by the proxy
-    (:meth:`denied_topics`) in the response's ``response_topics``, the rest forwarded —
-    possibly none, as Kafka still calls the coordinator. A top-level coordinator error
-    replaces the per-topic results (``OffsetDeleteResponse.Builder.merge``): the broker's
-    answer is then returned as it is."""
+    (:meth:`denied_topics`) in the response's ``response_topics``, the rest forwarded. A
+    top-level coordinator error replaces the per-topic results
+    (``OffsetDeleteResponse.Builder.merge``): the broker's answer is then returned as it is.
+
+    When every topic is denied Kafka still calls the coordinator (whose group-level error, e.g.
+    GROUP_ID_NOT_FOUND, would replace the per-topic 29s); the proxy answers by itself instead
+    (fail closed): forwarding the emptied list to a broker that reads an empty list as "every
+    topic" would act on topics nobody authorized."""
 
     response_topics: ClassVar[str] = "topics"
 
@@ -71,11 +76,14 @@ class GroupTopicsHandler(GroupGateHandler):
             return FORWARD
         entries = self.denied_topics(request, body, denied)
         merge = merge_rewrite(keys, entries, self.response_topics, topic_key)
+        kept = tuple(t for t in body.topics if topic_key(t) not in denied)
+        if not kept:
+            empty: dict[str, Any] = {self.response_topics: ()}
+            return Respond(merge(entity(response_type(request), **empty)))
 
         def rewrite(response: Any) -> Any:
             return response if response.error_code != ErrorCode.none else merge(response)
 
-        kept = tuple(t for t in body.topics if topic_key(t) not in denied)
         return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
 
 
@@ -90,61 +98,85 @@ def authorize_group_offsets(
     """Batched offset reads (OffsetFetch v8+, DescribeShareGroupOffsets): per group DESCRIBE
     GROUP (a 30 group entry, with Kafka's message when ``group_message``), then DESCRIBE TOPIC
     per named topic (29 on each partition, with ``partition_values``). ``topics == null``
-    asks for every offset: the broker's answer is filtered silently. Groups whose topics are
-    all denied are still forwarded with an empty list, as Kafka still asks the coordinator;
-    a group-level coordinator error is returned as the broker gave it."""
+    asks for every offset: the broker's answer is filtered silently.
+
+    Everything is kept per request *position*: a group id may appear more than once, each time
+    with its own topics, and Kafka answers one group entry per request entry, in order
+    (duplicates included). Every group entry the broker returns gets the filter of the request
+    entry it answers; an answer whose groups do not line up with the forwarded ones raises
+    :class:`BrokerMismatch` (the connection is closed). A group-level coordinator error is
+    returned as the broker gave it, without topics (as Kafka builds it).
+
+    A group whose named topics are all denied is answered by the proxy (every topic 29), where
+    Kafka would still ask the coordinator (and could return a group-level error instead):
+    forwarding the emptied list to a broker that reads it as "every topic" would leak (fail
+    closed). A group sent with an empty list is forwarded as it is, and its answer reduced to
+    the (no) topics it named."""
     body: Any = request.body
     schema = response_type(request)
     group_type = codec.nested_type(schema, "groups")
     topic_type = codec.nested_type(group_type, "topics")
-    denied_groups: dict[str, list[Any]] = {}
-    fixes: dict[str, Callable[[Any], Any]] = {}
-    kept: list[Any] = []
+    local: dict[int, Any] = {}
+    """Request position → the group entry the proxy answers itself."""
+    sent: list[Any] = []
+    fixes: list[Callable[[Any], Any]] = []
+    """One filter per forwarded group, in forwarding order."""
     changed = False
-    for g in body.groups:
+    needs_rewrite = False
+    for position, g in enumerate(body.groups):
         if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g.group_id)):
             code = ErrorCode.group_authorization_failed
-            denied_groups.setdefault(g.group_id, []).append(
-                entity(group_type, code, message=group_message, group_id=g.group_id)
-            )
-            changed = True
+            local[position] = entity(group_type, code, message=group_message, group_id=g.group_id)
             continue
         if g.topics is None:
-            fixes[g.group_id] = drop_denied_topics(ctx, request, AclOperation.DESCRIBE)
-        elif g.topics:
-            keys = [topic_key(t) for t in g.topics]
-            denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys)
-            if denied:
-                entries = topic_entries(
-                    topic_type,
-                    "partitions",
-                    g.topics,
-                    denied,
-                    partition_indexes,
-                    **partition_values,
-                )
-                fixes[g.group_id] = merge_rewrite(keys, entries, "topics", topic_key)
-                g = codec.replace(
-                    g, topics=tuple(t for t in g.topics if topic_key(t) not in denied)
-                )
-                changed = True
-        kept.append(g)
-    ids = [g.group_id for g in body.groups]
-    if not kept:
-        groups = tuple(e for k in dict.fromkeys(ids) for e in denied_groups[k])
-        return Respond(codec.make_entity(schema, groups=groups))
-    if not fixes and not changed:
+            fixes.append(drop_denied_topics(ctx, request, AclOperation.DESCRIBE))
+            sent.append(g)
+            needs_rewrite = True
+            continue
+        keys = [topic_key(t) for t in g.topics]
+        denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
+        entries = (
+            topic_entries(
+                topic_type, "partitions", g.topics, denied, partition_indexes, **partition_values
+            )
+            if denied
+            else {}
+        )
+        merge = merge_rewrite(keys, entries, "topics", topic_key)
+        if denied:
+            kept = tuple(t for t in g.topics if topic_key(t) not in denied)
+            if not kept:
+                local[position] = merge(entity(group_type, group_id=g.group_id, topics=()))
+                continue
+            g = codec.replace(g, topics=kept)
+            changed = True
+        needs_rewrite = needs_rewrite or not keys
+        fixes.append(merge)
+        sent.append(g)
+    count = len(body.groups)
+    if not sent:
+        return Respond(codec.make_entity(schema, groups=tuple(local[i] for i in range(count))))
+    if not local and not changed and not needs_rewrite:
         return FORWARD
-    merge_groups = merge_rewrite(ids, denied_groups, "groups", lambda e: e.group_id)
+    expected = [g.group_id for g in sent]
 
     def rewrite(response: Any) -> Any:
-        groups = tuple(
-            fixes[g.group_id](g) if g.group_id in fixes and g.error_code == ErrorCode.none else g
-            for g in response.groups
+        answered = [g.group_id for g in response.groups]
+        if answered != expected:
+            raise BrokerMismatch(
+                f"api {request.header.api_key}: the broker answered groups {answered!r} "
+                f"to a request for {expected!r}"
+            )
+        fixed = iter(
+            fix(g)
+            if g.error_code == ErrorCode.none
+            else (codec.replace(g, topics=()) if g.topics else g)
+            for g, fix in zip(response.groups, fixes, strict=True)
         )
-        return merge_groups(codec.replace(response, groups=groups))
+        groups = tuple(local[i] if i in local else next(fixed) for i in range(count))
+        return codec.replace(response, groups=groups)
 
-    new_body = codec.replace(body, groups=tuple(kept)) if changed else None
+    new_body = codec.replace(body, groups=tuple(sent)) if local or changed else None
     return Forward(request=new_body, rewrite=rewrite)
 
 
@@ -203,9 +235,10 @@ class OffsetCommitHandler(GroupGateHandler):
 
 
 class OffsetDeleteHandler(GroupTopicsHandler):
-    """DELETE GROUP → top-level 30; READ TOPIC per topic → 29 per partition. Kafka calls the
-    coordinator even when no topic is authorized and a top-level coordinator error replaces the
-    per-topic results (``OffsetDeleteResponse.Builder.merge``): so does the proxy."""
+    """DELETE GROUP → top-level 30; READ TOPIC per topic → 29 per partition. A top-level
+    coordinator error replaces the per-topic results (``OffsetDeleteResponse.Builder.merge``).
+    When no topic is authorized the proxy answers alone, where Kafka would still call the
+    coordinator (see :class:`GroupTopicsHandler`)."""
 
     api_key = 47
     group_operation = AclOperation.DELETE
@@ -232,9 +265,10 @@ class OffsetFetchHandler(ApiHandler):
     """Per group DESCRIBE GROUP (30: v8+ on the group entry, v2–7 top-level, v1 on every
     requested partition), then DESCRIBE TOPIC per topic (29 per partition, committed offset −1,
     leader epoch −1, metadata ""). ``topics == null`` asks for every offset: the broker's
-    answer is filtered silently by DESCRIBE TOPIC (``fetchAllOffsetsForGroup``). Kafka asks the
-    coordinator even when every named topic is denied, so the group is forwarded with an empty
-    topic list; a group-level coordinator error is returned as the broker gave it."""
+    answer is filtered silently by DESCRIBE TOPIC (``fetchAllOffsetsForGroup``). When every
+    named topic is denied the proxy answers alone (Kafka would still ask the coordinator, see
+    :func:`authorize_group_offsets`); a group-level coordinator error is returned as the broker
+    gave it."""
 
     api_key = 9
     decode_request = True
@@ -259,8 +293,8 @@ class OffsetFetchHandler(ApiHandler):
         if body.topics is None:
             return Forward(rewrite=drop_denied_topics(ctx, request, AclOperation.DESCRIBE))
         keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys)
-        if not denied:
+        denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
+        if not denied and keys:
             return FORWARD
         entries = self._entries(topic_type, body.topics, denied)
         merge = merge_rewrite(keys, entries, "topics", topic_key)
@@ -270,7 +304,13 @@ class OffsetFetchHandler(ApiHandler):
                 return response  # getErrorResponse(group error): top-level code, no topics
             return merge(response)
 
+        if not denied:  # an empty list, sent as it is: nothing but what it named comes back
+            return Forward(rewrite=rewrite)
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
+        if not kept:
+            # Kafka still asks the coordinator (a group-level error would replace the 29s);
+            # the proxy answers alone rather than forward an emptied list (fail closed).
+            return Respond(merge(entity(response_type(request), topics=())))
         return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
 
     @staticmethod

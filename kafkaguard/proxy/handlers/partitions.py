@@ -38,6 +38,7 @@ from kafkaguard.proxy.handlers.base import (
 from kafkaguard.proxy.handlers.responses import (
     ERROR_MESSAGES,
     merge_in_request_order,
+    merge_rewrite,
     partition_errors,
 )
 
@@ -101,13 +102,8 @@ class PerTopicHandler(ApiHandler):
             topics = merge_in_request_order(names, entries, (), self._response_key)
             return Respond(codec.make_entity(schema, topics=topics))
 
-        asked = {getattr(e, self.request_name) for e in kept}
-
-        def merge(response: Any) -> Any:
-            broker = [t for t in response.topics if self._response_key(t) in asked]
-            merged = merge_in_request_order(names, entries, broker, self._response_key)
-            return codec.replace(response, topics=merged)
-
+        # the merge keeps only broker topics that were sent (named and not denied)
+        merge = merge_rewrite(names, entries, "topics", self._response_key)
         return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
 
     def _response_key(self, entry: Any) -> str:

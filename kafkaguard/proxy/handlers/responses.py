@@ -4,6 +4,10 @@ merge of synthesized entries into the broker's answer.
 Kafka builds these with ``XxxRequest.getErrorResponse`` and the response builders; the proxy
 builds them for whatever version the client speaks with :func:`entity`, and puts the entries
 of denied items back among the broker's in the request's order (:func:`merge_in_request_order`).
+
+The proxy never trusts the broker to answer only what it was asked: the merge drops broker
+entries for items the proxy did not send, and a handler whose answer must line up with the
+request entry by entry raises :class:`BrokerMismatch` (the connection is closed) when it does not.
 """
 
 from __future__ import annotations
@@ -14,12 +18,20 @@ from typing import Any, TypeVar
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.proxy.handlers.authz import TopicKey, topic_key
 from kafkaguard.proxy.handlers.base import Request, ResponseRewrite
 
 K = TypeVar("K")
 E = TypeVar("E")
 _T = TypeVar("_T")
+
+
+class BrokerMismatch(ProtocolError):
+    """The broker's answer does not line up with the request the proxy sent; raised by a
+    response rewrite, it closes the client's connection (fail closed) rather than pass on an
+    answer the proxy cannot filter."""
+
 
 ERROR_MESSAGES: Mapping[ErrorCode, str] = {
     # ``Errors.java``: the default message of each error (``Errors.message()``), which
@@ -128,8 +140,10 @@ def merge_in_request_order(
     """Put the proxy's denied entries back among the broker's, in the request's order.
 
     ``request_keys`` lists the request's items (duplicates allowed); ``denied`` maps a key to
-    the entries synthesized for it. A broker entry the request did not name (which a
-    well-behaved broker never sends) is kept, at the end.
+    the entries synthesized for it. Broker entries are taken for the keys that were sent
+    (named and not denied), at most as many as the request named each; any other broker entry
+    (a key never sent, a denied key, a surplus duplicate — which a well-behaved broker never
+    answers) is dropped: the proxy passes on nothing it did not authorize and ask for.
     """
     from_broker: dict[K, deque[E]] = {}
     for entry in broker_entries:
@@ -145,8 +159,6 @@ def merge_in_request_order(
         queue = from_broker.get(item)
         if queue:
             merged.append(queue.popleft())
-    for queue in from_broker.values():
-        merged.extend(queue)
     return tuple(merged)
 
 

@@ -59,8 +59,9 @@ class ShareGroupDescribeHandler(DescribedGroupsHandler):
 class DescribeShareGroupOffsetsHandler(ApiHandler):
     """Per group DESCRIBE GROUP (group entry 30 with message); then DESCRIBE TOPIC per named
     topic (29 per partition, start offset −1, zero topic id). ``topics == null``: the broker's
-    answer is filtered silently. Groups whose topics are all denied are still forwarded with an
-    empty list, as Kafka still asks the coordinator; a group-level error is kept as is."""
+    answer is filtered silently. Groups whose topics are all denied are answered by the proxy
+    (Kafka would still ask the coordinator: see :func:`~offsets.authorize_group_offsets`); a
+    group-level error is kept as is."""
 
     api_key = 90
     decode_request = True
@@ -78,8 +79,10 @@ class DescribeShareGroupOffsetsHandler(ApiHandler):
 
 class _ShareOffsetsChangeHandler(GroupTopicsHandler):
     """Group gate (top-level 30 with message), then READ TOPIC per topic; denied topics answered
-    with zero topic id and 29 + message, the rest forwarded (possibly none: Kafka still asks the
-    coordinator); a top-level coordinator error is returned as the broker gave it.
+    with zero topic id and 29 + message, the rest forwarded; when none is left the proxy answers
+    alone, where Kafka would still ask the coordinator (fail closed, see
+    :class:`~offsets.GroupTopicsHandler`); a top-level coordinator error is returned as the
+    broker gave it.
 
     Kafka fills the denied entries' topic id from its metadata cache; the proxy writes the zero
     id instead (it must not reveal an id to a principal that may not describe the topic, and it

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Final
 
 from kafkaguard.config_tree import ConfigSection
+from kafkaguard.policy.config import _zookeeper_options
 from kafkaguard.policy.principal_mapping import KerberosShortNamer
 from kafkaguard.proxy.sasl import oauthbearer, plain, scram
 
 MECHANISMS: Final = (plain.MECHANISM, *scram.MECHANISMS, oauthbearer.MECHANISM)
+SCRAM_SOURCES: Final = ("file", "zookeeper")
 DEFAULT_MAX_RECEIVE_SIZE: Final = 524288
 """Kafka's ``sasl.server.max.receive.size``: the largest request accepted before
 authentication completes."""
@@ -32,6 +34,17 @@ class OAuthBearerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SaslZooKeeperConfig:
+    """Where ``scram_credentials: zookeeper`` reads ``/config/users`` (the keys and meaning of
+    ``acl_store`` with ``type: zookeeper``)."""
+
+    connect: str
+    chroot: str = ""
+    digest_auth_file: Path | None = None
+    session_timeout_s: float = 18.0
+
+
+@dataclass(frozen=True, slots=True)
 class SaslListenerConfig:
     enabled_mechanisms: tuple[str, ...]
     credentials_file: Path | None = None
@@ -46,6 +59,10 @@ class SaslListenerConfig:
     """Kafka's ``connection.failed.authentication.delay.ms``; doubles with each consecutive
     failure from the same address, up to ``max_failed_authentication_delay_ms``."""
     max_failed_authentication_delay_ms: int = 5000
+    scram_credentials: str = "file"
+    """Where SCRAM credentials come from: ``file`` (``credentials_file``) or ``zookeeper``
+    (Kafka's ``/config/users/<name>``, live; PLAIN still comes from ``credentials_file``)."""
+    zookeeper: SaslZooKeeperConfig | None = None
 
 
 def _path(section: ConfigSection, key: str, value: str) -> Path:
@@ -68,7 +85,17 @@ def parse_sasl_config(section: ConfigSection) -> SaslListenerConfig:
     if len(set(mechanisms)) != len(mechanisms):
         raise section.error("enabled_mechanisms", "lists a mechanism twice")
     credentials = section.get_str("credentials_file", None)
+    scram_source = section.choice("scram_credentials", SCRAM_SOURCES, "file")
+    zookeeper: SaslZooKeeperConfig | None = None
+    if scram_source == "zookeeper":
+        zk_section = section.section("zookeeper", required=True)
+        zookeeper = SaslZooKeeperConfig(**_zookeeper_options(zk_section, "zookeeper"))
+        zk_section.reject_unknown()
+    elif "zookeeper" in section:
+        raise section.error("zookeeper", "is only for scram_credentials: zookeeper")
     needs_credentials = set(mechanisms) & {plain.MECHANISM, *scram.MECHANISMS}
+    if scram_source == "zookeeper":
+        needs_credentials -= set(scram.MECHANISMS)
     if needs_credentials and credentials is None:
         raise section.error(
             "credentials_file", f"is required for {', '.join(sorted(needs_credentials))}"
@@ -100,6 +127,8 @@ def parse_sasl_config(section: ConfigSection) -> SaslListenerConfig:
         max_failed_authentication_delay_ms=section.get_int(
             "max_failed_authentication_delay_ms", 5000, minimum=0
         ),
+        scram_credentials=scram_source,
+        zookeeper=zookeeper,
     )
     section.reject_unknown()
     return config

@@ -1,4 +1,4 @@
-"""Where SASL credentials live: a YAML file now, ZooKeeper's ``/config/users/<name>`` later.
+"""Where SASL credentials live: a YAML file, or (SCRAM) ZooKeeper's ``/config/users/<name>``.
 
 File format (written by ``kafkaguard users add``; mode 0600; never plaintext passwords)::
 
@@ -10,8 +10,8 @@ File format (written by ``kafkaguard users add``; mode 0600; never plaintext pas
 
 Per user, the mechanism → credential map is exactly the ``config`` object Kafka keeps in
 ZooKeeper at ``/config/users/<name>`` (``{"version":1,"config":{"SCRAM-SHA-512":"salt=…"}}``),
-so a ZooKeeper store only has to feed :func:`parse_zookeeper_user_config` results into a
-:class:`MappingCredentialStore` from its watch callbacks (lookups stay synchronous).
+and :mod:`kafkaguard.proxy.sasl.zookeeper_credentials` serves SCRAM from there (lookups stay
+synchronous; :func:`build_credential_store` picks the store a listener configures).
 
 The file is re-read when its modification time changes (checked at most once per second, on
 lookup); an invalid new version is logged and the previous credentials stay in force.
@@ -26,12 +26,15 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import yaml
 
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.scram import CredentialFormatError, ScramCredential
+
+if TYPE_CHECKING:
+    from kafkaguard.proxy.sasl.config import SaslListenerConfig
 
 log = logging.getLogger("kafkaguard.sasl")
 
@@ -44,6 +47,38 @@ class CredentialStore(Protocol):
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
     def plain_credential(self, user: str) -> plain.PlainCredential | None: ...
+
+
+@runtime_checkable
+class LiveCredentialStore(CredentialStore, Protocol):
+    """A store with a connection to keep (ZooKeeper): the listener awaits ``start()`` (the
+    first full load) before opening its port and ``close()`` when it closes."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def build_credential_store(config: SaslListenerConfig) -> CredentialStore | None:
+    """The store of a SASL listener: the credentials file, and for ``scram_credentials:
+    zookeeper`` a ZooKeeper store for SCRAM that asks the file (if any) for PLAIN."""
+    file_store = (
+        FileCredentialStore(config.credentials_file)
+        if config.credentials_file is not None
+        else None
+    )
+    if config.scram_credentials != "zookeeper" or config.zookeeper is None:
+        return file_store
+    from kafkaguard.proxy.sasl.zookeeper_credentials import ZooKeeperCredentialStore
+
+    zk = config.zookeeper
+    return ZooKeeperCredentialStore(
+        zk.connect,
+        chroot=zk.chroot,
+        digest_auth_file=zk.digest_auth_file,
+        session_timeout_s=zk.session_timeout_s,
+        plain_store=file_store,
+    )
 
 
 def validate_users(users: Any, where: str) -> dict[str, dict[str, str]]:

@@ -3,6 +3,7 @@ ControllerApis.authorizeAlterResource) driven without sockets."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -236,3 +237,84 @@ def test_alter_configs_all_allowed_forwards_original_bytes() -> None:
     h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "TOPIC", "*")])
     verdict = h.send(incremental((TOPIC, "a", SET), (TOPIC, "b", SET)))
     assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
+
+
+# -- review regression: broker addresses never reach the client ---------------------------------
+
+
+def broker_config(name: str, value: str | None, *synonyms: tuple[str, str]) -> Any:
+    return dc_resp.DescribeConfigsResourceResult(
+        name=name,
+        value=value,
+        read_only=False,
+        config_source=4,
+        is_sensitive=False,
+        synonyms=tuple(
+            dc_resp.DescribeConfigsSynonym(name=n, value=v, source=4) for n, v in synonyms
+        ),
+        config_type=2,
+        documentation=None,
+    )
+
+
+def with_configs(response: Any, index: int, *configs: Any) -> Any:
+    results = list(response.results)
+    results[index] = replace(results[index], configs=configs)
+    return replace(response, results=tuple(results))
+
+
+def test_describe_configs_hides_broker_addresses_as_sensitive() -> None:
+    h = HandlerHarness([acl(ALICE, "DESCRIBE_CONFIGS", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(describe((BROKER, "1")))
+    assert isinstance(verdict, Forward) and verdict.request is None
+    addresses = [
+        ("listeners", "PLAINTEXT://:9092,CONTROLLER://:9093"),
+        ("advertised.listeners", "PLAINTEXT://kafka-1.internal:9092"),
+        ("controller.quorum.voters", "1@kafka-1.internal:9093"),
+        ("controller.quorum.bootstrap.servers", "kafka-1.internal:9093"),
+        ("remote.log.metadata.common.client.bootstrap.servers", "kafka-1.internal:9092"),
+        ("early.start.listeners", "CONTROLLER"),
+        ("zookeeper.connect", "zk.internal:2181"),
+    ]
+    reply = with_configs(
+        described((BROKER, "1")),
+        0,
+        *(broker_config(n, v, (n, v)) for n, v in addresses),
+        broker_config("log.retention.hours", "168", ("log.retention.hours", "168")),
+    )
+    out = h.complete(verdict, reply)
+    shown = [
+        (c.name, c.value, c.is_sensitive, [s.value for s in c.synonyms])
+        for c in out.results[0].configs
+    ]
+    assert shown == [(n, None, True, [None]) for n, _ in addresses] + [
+        ("log.retention.hours", "168", False, ["168"])
+    ]
+    assert "internal" not in repr(out)
+    # nothing to hide: the broker's own bytes
+    plain = with_configs(described((BROKER, "1")), 0, broker_config("num.io.threads", "8"))
+    assert h.complete(verdict, plain) is plain
+
+
+def test_describe_configs_hides_broker_addresses_next_to_denied_resources() -> None:
+    h = HandlerHarness([acl(ALICE, "DESCRIBE_CONFIGS", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(describe((TOPIC, "secret"), (BROKER, "")))
+    assert isinstance(verdict, Forward)
+    reply = with_configs(
+        described((BROKER, "")), 0, broker_config("listeners", "PLAINTEXT://10.0.0.5:9092")
+    )
+    out = h.complete(verdict, reply)
+    assert codes(out.results) == [(TOPIC, "secret", 29), (BROKER, "", 0)]
+    assert [(c.name, c.value) for c in out.results[1].configs] == [("listeners", None)]
+
+
+def test_describe_configs_without_broker_resources_is_not_decoded() -> None:
+    h = HandlerHarness(
+        [
+            acl(ALICE, "DESCRIBE_CONFIGS", "CLUSTER", "kafka-cluster"),
+            acl(ALICE, "DESCRIBE_CONFIGS", "TOPIC", "t"),
+        ]
+    )
+    for resources in (((TOPIC, "t"),), ((BROKER_LOGGER, "1"), (TOPIC, "t"))):
+        verdict = h.send(describe(*resources))
+        assert isinstance(verdict, Forward) and verdict.rewrite is None

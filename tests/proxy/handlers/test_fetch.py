@@ -6,6 +6,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as req12
 from kio.schema.fetch.v12 import response as resp12
@@ -16,6 +17,7 @@ from kio.schema.fetch.v16 import request as req16
 from kio.schema.fetch.v16 import response as resp16
 
 from kafkaguard.policy.model import AclOperation
+from kafkaguard.proxy.handlers import fetch
 from kafkaguard.proxy.handlers.base import Forward, Respond
 
 from .harness import HandlerHarness, acl
@@ -274,3 +276,84 @@ def test_closing_full_fetch_drops_the_mirror() -> None:
     h.send(fetch12("a", session=9, epoch=-1))  # close session 9, sessionless fetch
     verdict = h.send(fetch12(session=9, epoch=1))
     assert isinstance(verdict, Respond)
+
+
+# -- review regressions: bounded mirrors, everything sent is authorized -------------------------
+
+
+def incremental12(
+    session: int, epoch: int, topics: dict[str, range], forget: dict[str, range] | None = None
+) -> Any:
+    return req12.FetchRequest(
+        max_wait=timedelta(0),
+        min_bytes=1,
+        session_id=session,
+        session_epoch=epoch,
+        topics=tuple(
+            req12.FetchTopic(
+                topic=t,
+                partitions=tuple(
+                    req12.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1)
+                    for p in ps
+                ),
+            )
+            for t, ps in topics.items()
+        ),
+        forgotten_topics_data=tuple(
+            req12.ForgottenTopic(topic=t, partitions=tuple(ps)) for t, ps in (forget or {}).items()
+        ),
+    )
+
+
+def test_session_mirror_past_the_cap_is_dropped_and_answered_70(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fetch, "MAX_SESSION_PARTITIONS", 6)
+    h = HandlerHarness([READ_A])
+    h.complete(h.send(fetch12("a", epoch=0)), reply12("a", session=77))  # 2 partitions
+    # denied partitions never reach the broker but do grow the mirror: up to the cap, fine
+    verdict = h.send(incremental12(77, 1, {"secret": range(4)}))
+    assert isinstance(verdict, Forward)
+    assert len(fetch.connection_sessions(h).by_id[77].partitions) == 6
+    # one more: the mirror is dropped and the client told to start over
+    verdict = h.send(incremental12(77, 2, {"secret": range(4, 5)}))
+    assert isinstance(verdict, Respond)
+    assert int(verdict.response.error_code) == ErrorCode.fetch_session_id_not_found
+    assert 77 not in fetch.connection_sessions(h).by_id
+    assert isinstance(h.send(incremental12(77, 3, {})), Respond)  # the session is gone
+
+
+def test_full_fetch_past_the_cap_is_forwarded_sessionless(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch, "MAX_SESSION_PARTITIONS", 3)
+    h = HandlerHarness([READ_A])
+    body = fetch12("a", "b", session=0, epoch=0)  # 4 partitions, b denied
+    verdict = h.send(body)
+    sent = h.forwarded_body(verdict, body)
+    assert sent.session_epoch == -1 and sent_parts(sent) == [("a", 0), ("a", 1)]
+    h.complete(verdict, reply12("a"))
+    assert not fetch.connection_sessions(h).by_id
+    allowed = h.send(fetch12("a", epoch=0))  # 2 partitions: a session as usual
+    assert h.forwarded_body(allowed, None) is None
+    big = HandlerHarness([READ_A, acl("User:alice", "READ", "TOPIC", "b")])
+    verdict = big.send(body)
+    assert big.forwarded_body(verdict, body).session_epoch == -1
+    big.complete(verdict, reply12("a", "b"))
+    assert not fetch.connection_sessions(big).by_id
+
+
+def test_partition_named_and_forgotten_in_one_request_is_authorized_before_forwarding() -> None:
+    h = HandlerHarness([READ_A])
+    h.complete(h.send(fetch12("a", epoch=0)), reply12("a", session=77))
+    body = incremental12(77, 1, {"secret": range(1)}, forget={"secret": range(1)})
+    verdict = h.send(body)
+    assert ("READ", "TOPIC", "secret", "DENIED") in h.checked()
+    sent = h.forwarded_body(verdict, body)
+    assert verdict.request is not None and sent.topics == ()
+    assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("secret", (0,))]
+    out = h.complete(verdict, reply12("a", "secret"))
+    assert parts(out) == [("a", 0, 0), ("a", 1, 0)]  # nothing of secret, not even a 29
+    assert ("secret", 0) not in fetch.connection_sessions(h).by_id[77].partitions
+    # an authorized one named and forgotten at once goes up as the client sent it
+    ok = incremental12(77, 2, {"a": range(1)}, forget={"a": range(1)})
+    verdict = h.send(ok)
+    assert isinstance(verdict, Forward) and verdict.request is None

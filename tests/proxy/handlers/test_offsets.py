@@ -5,8 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.responses import BrokerMismatch
 
 from .harness import HandlerHarness, acl
 from .test_groups import item, req, resp
@@ -323,9 +326,201 @@ def test_offset_delete_needs_delete_group_then_read_topic() -> None:
         ("secret", 29),
         ("ok", 0),
     ]
-    # nothing authorized: still forwarded (empty), as Kafka still asks the coordinator
-    only_denied = h.send(delete("secret"))
-    assert isinstance(only_denied, Forward)
-    assert h.forwarded_body(only_denied, None).topics == ()
-    group_error = h.complete(only_denied, resp(47, 0, error_code=codec.ErrorCode(69)))
+    # a top-level coordinator error replaces the per-topic results
+    group_error = h.complete(verdict, resp(47, 0, error_code=codec.ErrorCode(69)))
     assert int(group_error.error_code) == 69 and group_error.topics == ()
+
+
+def test_offset_delete_never_forwards_an_emptied_topic_list() -> None:
+    # Kafka would still ask the coordinator; an emptied list could read as "every topic" to a
+    # broker, so the proxy answers alone (fail closed)
+    h = HandlerHarness([acl(ALICE, "DELETE", "GROUP", "g"), acl(ALICE, "READ", "TOPIC", "ok")])
+    only_denied = h.send(delete("secret", "secret"))
+    assert isinstance(only_denied, Respond)
+    out = only_denied.response
+    assert int(out.error_code) == 0
+    assert [(t.name, [int(p.error_code) for p in t.partitions]) for t in out.topics] == [
+        ("secret", [29, 29])
+    ]
+
+
+def test_offset_delete_drops_broker_entries_it_did_not_send() -> None:
+    h = HandlerHarness([acl(ALICE, "DELETE", "GROUP", "g"), acl(ALICE, "READ", "TOPIC", "ok")])
+    verdict = h.send(delete("secret", "ok"))
+    assert isinstance(verdict, Forward)
+    reply = resp(
+        47,
+        0,
+        topics=tuple(
+            item(
+                47,
+                0,
+                "topics",
+                name=name,
+                partitions=(item(47, 0, "topics", "partitions", partition_index=0),),
+            )
+            for name in ("ok", "secret", "other", "ok")
+        ),
+    )
+    out = h.complete(verdict, reply)
+    assert [(t.name, int(t.partitions[0].error_code)) for t in out.topics] == [
+        ("secret", 29),
+        ("ok", 0),
+    ]
+
+
+# -- review regressions: duplicate groups, emptied lists, unrequested broker entries -----------
+
+
+def batched(version: int, *groups: tuple[str, tuple[str, ...] | None]) -> Any:
+    schema = codec.request_schema(9, version)
+    return req(
+        9,
+        version,
+        groups=tuple(
+            nested(
+                schema,
+                "groups",
+                group_id=g,
+                topics=None
+                if ts is None
+                else tuple(
+                    nested(schema, "groups", "topics", name=t, partition_indexes=(0,)) for t in ts
+                ),
+            )
+            for g, ts in groups
+        ),
+    )
+
+
+def group_reply(group_id: str, *topics: str, error: int = 0) -> Any:
+    return item(
+        9,
+        8,
+        "groups",
+        group_id=group_id,
+        error_code=codec.ErrorCode(error),
+        topics=tuple(
+            item(
+                9,
+                8,
+                "groups",
+                "topics",
+                name=t,
+                partitions=(
+                    item(
+                        9,
+                        8,
+                        "groups",
+                        "topics",
+                        "partitions",
+                        partition_index=0,
+                        committed_offset=1,
+                    ),
+                ),
+            )
+            for t in topics
+        ),
+    )
+
+
+def group_view(response: Any) -> list[tuple[str, int, list[tuple[str, int]]]]:
+    return [
+        (
+            g.group_id,
+            int(g.error_code),
+            [(t.name, int(t.partitions[0].error_code)) for t in g.topics],
+        )
+        for g in response.groups
+    ]
+
+
+SEE_OK = [DESCRIBE_G, acl(ALICE, "DESCRIBE", "TOPIC", "ok")]
+
+
+def test_offset_fetch_duplicate_group_keeps_each_entrys_filter() -> None:
+    # g twice: all topics (filtered), then an explicit denied topic (answered by the proxy)
+    h = HandlerHarness(SEE_OK)
+    verdict = h.send(batched(8, ("g", None), ("g", ("secret",))))
+    assert isinstance(verdict, Forward)
+    sent = h.forwarded_body(verdict, None)
+    assert [(g.group_id, g.topics) for g in sent.groups] == [("g", None)]
+    out = h.complete(verdict, resp(9, 8, groups=(group_reply("g", "ok", "secret"),)))
+    assert group_view(out) == [("g", 0, [("ok", 0)]), ("g", 0, [("secret", 29)])]
+
+
+def test_offset_fetch_duplicate_group_both_forwarded_each_filtered() -> None:
+    h = HandlerHarness(SEE_OK)
+    verdict = h.send(batched(8, ("g", ("ok", "secret")), ("g", None)))
+    assert isinstance(verdict, Forward)
+    sent = h.forwarded_body(verdict, None)
+    assert [(g.group_id, g.topics and [t.name for t in g.topics]) for g in sent.groups] == [
+        ("g", ["ok"]),
+        ("g", None),
+    ]
+    reply = resp(9, 8, groups=(group_reply("g", "ok", "secret"), group_reply("g", "secret", "ok")))
+    assert group_view(h.complete(verdict, reply)) == [
+        ("g", 0, [("ok", 0), ("secret", 29)]),
+        ("g", 0, [("ok", 0)]),
+    ]
+
+
+def test_offset_fetch_broker_groups_must_line_up_with_the_request() -> None:
+    h = HandlerHarness(SEE_OK)
+    verdict = h.send(batched(8, ("g", None), ("g", ("ok",))))
+    assert isinstance(verdict, Forward)
+    for groups in (
+        (group_reply("g", "secret"),),  # one answer for two entries
+        (group_reply("g"), group_reply("g"), group_reply("g", "secret")),  # one too many
+        (group_reply("g"), group_reply("h", "secret")),  # a group never sent
+    ):
+        with pytest.raises(BrokerMismatch):
+            h.complete(verdict, resp(9, 8, groups=groups))
+    # a group-level error keeps its code and loses any topics
+    out = h.complete(verdict, resp(9, 8, groups=(group_reply("g", "secret", error=16),) * 2))
+    assert group_view(out) == [("g", 16, []), ("g", 16, [])]
+
+
+def test_offset_fetch_batched_group_with_every_topic_denied_is_answered_locally() -> None:
+    h = HandlerHarness(SEE_OK + [acl(ALICE, "DESCRIBE", "GROUP", "h")])
+    verdict = h.send(batched(8, ("g", ("secret",)), ("h", ("ok",))))
+    assert isinstance(verdict, Forward)
+    sent = h.forwarded_body(verdict, None)
+    assert [(g.group_id, [t.name for t in g.topics]) for g in sent.groups] == [("h", ["ok"])]
+    out = h.complete(verdict, resp(9, 8, groups=(group_reply("h", "ok", "secret"),)))
+    assert group_view(out) == [("g", 0, [("secret", 29)]), ("h", 0, [("ok", 0)])]
+    alone = h.send(batched(8, ("g", ("secret", "also-secret"))))
+    assert isinstance(alone, Respond)
+    assert group_view(alone.response) == [("g", 0, [("secret", 29), ("also-secret", 29)])]
+
+
+def test_offset_fetch_empty_lists_are_sent_as_they_are_and_answered_empty() -> None:
+    h = HandlerHarness(SEE_OK)
+    verdict = h.send(batched(8, ("g", ())))
+    assert isinstance(verdict, Forward) and verdict.request is None
+    out = h.complete(verdict, resp(9, 8, groups=(group_reply("g", "ok", "secret"),)))
+    assert group_view(out) == [("g", 0, [])]
+    v7 = h.send(fetch_v7(()))
+    assert isinstance(v7, Forward) and v7.request is None
+    assert h.complete(v7, fetch_reply_v7("ok", "secret")).topics == ()
+
+
+def test_offset_fetch_v7_every_topic_denied_is_answered_locally() -> None:
+    h = HandlerHarness(SEE_OK)
+    verdict = h.send(fetch_v7(("secret",)))
+    assert isinstance(verdict, Respond)
+    assert int(verdict.response.error_code) == 0
+    assert [(t.name, int(t.partitions[0].error_code)) for t in verdict.response.topics] == [
+        ("secret", 29)
+    ]
+
+
+def test_offset_fetch_v7_drops_broker_topics_it_did_not_send() -> None:
+    h = HandlerHarness(SEE_OK)
+    verdict = h.send(fetch_v7(("secret", "ok")))
+    out = h.complete(verdict, fetch_reply_v7("ok", "secret", "other"))
+    assert [(t.name, int(t.partitions[0].error_code)) for t in out.topics] == [
+        ("secret", 29),
+        ("ok", 0),
+    ]
+    assert out.topics[0].partitions[0].committed_offset == -1

@@ -242,3 +242,15 @@ def test_topic_name_validation_matches_kafka() -> None:
     assert topic_name_error("") == "Topic name is illegal, it can't be empty"
     assert topic_name_error("..") == 'Topic name cannot be "." or ".."'
     assert topic_name_error("x" * 250) is not None and topic_name_error("x" * 249) is None
+
+
+def test_per_topic_merge_drops_broker_topics_that_were_not_sent() -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "ok")])
+    verdict = h.send(list_offsets("secret", "ok"))
+    assert isinstance(verdict, Forward)
+    out = h.complete(verdict, lo_reply("ok", "secret", "other", "ok"))
+    assert [(t.name, int(t.partitions[0].error_code)) for t in out.topics] == [
+        ("secret", 29),
+        ("ok", 0),
+    ]
+    assert [p.offset for p in out.topics[0].partitions] == [-1, -1]

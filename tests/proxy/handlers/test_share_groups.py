@@ -143,3 +143,96 @@ def test_alter_and_delete_share_group_offsets() -> None:
     verdict = h2.send(delete)
     out = h2.complete(verdict, resp(92, 0, responses=(item(92, 0, "responses", topic_name="ok"),)))
     assert [(t.topic_name, int(t.error_code)) for t in out.responses] == [("secret", 29), ("ok", 0)]
+
+
+# -- review regressions: duplicate groups, emptied lists, unrequested broker entries -----------
+
+
+def share_group_reply(group_id: str, *topics: str) -> Any:
+    part = item(90, 1, "groups", "topics", "partitions", partition_index=0, start_offset=7)
+    return item(
+        90,
+        1,
+        "groups",
+        group_id=group_id,
+        topics=tuple(
+            item(90, 1, "groups", "topics", topic_name=t, partitions=(part,)) for t in topics
+        ),
+    )
+
+
+def share_view(response: Any) -> list[tuple[str, int, list[tuple[str, int, int]]]]:
+    return [
+        (
+            g.group_id,
+            int(g.error_code),
+            [
+                (t.topic_name, int(t.partitions[0].error_code), t.partitions[0].start_offset)
+                for t in g.topics
+            ],
+        )
+        for g in response.groups
+    ]
+
+
+def test_describe_share_group_offsets_duplicate_group_keeps_each_entrys_filter() -> None:
+    h = HandlerHarness(
+        [acl(ALICE, "DESCRIBE", "GROUP", "s"), acl(ALICE, "DESCRIBE", "TOPIC", "ok")]
+    )
+    verdict = h.send(offsets_request(("s", None), ("s", ("secret",)), ("s", ("ok", "secret"))))
+    assert isinstance(verdict, Forward)
+    sent = h.forwarded_body(verdict, None)
+    assert [(g.group_id, g.topics and [t.topic_name for t in g.topics]) for g in sent.groups] == [
+        ("s", None),
+        ("s", ["ok"]),
+    ]
+    reply = resp(
+        90, 1, groups=(share_group_reply("s", "ok", "secret"), share_group_reply("s", "ok", "x"))
+    )
+    assert share_view(h.complete(verdict, reply)) == [
+        ("s", 0, [("ok", 0, 7)]),
+        ("s", 0, [("secret", 29, -1)]),
+        ("s", 0, [("ok", 0, 7), ("secret", 29, -1)]),
+    ]
+
+
+def _share_change(api: int, *topics: str) -> Any:
+    t_type = codec.nested_type(codec.request_schema(api, 0), "topics")
+    if api == 92:
+        entries = tuple(codec.make_entity(t_type, topic_name=t) for t in topics)
+    else:
+        p_type = codec.nested_type(t_type, "partitions")
+        entries = tuple(
+            codec.make_entity(
+                t_type,
+                topic_name=t,
+                partitions=(codec.make_entity(p_type, partition_index=0, start_offset=0),),
+            )
+            for t in topics
+        )
+    return req(api, 0, group_id="s", topics=entries)
+
+
+def test_share_offset_changes_never_forward_an_emptied_topic_list() -> None:
+    h = HandlerHarness(
+        [
+            acl(ALICE, "READ", "GROUP", "s"),
+            acl(ALICE, "DELETE", "GROUP", "s"),
+            acl(ALICE, "READ", "TOPIC", "ok"),
+        ]
+    )
+    for api in (91, 92):
+        verdict = h.send(_share_change(api, "secret"))
+        assert isinstance(verdict, Respond), api
+        out = verdict.response
+        assert int(out.error_code) == 0
+        assert [t.topic_name for t in out.responses] == ["secret"]
+        # the broker's extra entries (never sent) are dropped
+        forwarded = h.send(_share_change(api, "secret", "ok"))
+        reply = resp(
+            api,
+            0,
+            responses=tuple(item(api, 0, "responses", topic_name=t) for t in ("ok", "other")),
+        )
+        merged = h.complete(forwarded, reply)
+        assert [t.topic_name for t in merged.responses] == ["secret", "ok"], api
