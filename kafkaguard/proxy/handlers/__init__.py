@@ -25,57 +25,40 @@ its handlers in ``HANDLERS`` and this registry collects them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import import_module
 from types import MappingProxyType
 from typing import Final
 
-from kafkaguard.proxy.handlers import (
-    acls,
-    api_versions,
-    cluster_admin,
-    configs,
-    consumer_groups,
-    delegation_tokens,
-    fetch,
-    groups,
-    metadata,
-    offsets,
-    partitions,
-    produce,
-    sasl,
-    share_groups,
-    streams_groups,
-    telemetry,
-    topics_admin,
-    transactions,
-)
 from kafkaguard.proxy.handlers.base import ApiHandler
 
 _FAMILIES: Final = (
-    acls,
-    api_versions,
-    cluster_admin,
-    configs,
-    consumer_groups,
-    delegation_tokens,
-    fetch,
-    groups,
-    metadata,
-    offsets,
-    partitions,
-    produce,
-    sasl,
-    share_groups,
-    streams_groups,
-    telemetry,
-    topics_admin,
-    transactions,
+    "acls",
+    "api_versions",
+    "cluster_admin",
+    "configs",
+    "consumer_groups",
+    "delegation_tokens",
+    "fetch",
+    "groups",
+    "metadata",
+    "offsets",
+    "partitions",
+    "produce",
+    "sasl",
+    "share_groups",
+    "streams_groups",
+    "telemetry",
+    "topics_admin",
+    "transactions",
 )
+"""The family modules, each with a ``HANDLERS`` list."""
 
 
 def _build() -> Mapping[int, ApiHandler]:
     table: dict[int, ApiHandler] = {}
     for family in _FAMILIES:
-        for handler in family.HANDLERS:
+        module = import_module(f"{__name__}.{family}")
+        for handler in module.HANDLERS:
             if handler.api_key in table:
                 raise RuntimeError(f"two handlers for api key {handler.api_key}")
             table[handler.api_key] = handler
