@@ -315,11 +315,11 @@ async def test_outage_keeps_acls_refuses_writes_and_resyncs(
         started = time.monotonic()
         with pytest.raises(AclStoreError, match="not connected"):
             await store.add([acl(T, "new", "User:carol", AclOperation.READ)])
-        assert time.monotonic() - started < 1.0  # refused at once, not after a timeout
+        assert time.monotonic() - started < 3.0  # refused at once, not at session timeout
 
         server.start()
         await eventually(lambda: store.connected and store.resyncs >= 1, 15)
-        await eventually(lambda: store.snapshot() == {kept, missed}, 2)
+        await eventually(lambda: store.snapshot() == {kept, missed}, 5)
         await store.add([acl(T, "new", "User:carol", AclOperation.READ)])
         assert len(store.snapshot()) == 3
     finally:

@@ -42,8 +42,6 @@ import functools
 import json
 import logging
 import random
-import re
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +59,10 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot, SnapshotPublisher
+from kafkaguard.policy.stores.zk_common import CHANGE_EXPIRATION_S as CHANGE_EXPIRATION_S
+from kafkaguard.policy.stores.zk_common import ZkClientBase, ZkSyncShell, sequence_number
+from kafkaguard.policy.stores.zk_common import read_digest_auth as read_digest_auth
+from kafkaguard.policy.stores.zk_common import split_connect as split_connect
 
 log = logging.getLogger("kafkaguard.policy.store")
 
@@ -72,8 +74,6 @@ PREFIXED_ROOT = f"{EXTENDED_ROOT}/prefixed"
 LITERAL_CHANGES = "/kafka-acl-changes"
 EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
-CHANGE_EXPIRATION_S = 15 * 60.0
-"""``ZkNodeChangeNotificationListener.changeExpirationMs``."""
 STORED_TYPES = (
     ResourceType.TOPIC,
     ResourceType.GROUP,
@@ -261,49 +261,7 @@ def decode_change(root: str, data: bytes) -> ResourcePattern:
 
 def change_seq(child: str) -> int:
     """The sequence number of ``acl_changes_0000000042``; -1 for other children."""
-    if not child.startswith(CHANGE_PREFIX):
-        return -1
-    try:
-        return int(child[len(CHANGE_PREFIX) :])
-    except ValueError:
-        return -1
-
-
-def split_connect(connect: str, chroot: str = "") -> tuple[str, str]:
-    """``zookeeper.connect`` may carry the chroot (``h1:2181,h2:2181/kafka``); both is an error."""
-    hosts, sep, path = connect.partition("/")
-    if sep:
-        if chroot:
-            raise AclStoreError("give the chroot in `connect` or in `chroot`, not both")
-        chroot = "/" + path
-    chroot = chroot.rstrip("/")
-    if chroot and not chroot.startswith("/"):
-        raise AclStoreError(f"chroot {chroot!r} must start with '/'")
-    if not hosts.strip():
-        raise AclStoreError("the ZooKeeper connect string is empty")
-    return hosts.strip(), chroot
-
-
-_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"([^"]*)"')
-
-
-def read_digest_auth(path: str | Path) -> str:
-    """``user:password`` for ZooKeeper digest auth, from a JAAS file (the ``Client`` section's
-    ``username``/``password``, as Kafka reads it) or a file holding one ``user:password`` line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise AclStoreError(f"{path}: cannot read digest auth file: {exc.strerror}") from exc
-    fields = dict(_JAAS_FIELD.findall(text))
-    if "username" in fields and "password" in fields:
-        return f"{fields['username']}:{fields['password']}"
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and ":" in line:
-            return line
-    raise AclStoreError(
-        f"{path}: expected 'user:password' or a JAAS Client section with username/password"
-    )
+    return sequence_number(CHANGE_PREFIX, child)
 
 
 # -- blocking client --------------------------------------------------------------------------
@@ -319,72 +277,20 @@ class _Pending:
     remove: set[AccessControlEntry]
 
 
-class ZkAclClient:
+class ZkAclClient(ZkClientBase):
     """Blocking access to Kafka's ACL znodes; see the module docstring. Not thread-safe for
     concurrent calls — the store serialises them."""
 
-    def __init__(
-        self,
-        connect: str,
-        *,
-        chroot: str = "",
-        digest_auth: str | None = None,
-        session_timeout_s: float = 18.0,
-        op_timeout_s: float = 10.0,
-    ) -> None:
-        from kazoo.client import KazooClient
-        from kazoo.retry import KazooRetry
+    error = AclStoreError
+    log = log
+    read_label = "read ACL znodes"
 
-        hosts, self.chroot = split_connect(connect, chroot)
-        self.hosts = hosts
-        self.op_timeout_s = op_timeout_s
-        self.session_timeout_s = session_timeout_s
-        self._acl: list[Any] | None = None
-        auth_data = None
-        if digest_auth is not None:
-            from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
-
-            auth_data = [("digest", digest_auth)]
-            # Kafka's zookeeper.set.acl=true: creator has all rights, the world may read.
-            self._acl = list(CREATOR_ALL_ACL) + list(READ_ACL_UNSAFE)
-        self.zk: Any = KazooClient(
-            hosts=hosts,
-            timeout=session_timeout_s,
-            auth_data=auth_data,
-            default_acl=self._acl,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
-            randomize_hosts=True,
-        )
+    def _init_state(self, digest_auth: str | None) -> None:
         self.last_seq: dict[str, int] = {LITERAL_CHANGES: -1, EXTENDED_CHANGES: -1}
-        self._change_ctime: dict[str, float] = {}
 
     @property
-    def description(self) -> str:
-        return f"zookeeper {self.hosts}{self.chroot}"
-
-    def _p(self, path: str) -> str:
-        return self.chroot + path
-
-    # lifecycle
-    def start(self, timeout_s: float | None = None) -> None:
-        try:
-            self.zk.start(timeout=timeout_s or self.session_timeout_s)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                self.zk.stop()
-                self.zk.close()
-            raise AclStoreError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}") from exc
-        self.ensure_paths()
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self.zk.stop()
-        with contextlib.suppress(Exception):
-            self.zk.close()
-
-    @property
-    def connected(self) -> bool:
-        return bool(self.zk.connected)
+    def failure_prefix(self) -> str:
+        return f"ZooKeeper {self.hosts}{self.chroot}"
 
     def ensure_paths(self) -> None:
         from kazoo.exceptions import NodeExistsError
@@ -397,48 +303,7 @@ class ZkAclClient:
                 with contextlib.suppress(NodeExistsError):
                     self._call(functools.partial(self.zk.create, full, b""), f"create {full}")
 
-    def _call(self, fn: Callable[[], Any], what: str) -> Any:
-        from kazoo.exceptions import NodeExistsError, NoNodeError, ZookeeperError
-        from kazoo.handlers.threading import KazooTimeoutError
-
-        try:
-            return fn()
-        except (NoNodeError, NodeExistsError):
-            raise
-        except (ZookeeperError, KazooTimeoutError) as exc:
-            raise AclStoreError(f"ZooKeeper {self.hosts}{self.chroot}: {what} failed: "
-                                f"{type(exc).__name__} {exc}".rstrip()) from exc  # fmt: skip
-        except Exception as exc:
-            raise AclStoreError(
-                f"ZooKeeper {self.hosts}{self.chroot}: {what} failed: {type(exc).__name__} {exc}"
-            ) from exc
-
     # reads
-    def _get_many(self, paths: Sequence[str]) -> list[tuple[bytes | None, Any]]:
-        """Pipelined gets: ``(data, stat)``, ``(None, None)`` for absent znodes."""
-        from kazoo.exceptions import NoNodeError
-
-        def run() -> list[tuple[bytes | None, Any]]:
-            pending = [self.zk.get_async(self._p(p)) for p in paths]
-            out: list[tuple[bytes | None, Any]] = []
-            for res in pending:
-                try:
-                    out.append(res.get(timeout=self.op_timeout_s))
-                except NoNodeError:
-                    out.append((None, None))
-            return out
-
-        return list(self._call(run, "read ACL znodes"))
-
-    def _children(self, path: str, watch: Callable[[Any], None] | None = None) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return list(
-                self._call(lambda: self.zk.get_children(self._p(path), watch=watch), f"list {path}")
-            )
-        except NoNodeError:
-            return []
 
     def read_resources(
         self, patterns: Sequence[ResourcePattern]
@@ -478,15 +343,12 @@ class ZkAclClient:
         changed: dict[ResourcePattern, None] = {}
         now = time.time()
         for root, children in self.arm_watches(watch).items():
-            fresh = sorted(
-                (c for c in children if change_seq(c) > self.last_seq[root]), key=change_seq
-            )
-            nodes = self._get_many([f"{root}/{c}" for c in fresh])
-            for child, (data, stat) in zip(fresh, nodes, strict=True):
-                self.last_seq[root] = max(self.last_seq[root], change_seq(child))
+            for seq, child, data in self._notifications(
+                root, children, self.last_seq[root], change_seq
+            ):
+                self.last_seq[root] = max(self.last_seq[root], seq)
                 if data is None:
                     continue  # purged meanwhile; the resync after a gap covers it
-                self._change_ctime[f"{root}/{child}"] = stat.ctime / 1000.0
                 try:
                     pattern = decode_change(root, data)
                 except (ValueError, UnicodeDecodeError) as exc:
@@ -495,15 +357,6 @@ class ZkAclClient:
                     changed[pattern] = None
             self._purge(now)
         return self.read_resources(list(changed))
-
-    def _purge(self, now: float) -> None:
-        from kazoo.exceptions import NoNodeError, NotEmptyError
-
-        for path, ctime in list(self._change_ctime.items()):
-            if ctime + CHANGE_EXPIRATION_S < now:
-                del self._change_ctime[path]
-                with contextlib.suppress(NoNodeError, NotEmptyError, AclStoreError):
-                    self._call(functools.partial(self.zk.delete, self._p(path)), f"purge {path}")
 
     def snapshot(self) -> Snapshot:
         """Everything stored now (CLI, migration)."""
@@ -644,8 +497,12 @@ class ZkAclClient:
 # -- the asyncio store ------------------------------------------------------------------------
 
 
-class ZooKeeperAclStore(SnapshotPublisher):
+class ZooKeeperAclStore(ZkSyncShell[ZkAclClient], SnapshotPublisher):
     """:class:`AclStore` over :class:`ZkAclClient`; see the module docstring."""
+
+    error = AclStoreError
+    log = log
+    contents = "ACLs"
 
     def __init__(
         self,
@@ -655,76 +512,22 @@ class ZooKeeperAclStore(SnapshotPublisher):
         digest_auth_file: str | Path | None = None,
         session_timeout_s: float = 18.0,
     ) -> None:
-        super().__init__()
-        self.connect = connect
-        self.chroot = chroot
-        self.digest_auth_file = digest_auth_file
-        self.session_timeout_s = session_timeout_s
-        hosts, root = split_connect(connect, chroot)  # fail fast on a bad connect string
-        self._description = f"zookeeper {hosts}{root}"
-        self.client: ZkAclClient | None = None
+        SnapshotPublisher.__init__(self)
+        self._init_shell(connect, chroot, digest_auth_file, session_timeout_s, split_connect)
         self._resources: dict[ResourcePattern, Snapshot] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._closed = threading.Event()
-        self._need_resync = False
-        self.connected = False
-        self.resyncs = 0
-        """Full loads done after the first (reconnections, undecodable notifications)."""
 
-    @property
-    def description(self) -> str:
-        return self._description
-
-    # kazoo threads -> loop
-    def _signal(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = self._loop
-        if loop is None or self._closed.is_set():
-            return
-        with contextlib.suppress(RuntimeError):  # loop closed during shutdown
-            loop.call_soon_threadsafe(fn, *args)
-
-    def _watch(self, _event: Any) -> None:
-        self._signal(self._wake.set)
-
-    def _state_listener(self, state: str) -> None:
-        self._signal(self._on_state, str(state))
-
-    def _on_state(self, state: str) -> None:
-        if state == "CONNECTED":
-            if not self.connected:
-                log.info("%s: connected; resyncing ACLs", self.description)
-            self.connected = True
-            self._need_resync = True
-            self._wake.set()
-        else:
-            if self.connected:
-                log.warning(
-                    "%s: connection %s; keeping the %d ACLs in force, ACL changes refused",
-                    self.description, state.lower(), len(self.snapshot()),
-                )  # fmt: skip
-            self.connected = False
+    def _log_disconnected(self, state: str) -> None:
+        log.warning(
+            "%s: connection %s; keeping the %d ACLs in force, ACL changes refused",
+            self.description, state, len(self.snapshot()),
+        )  # fmt: skip
 
     # lifecycle
     async def start(self) -> None:
         if self.client is not None:
             return
-        self._loop = asyncio.get_running_loop()
-        digest = None
-        if self.digest_auth_file is not None:
-            digest = await asyncio.to_thread(read_digest_auth, self.digest_auth_file)
-        client = ZkAclClient(
-            self.connect,
-            chroot=self.chroot,
-            digest_auth=digest,
-            session_timeout_s=self.session_timeout_s,
-        )
-        await asyncio.to_thread(client.start)
-        self.client = client
-        client.zk.add_listener(self._state_listener)
-        self.connected = True
+        client = await self._connect(ZkAclClient)
         try:
             async with self._lock:
                 resources = await asyncio.to_thread(client.load_all, self._watch)
@@ -734,19 +537,19 @@ class ZooKeeperAclStore(SnapshotPublisher):
             raise
         log.info("loaded %d ACLs from %s", len(self.snapshot()), self.description)
         self._need_resync = False
-        self._task = asyncio.create_task(self._sync_loop(), name=f"acl-zk-sync:{self.description}")
+        self._start_sync("acl-zk-sync")
 
-    async def close(self) -> None:
-        self._closed.set()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._task = None
-        client, self.client = self.client, None
-        if client is not None:
-            await asyncio.to_thread(client.stop)
-        self.connected = False
+    def _sync_guard(self) -> asyncio.Lock:
+        return self._lock
+
+    async def _resync(self, client: ZkAclClient) -> None:
+        resources = await asyncio.to_thread(client.load_all, self._watch)
+        self._install(resources, full=True)
+        log.info("resynced %d ACLs from %s", len(self.snapshot()), self.description)
+
+    async def _poll(self, client: ZkAclClient) -> None:
+        changed = await asyncio.to_thread(client.poll_changes, self._watch)
+        self._install(changed, full=False)
 
     # state
     def _install(self, resources: Mapping[ResourcePattern, Snapshot], *, full: bool) -> None:
@@ -762,32 +565,6 @@ class ZooKeeperAclStore(SnapshotPublisher):
         for bindings in self._resources.values():
             merged |= bindings
         self.publish(frozenset(merged))
-
-    async def _sync_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            client = self.client
-            if client is None:
-                return
-            if not self.connected:
-                continue  # the reconnection sets _need_resync and wakes us
-            try:
-                async with self._lock:
-                    if self._need_resync:
-                        self._need_resync = False
-                        resources = await asyncio.to_thread(client.load_all, self._watch)
-                        self._install(resources, full=True)
-                        self.resyncs += 1
-                        log.info("resynced %d ACLs from %s", len(self.snapshot()), self.description)
-                    else:
-                        changed = await asyncio.to_thread(client.poll_changes, self._watch)
-                        self._install(changed, full=False)
-            except AclStoreError as exc:
-                log.error("%s: %s; keeping the ACLs in force, will resync", self.description, exc)
-                self._need_resync = True
-                await asyncio.sleep(0.5)
-                self._wake.set()
 
     # writes
     async def _write(self, add: Collection[AclBinding], remove: Collection[AclBinding]) -> None:

@@ -40,19 +40,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import random
-import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kafkaguard.policy.stores.base import AclStoreError
-from kafkaguard.policy.stores.zookeeper import read_digest_auth, split_connect
+from kafkaguard.policy.stores.zk_common import CHANGE_EXPIRATION_S as CHANGE_EXPIRATION_S
+from kafkaguard.policy.stores.zk_common import ZkClientBase, ZkSyncShell, sequence_number
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.credentials import CredentialStore
 from kafkaguard.proxy.sasl.scram import CredentialFormatError, ScramCredential
@@ -63,8 +61,6 @@ CONFIG_ROOT = "/config"
 USERS_PATH = "/config/users"
 CHANGES_PATH = "/config/changes"
 CHANGE_PREFIX = "config_change_"
-CHANGE_EXPIRATION_S = 15 * 60.0
-"""``ZkNodeChangeNotificationListener.changeExpirationMs``."""
 
 
 class ZooKeeperCredentialError(Exception):
@@ -162,12 +158,7 @@ def decode_change(data: bytes) -> str | None:
 
 
 def change_seq(child: str) -> int:
-    if not child.startswith(CHANGE_PREFIX):
-        return -1
-    try:
-        return int(child[len(CHANGE_PREFIX) :])
-    except ValueError:
-        return -1
+    return sequence_number(CHANGE_PREFIX, child)
 
 
 Users = dict[str, dict[str, ScramCredential]]
@@ -179,91 +170,26 @@ Users = dict[str, dict[str, ScramCredential]]
 _MAX_WRITE_ATTEMPTS = 30
 
 
-class ZkUserConfigClient:
+class ZkUserConfigClient(ZkClientBase):
     """Blocking access to ``/config/users``; see the module docstring. Not thread-safe for
     concurrent calls (the store serialises them)."""
 
-    def __init__(
-        self,
-        connect: str,
-        *,
-        chroot: str = "",
-        digest_auth: str | None = None,
-        session_timeout_s: float = 18.0,
-        op_timeout_s: float = 10.0,
-    ) -> None:
-        from kazoo.client import KazooClient
-        from kazoo.retry import KazooRetry
+    error = ZooKeeperCredentialError
+    log = log
+    read_label = "read user znodes"
+    watch_missing = True
 
-        try:
-            self.hosts, self.chroot = split_connect(connect, chroot)
-        except AclStoreError as exc:
-            raise ZooKeeperCredentialError(str(exc)) from None
-        self.session_timeout_s = session_timeout_s
-        self.op_timeout_s = op_timeout_s
-        auth_data = None
-        self._acl: list[Any] | None = None
+    def _init_state(self, digest_auth: str | None) -> None:
         self._sensitive_acl: list[Any] | None = None
         if digest_auth is not None:
-            from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
+            from kazoo.security import CREATOR_ALL_ACL
 
-            auth_data = [("digest", digest_auth)]
-            # Kafka's ZkData.defaultAcls with zookeeper.set.acl=true: the creator has all
-            # rights; the world may read, except under /config/users (a sensitive path).
-            self._acl = list(CREATOR_ALL_ACL) + list(READ_ACL_UNSAFE)
+            # Kafka's ZkData.defaultAcls: /config/users is a sensitive path, the world may
+            # not read it.
             self._sensitive_acl = list(CREATOR_ALL_ACL)
-        self.zk: Any = KazooClient(
-            hosts=self.hosts,
-            timeout=session_timeout_s,
-            auth_data=auth_data,
-            default_acl=self._acl,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
-            randomize_hosts=True,
-        )
         self.last_seq = -1
         self.known: set[str] = set()
         """Sanitized names of the user znodes seen at the last listing."""
-        self._change_ctime: dict[str, float] = {}
-
-    @property
-    def description(self) -> str:
-        return f"zookeeper {self.hosts}{self.chroot}"
-
-    def _p(self, path: str) -> str:
-        return self.chroot + path
-
-    def _call(self, fn: Callable[[], Any], what: str) -> Any:
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        try:
-            return fn()
-        except (NoNodeError, NodeExistsError):
-            raise
-        except Exception as exc:
-            raise ZooKeeperCredentialError(
-                f"{self.description}: {what} failed: {type(exc).__name__} {exc}".rstrip()
-            ) from exc
-
-    # lifecycle
-    def start(self, timeout_s: float | None = None) -> None:
-        try:
-            self.zk.start(timeout=timeout_s or self.session_timeout_s)
-        except Exception as exc:
-            self.stop()
-            raise ZooKeeperCredentialError(
-                f"cannot connect to ZooKeeper at {self.hosts}: {exc}"
-            ) from exc
-        self.ensure_paths()
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self.zk.stop()
-        with contextlib.suppress(Exception):
-            self.zk.close()
-
-    @property
-    def connected(self) -> bool:
-        return bool(self.zk.connected)
 
     def ensure_paths(self) -> None:
         """Kafka's broker creates ``/config/changes`` and ``/config/users`` at startup; so do
@@ -287,33 +213,6 @@ class ZkUserConfigClient:
                 log.warning("%s: cannot create %s: %s", self.description, path, exc)
 
     # reads
-    def _children(self, path: str, watch: Callable[[Any], None] | None) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return list(
-                self._call(lambda: self.zk.get_children(self._p(path), watch=watch), f"list {path}")
-            )
-        except NoNodeError:
-            if watch is not None:  # wake up when it is created
-                self._call(lambda: self.zk.exists(self._p(path), watch=watch), f"watch {path}")
-            return []
-
-    def _get_many(self, paths: Sequence[str]) -> list[tuple[bytes | None, Any]]:
-        from kazoo.exceptions import NoNodeError
-
-        def run() -> list[tuple[bytes | None, Any]]:
-            pending = [self.zk.get_async(self._p(p)) for p in paths]
-            out: list[tuple[bytes | None, Any]] = []
-            for res in pending:
-                try:
-                    out.append(res.get(timeout=self.op_timeout_s))
-                except NoNodeError:
-                    out.append((None, None))
-            return out
-
-        return list(self._call(run, "read user znodes"))
-
     def read_users(self, nodes: Iterable[str]) -> dict[str, dict[str, ScramCredential] | None]:
         """Sanitized node names → that user's SCRAM credentials (``None``: no znode)."""
         names = list(nodes)
@@ -346,14 +245,13 @@ class ZkUserConfigClient:
         be decoded (the caller resyncs)."""
         affected: set[str] = set()
         children = self._children(CHANGES_PATH, watch)
-        fresh = sorted((c for c in children if change_seq(c) > self.last_seq), key=change_seq)
         now = time.time()
-        notes = self._get_many([f"{CHANGES_PATH}/{c}" for c in fresh])
-        for child, (data, stat) in zip(fresh, notes, strict=True):
-            self.last_seq = max(self.last_seq, change_seq(child))
+        for seq, child, data in self._notifications(
+            CHANGES_PATH, children, self.last_seq, change_seq
+        ):
+            self.last_seq = max(self.last_seq, seq)
             if data is None:
                 continue  # purged meanwhile; a resync after a gap covers it
-            self._change_ctime[f"{CHANGES_PATH}/{child}"] = stat.ctime / 1000.0
             try:
                 node = decode_change(data)
             except (ValueError, UnicodeDecodeError) as exc:
@@ -368,15 +266,6 @@ class ZkUserConfigClient:
         self._purge(now)
         changed = self.read_users(sorted(affected))
         return {_user_name(node): creds for node, creds in changed.items()}
-
-    def _purge(self, now: float) -> None:
-        from kazoo.exceptions import NoNodeError, NotEmptyError
-
-        for path, ctime in list(self._change_ctime.items()):
-            if ctime + CHANGE_EXPIRATION_S < now:
-                del self._change_ctime[path]
-                with contextlib.suppress(NoNodeError, NotEmptyError, ZooKeeperCredentialError):
-                    self._call(functools.partial(self.zk.delete, self._p(path)), f"purge {path}")
 
     def list_users(self) -> dict[str, list[str]]:
         """User → the SCRAM mechanisms it has (CLI; never the credentials)."""
@@ -464,9 +353,13 @@ def _by_user(read: Mapping[str, dict[str, ScramCredential] | None]) -> Users:
 # -- the asyncio store ------------------------------------------------------------------------
 
 
-class ZooKeeperCredentialStore:
+class ZooKeeperCredentialStore(ZkSyncShell[ZkUserConfigClient]):
     """SCRAM credentials from ZooKeeper; PLAIN (which Kafka never kept in ZooKeeper) from an
     optional second store, normally the listener's credentials file."""
+
+    error = ZooKeeperCredentialError
+    log = log
+    contents = "SCRAM credentials"
 
     def __init__(
         self,
@@ -477,27 +370,11 @@ class ZooKeeperCredentialStore:
         session_timeout_s: float = 18.0,
         plain_store: CredentialStore | None = None,
     ) -> None:
-        try:
-            hosts, root = split_connect(connect, chroot)  # fail fast on a bad connect string
-        except AclStoreError as exc:
-            raise ZooKeeperCredentialError(str(exc)) from None
-        self.connect = connect
-        self.chroot = chroot
-        self.digest_auth_file = digest_auth_file
-        self.session_timeout_s = session_timeout_s
+        self._init_shell(
+            connect, chroot, digest_auth_file, session_timeout_s, ZkUserConfigClient.split
+        )
         self.plain_store = plain_store
-        self.description = f"zookeeper {hosts}{root}"
-        self.client: ZkUserConfigClient | None = None
         self._users: Users = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closed = threading.Event()
-        self._need_resync = False
-        self.connected = False
-        self.resyncs = 0
-        self.updates = 0
-        """Number of change batches applied (tests wait on it)."""
 
     # CredentialStore
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
@@ -509,34 +386,11 @@ class ZooKeeperCredentialStore:
     def users(self) -> dict[str, list[str]]:
         return {name: sorted(creds) for name, creds in self._users.items()}
 
-    # kazoo threads -> loop
-    def _signal(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = self._loop
-        if loop is None or self._closed.is_set():
-            return
-        with contextlib.suppress(RuntimeError):  # loop closed during shutdown
-            loop.call_soon_threadsafe(fn, *args)
-
-    def _watch(self, _event: Any) -> None:
-        self._signal(self._wake.set)
-
-    def _state_listener(self, state: str) -> None:
-        self._signal(self._on_state, str(state))
-
-    def _on_state(self, state: str) -> None:
-        if state == "CONNECTED":
-            if not self.connected:
-                log.info("%s: connected; resyncing SCRAM credentials", self.description)
-            self.connected = True
-            self._need_resync = True
-            self._wake.set()
-        else:
-            if self.connected:
-                log.warning(
-                    "%s: connection %s; keeping the SCRAM credentials of %d users in force",
-                    self.description, state.lower(), len(self._users),
-                )  # fmt: skip
-            self.connected = False
+    def _log_disconnected(self, state: str) -> None:
+        log.warning(
+            "%s: connection %s; keeping the SCRAM credentials of %d users in force",
+            self.description, state, len(self._users),
+        )  # fmt: skip
 
     # lifecycle
     async def start(self) -> None:
@@ -544,81 +398,32 @@ class ZooKeeperCredentialStore:
         if self.client is not None:
             return
         self._closed.clear()
-        self._loop = asyncio.get_running_loop()
-        digest = None
-        if self.digest_auth_file is not None:
-            try:
-                digest = await asyncio.to_thread(read_digest_auth, self.digest_auth_file)
-            except AclStoreError as exc:
-                raise ZooKeeperCredentialError(str(exc)) from None
-        client = ZkUserConfigClient(
-            self.connect,
-            chroot=self.chroot,
-            digest_auth=digest,
-            session_timeout_s=self.session_timeout_s,
-        )
-        await asyncio.to_thread(client.start)
-        self.client = client
-        client.zk.add_listener(self._state_listener)
-        self.connected = True
+        client = await self._connect(ZkUserConfigClient)
         try:
             self._users = await asyncio.to_thread(client.load_all, self._watch)
         except BaseException:
             await self.close()
             raise
         log.info("loaded SCRAM credentials of %d users from %s", len(self._users), self.description)
-        self._task = asyncio.create_task(self._sync_loop(), name=f"scram-zk:{self.description}")
+        self._start_sync("scram-zk")
 
-    async def close(self) -> None:
-        self._closed.set()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._task = None
-        client, self.client = self.client, None
-        if client is not None:
-            await asyncio.to_thread(client.stop)
-        self.connected = False
+    async def _resync(self, client: ZkUserConfigClient) -> None:
+        self._users = await asyncio.to_thread(client.load_all, self._watch)
+        log.info(
+            "resynced SCRAM credentials of %d users from %s", len(self._users), self.description
+        )
 
-    async def _sync_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            client = self.client
-            if client is None:
-                return
-            if not self.connected:
-                continue  # the reconnection sets _need_resync and wakes us
-            try:
-                if self._need_resync:
-                    self._need_resync = False
-                    self._users = await asyncio.to_thread(client.load_all, self._watch)
-                    self.resyncs += 1
-                    log.info(
-                        "resynced SCRAM credentials of %d users from %s",
-                        len(self._users), self.description,
-                    )  # fmt: skip
+    async def _poll(self, client: ZkUserConfigClient) -> None:
+        changed = await asyncio.to_thread(client.poll_changes, self._watch)
+        if changed:
+            users = dict(self._users)
+            for name, creds in changed.items():
+                if creds:
+                    users[name] = creds
                 else:
-                    changed = await asyncio.to_thread(client.poll_changes, self._watch)
-                    if changed:
-                        users = dict(self._users)
-                        for name, creds in changed.items():
-                            if creds:
-                                users[name] = creds
-                            else:
-                                users.pop(name, None)
-                        self._users = users
-                        log.info(
-                            "SCRAM credentials updated from %s: %s",
-                            self.description, ", ".join(sorted(changed)),
-                        )  # fmt: skip
-                self.updates += 1
-            except ZooKeeperCredentialError as exc:
-                log.error(
-                    "%s: %s; keeping the SCRAM credentials in force, will resync",
-                    self.description, exc,
-                )  # fmt: skip
-                self._need_resync = True
-                await asyncio.sleep(0.5)
-                self._wake.set()
+                    users.pop(name, None)
+            self._users = users
+            log.info(
+                "SCRAM credentials updated from %s: %s",
+                self.description, ", ".join(sorted(changed)),
+            )  # fmt: skip
