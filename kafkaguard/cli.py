@@ -14,13 +14,28 @@ from pathlib import Path
 from kafkaguard.certs import cli as certs_cli
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy import acls_cli
+from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.proxy.config import HostPort, ProxyConfig, UpstreamConfig, load_config
 from kafkaguard.proxy.sasl import cli as users_cli
+from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError
+from kafkaguard.proxy.sasl.oauthbearer import KeyLoadError
+from kafkaguard.proxy.sasl.scram import CredentialFormatError
+from kafkaguard.proxy.sasl.zookeeper_credentials import ZooKeeperCredentialError
 from kafkaguard.proxy.server import ProxyServer, install_event_loop_policy, raise_open_file_limit
 
 DEMO_FILES = Path(__file__).parent / "demo"
 
 log = logging.getLogger("kafkaguard")
+
+_STARTUP_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    ConfigError,
+    AclStoreError,
+    UpstreamAuthenticationError,
+    ZooKeeperCredentialError,
+    KeyLoadError,
+    CredentialFormatError,
+)
 
 
 async def _serve(config: ProxyConfig) -> None:
@@ -62,7 +77,14 @@ def _run(config_path: Path) -> int:
     raise_open_file_limit()
     loop_name = install_event_loop_policy()
     log.info("event loop: %s", loop_name)
-    asyncio.run(_serve(config))
+    try:
+        asyncio.run(_serve(config))
+    except _STARTUP_ERRORS as exc:
+        # Expected start failures (unreachable upstream, refused upstream credentials, ACL
+        # store or credential source not loadable, key files): one clear line, no traceback.
+        log.debug("start failed", exc_info=True)
+        print(f"kafkaguard: cannot start: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
     return 0
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kafkaguard.cli import main
+from kafkaguard.tansu import TansuBroker, free_port
 
 
 def test_acls_subcommand_adds_and_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -29,3 +30,24 @@ def test_check_config_names_the_bad_key(tmp_path: Path, capsys: pytest.CaptureFi
 def test_example_config_is_valid() -> None:
     example = Path(__file__).resolve().parent.parent / "config.example.yaml"
     assert main(["check-config", "--config", str(example)]) == 0
+
+
+def test_run_reports_a_start_failure_in_one_line(
+    tmp_path: Path,
+    tansu: TansuBroker,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Keep this process on the default event loop policy (uvloop is the production default).
+    monkeypatch.setattr("kafkaguard.cli.install_event_loop_policy", lambda: "asyncio")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"upstream:\n  bootstrap_servers: ['{tansu.address}']\n"
+        f"listeners:\n  - name: P\n    port: {free_port()}\n"
+        "acl_store:\n  type: file\n  path: missing-acls.yaml\n",
+        encoding="utf-8",
+    )
+    assert main(["run", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafkaguard: cannot start:") and "missing-acls.yaml" in err
+    assert "Traceback" not in err
