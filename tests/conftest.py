@@ -223,4 +223,4 @@ async def async_proxy(tansu: TansuBroker) -> AsyncIterator[ProxyServer]:
 
 
 # -- ZooKeeper (issue 6): `zookeeper` (session) and `zookeeper_factory` live in policy/ --------
-from policy.zk_fixture import zookeeper, zookeeper_factory  # noqa: E402,F401
+from policy.zk_fixture import chroot, raw_zk, zookeeper, zookeeper_factory  # noqa: E402,F401

@@ -9,7 +9,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,25 +76,6 @@ def acl(
     return AclBinding(
         ResourcePattern(rtype, name, ptype), AccessControlEntry(principal, host, op, perm)
     )
-
-
-@pytest.fixture
-def chroot() -> str:
-    return unique_chroot()
-
-
-@pytest.fixture
-def raw_zk(zookeeper: ZooKeeperServer) -> Iterator[Any]:
-    """A plain kazoo client: plays Kafka's AclAuthorizer / kafka-acls.sh writing by hand."""
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=zookeeper.connect)
-    client.start(10)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()
 
 
 StoreFactory = Callable[..., Awaitable[ZooKeeperAclStore]]

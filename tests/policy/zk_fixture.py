@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,3 +163,24 @@ def zookeeper_factory(tmp_path: Path) -> Iterator[ZooKeeperFactory]:
 
 def unique_chroot() -> str:
     return f"/kg-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def chroot() -> str:
+    """A fresh chroot per test: tests share one ZooKeeper without seeing each other."""
+    return unique_chroot()
+
+
+@pytest.fixture
+def raw_zk(zookeeper: ZooKeeperServer) -> Iterator[Any]:
+    """A plain kazoo client: plays Kafka's own tools (kafka-acls.sh, kafka-configs.sh
+    --zookeeper) writing znodes by hand."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect)
+    client.start(10)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()

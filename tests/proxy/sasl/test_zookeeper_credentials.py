@@ -14,13 +14,13 @@ import base64
 import io
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import TANSU_NODE_ID, RunningProxy, free_base, start_proxy_thread, stop_proxy_thread
-from policy.zk_fixture import ZooKeeperFactory, ZooKeeperServer, unique_chroot
+from policy.zk_fixture import ZooKeeperFactory, ZooKeeperServer
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
@@ -145,25 +145,6 @@ def test_config() -> None:
 
 
 # -- against ZooKeeper ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def chroot() -> str:
-    return unique_chroot()
-
-
-@pytest.fixture
-def raw_zk(zookeeper: ZooKeeperServer) -> Iterator[Any]:
-    """A plain kazoo client: plays ``kafka-configs.sh --zookeeper`` writing by hand."""
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=zookeeper.connect)
-    client.start(10)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()
 
 
 def kafka_configs_write(zk: Any, chroot: str, user: str, data: bytes) -> None:
