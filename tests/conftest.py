@@ -75,17 +75,20 @@ def proxy_config(
     limits: LimitsConfig | None = None,
     name: str = "PLAINTEXT",
     policy: PolicyConfig | None = None,
+    security_protocol: str = "PLAINTEXT",
+    sasl: Any = None,
 ) -> ProxyConfig:
     """A one-listener config. The default policy makes ``User:ANONYMOUS`` (every PLAINTEXT
     client) a super user, so backbone tests exercise forwarding, not ACLs."""
     listener = ListenerConfig(
         name=name,
-        security_protocol="PLAINTEXT",
+        security_protocol=security_protocol,
         bind_host="127.0.0.1",
         port=port or free_port(),
         advertised_host="127.0.0.1",
         # Tansu's node id is 111: base + 111 must be a port that is free right now.
         broker_ports=broker_ports or BrokerPorts(free_base([TANSU_NODE_ID]), {}),
+        sasl=sasl,
     )
     return ProxyConfig(
         listeners=(listener,),

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 from conftest import (
-    TANSU_NODE_ID,
     RunningProxy,
-    free_base,
+    proxy_config,
     start_proxy_thread,
     stop_proxy_thread,
     unique_name,
@@ -37,17 +36,10 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
-from kafkaguard.proxy.config import (
-    BrokerPorts,
-    LimitsConfig,
-    ListenerConfig,
-    ProxyConfig,
-    UpstreamConfig,
-)
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import OAuthBearerConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
-from kafkaguard.tansu import TansuBroker, free_port
+from kafkaguard.tansu import TansuBroker
 
 from .jwt_helpers import Signer
 
@@ -109,19 +101,11 @@ def start_sasl_proxy(
         failed_authentication_delay_ms=10,
         max_failed_authentication_delay_ms=50,
     )
-    listener = ListenerConfig(
+    config = proxy_config(
+        tansu.address,
         name="SASL_PLAINTEXT",
         security_protocol="SASL_PLAINTEXT",
-        bind_host="127.0.0.1",
-        port=free_port(),
-        advertised_host="127.0.0.1",
-        broker_ports=BrokerPorts(free_base([TANSU_NODE_ID]), {}),
         sasl=sasl,
-    )
-    config = ProxyConfig(
-        listeners=(listener,),
-        upstream=UpstreamConfig((tansu.address,), connect_timeout_s=5.0),
-        limits=LimitsConfig(),
         policy=PolicyConfig(
             authorizer=AuthorizerConfig(),
             acl_store=AclStoreConfig(type="file", path=acl_file),

@@ -19,18 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TANSU_NODE_ID, RunningProxy, free_base, start_proxy_thread, stop_proxy_thread
+from conftest import (
+    TANSU_NODE_ID,
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+)
 from policy.zk_fixture import ZooKeeperFactory, ZooKeeperServer
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
-from kafkaguard.proxy.config import (
-    BrokerPorts,
-    LimitsConfig,
-    ListenerConfig,
-    ProxyConfig,
-    UpstreamConfig,
-)
 from kafkaguard.proxy.sasl import cli as users_cli
 from kafkaguard.proxy.sasl import scram
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, SaslZooKeeperConfig, parse_sasl_config
@@ -338,19 +337,11 @@ def _start_proxy(tansu: TansuBroker, zookeeper: ZooKeeperServer, chroot: str) ->
         zookeeper=SaslZooKeeperConfig(connect=zookeeper.connect, chroot=chroot),
         failed_authentication_delay_ms=0,
     )
-    listener = ListenerConfig(
+    config = proxy_config(
+        tansu.address,
         name="SASL_PLAINTEXT",
         security_protocol="SASL_PLAINTEXT",
-        bind_host="127.0.0.1",
-        port=free_port(),
-        advertised_host="127.0.0.1",
-        broker_ports=BrokerPorts(free_base([TANSU_NODE_ID]), {}),
         sasl=sasl,
-    )
-    config = ProxyConfig(
-        listeners=(listener,),
-        upstream=UpstreamConfig((tansu.address,), connect_timeout_s=5.0),
-        limits=LimitsConfig(),
         policy=PolicyConfig(authorizer=AuthorizerConfig(allow_everyone_if_no_acl_found=True)),
     )
     return start_proxy_thread(config)
