@@ -100,11 +100,13 @@ class RequestContext:
     api_version: int
     client_id: str | None = None
     correlation_id: int = 0
-    host: str = field(init=False, compare=False)
-    """The client address as Java prints it, computed once per context (spec §1.2)."""
+    host: str = field(default="", compare=False)
+    """The client address as Java prints it (spec §1.2). Computed from ``client_address``
+    when not given; a connection passes the text it computed once for all its requests."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "host", java_host_address(self.client_address))
+        if not self.host:
+            object.__setattr__(self, "host", java_host_address(self.client_address))
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ class Session:
             api_version=header.api_version,
             client_id=header.client_id,
             correlation_id=header.correlation_id,
+            host=self.client_host,
         )
 
 
