@@ -226,4 +226,7 @@ async def async_proxy(tansu: TansuBroker) -> AsyncIterator[ProxyServer]:
 
 
 # -- ZooKeeper (issue 6): `zookeeper` (session) and `zookeeper_factory` live in policy/ --------
+# -- Apache Kafka (issue 8): `kafka_upstream`, `kafka_referee` (session) live in kafka/ ---------
+#    (tests/kafka is on pytest's `pythonpath`: a package named `kafka` would shadow kafka-python)
+from kafka_fixture import kafka_referee, kafka_upstream  # noqa: E402,F401
 from policy.zk_fixture import chroot, raw_zk, zookeeper, zookeeper_factory  # noqa: E402,F401
