@@ -76,9 +76,16 @@ def _filter_has_unknown_code(f: Any) -> bool:
     )
 
 
-def _error_fields(error: ApiError | None) -> dict[str, Any]:
+_SCHEMA_DEFAULT = ""
+"""Kafka's generated message classes start a nullable string without a ``"default"`` in its
+JSON schema as ``""``: the ``errorMessage`` of a successful DescribeAcls response and of a
+successful ``AclCreationResult`` stays so on the wire (the DeleteAcls results declare
+``"default": "null"``)."""
+
+
+def _error_fields(error: ApiError | None, success_message: str | None = None) -> dict[str, Any]:
     if error is None:
-        return {"error_code": ErrorCode.none, "error_message": None}
+        return {"error_code": ErrorCode.none, "error_message": success_message}
     return {"error_code": ErrorCode(int(error.code)), "error_message": error.message}
 
 
@@ -130,7 +137,13 @@ class DescribeAclsHandler(ApiHandler):
         if not is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER):
             return Respond(codec.make_entity(schema, _DENIED, resources=()))
         found = ctx.describe_acls(acl_filter(body))
-        return Respond(codec.make_entity(schema, resources=self._resources(schema, found)))
+        return Respond(
+            codec.make_entity(
+                schema,
+                error_message=_SCHEMA_DEFAULT,
+                resources=self._resources(schema, found),
+            )
+        )
 
     @staticmethod
     def _resources(schema: Any, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
@@ -190,7 +203,9 @@ class CreateAclsHandler(ApiHandler):
             results = await ctx.create_acls(request, bindings)
             return codec.make_entity(
                 schema,
-                results=tuple(result_type(**_error_fields(r.error)) for r in results),
+                results=tuple(
+                    result_type(**_error_fields(r.error, _SCHEMA_DEFAULT)) for r in results
+                ),
             )
 
         return RespondLater(respond)

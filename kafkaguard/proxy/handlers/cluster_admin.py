@@ -7,12 +7,13 @@ handler): allowed → the client's bytes are forwarded unchanged; denied → the
 CLUSTER_AUTHORIZATION_FAILED (31) itself, shaped like that API's
 ``XxxRequest.getErrorResponse`` (§5.2), and nothing reaches the broker.
 
-Error messages: Kafka's broker-side checks pass ``Errors.CLUSTER_AUTHORIZATION_FAILED.exception``
-whose generic message ``ApiError.fromThrowable`` drops (null on the wire); the controller-side
-ones throw ``ClusterAuthorizationException("Request Request(processor=…) is not authorized.")``,
-a text full of broker internals the proxy neither has nor should invent. Both become a null
-message here, except where ``getErrorResponse`` writes ``Errors.message()`` itself
-(AlterClientQuotas).
+Error messages: ``AuthHelper.authorizeClusterOperation`` throws
+``ClusterAuthorizationException(s"Request $request needs $operation permission.")`` — the
+broker's ``RequestChannel.Request`` dumped: processor, connection id with the broker's own
+address, session and buffer objects (the referee answers exactly that, on broker and
+controller alike). The proxy answers a null message instead: broker addresses never reach a
+client, and the Java internals are not the proxy's to invent (docs/deviations.md). Where
+``getErrorResponse`` writes ``Errors.message()`` itself (AlterClientQuotas) so does the proxy.
 
 DescribeCluster (60) on a broker listener is not authorized at all
 (``KafkaApis.handleDescribeCluster`` → ``AuthHelper.computeDescribeClusterResponse``); the

@@ -135,11 +135,14 @@ def _forward_authorized(
     keys: list[Key],
     local: dict[Key, list[Any]],
     rewrite: ResponseRewrite | None = None,
+    changes: dict[str, Any] | None = None,
 ) -> Verdict:
-    """Forward the resources without a local answer; merge the local ones into the broker's
-    ``field`` in request order (the proxy answers alone when none is left); ``rewrite`` then
-    applies to what the broker answered."""
+    """Forward the resources without a local answer (and the body ``changes``); merge the
+    local ones into the broker's ``field`` in request order (the proxy answers alone when none
+    is left); ``rewrite`` then applies to what the broker answered."""
     if not local:
+        if changes:
+            return Forward(request=codec.replace(body, **changes), rewrite=rewrite)
         return FORWARD if rewrite is None else Forward(rewrite=rewrite)
     merge = merge_rewrite(keys, local, field, _key)
     kept = tuple(r for r in body.resources if _key(r) not in local)
@@ -147,7 +150,8 @@ def _forward_authorized(
         schema = codec.response_schema(request.header.api_key, request.header.api_version)
         empty: dict[str, Any] = {field: ()}
         return Respond(merge(entity(schema, **empty)))
-    return Forward(request=codec.replace(body, resources=kept), rewrite=chain(rewrite, merge))
+    reduced = codec.replace(body, resources=kept, **(changes or {}))
+    return Forward(request=reduced, rewrite=chain(rewrite, merge))
 
 
 class DescribeConfigsHandler(ApiHandler):
@@ -192,13 +196,20 @@ class _AlterConfigsHandler(ApiHandler):
     Before authorization, in Kafka's order: a resource named twice → 42 "Each resource must
     appear at most once." on every occurrence; duplicate config keys → 42; a null value
     (except incremental DELETE) → 42; an unknown resource type → 42. BROKER_LOGGER
-    (incremental only) is authorized there: ALTER_CONFIGS on the cluster, 31 before its
-    logger names are validated. Then ALTER_CONFIGS per remaining resource (31/29/30,
-    message ``Errors.message()``); the authorized ones are forwarded.
+    (incremental only) is authorized there: ALTER_CONFIGS on the cluster, 31 (no message:
+    ``ApiError.fromThrowable`` drops the default one) before its logger names are validated.
+    Then ALTER_CONFIGS per remaining resource (31/29/30, message ``Errors.message()``, as
+    ``new ApiError(error)`` sets it); the authorized ones are forwarded.
 
-    Not replicated (need broker state): a BROKER resource's node-id and config validation,
-    which Kafka runs before authorization — the proxy authorizes first, so a principal
-    without ALTER_CONFIGS gets 31 where Kafka might answer 42 for an invalid broker config.
+    A BROKER resource is also validated by the broker before authorization (its node id, and
+    ``DynamicBrokerConfig.validate`` of the change): Kafka answers those failures (42) even to
+    a principal without ALTER_CONFIGS on the cluster. The proxy has no broker config to
+    validate against, so it lets the broker do it: such resources are forwarded with
+    ``validate_only`` — nothing changes — and their result becomes 31 unless the broker
+    rejected them with 42. That is possible when the request is validate-only anyway or
+    nothing else in it is forwarded; when it also carries authorized changes to apply, they
+    cannot share one request, and those BROKER resources get 31 without the broker's
+    validation (docs/deviations.md).
     """
 
     incremental: bool
@@ -228,15 +239,42 @@ class _AlterConfigsHandler(ApiHandler):
             elif resource.resource_type == BROKER_LOGGER and not is_allowed(
                 ctx, request, AclOperation.ALTER_CONFIGS, CLUSTER
             ):
-                reject(resource, ErrorCode.cluster_authorization_failed)
+                local.setdefault(_key(resource), []).append(
+                    entity(
+                        result_type,
+                        ErrorCode.cluster_authorization_failed,
+                        error_message=None,
+                        resource_type=resource.resource_type,
+                        resource_name=resource.resource_name,
+                    )
+                )
+        unvalidated: list[Any] = []  # denied BROKER resources the broker validates first
         for resource in body.resources:
             if _key(resource) in local or resource.resource_type == BROKER_LOGGER:
                 continue
             guard = config_resource(resource.resource_type, resource.resource_name)
             assert guard is not None  # unknown types were rejected by the pre-check
             pattern, code = guard
-            if not is_allowed(ctx, request, AclOperation.ALTER_CONFIGS, pattern):
+            if is_allowed(ctx, request, AclOperation.ALTER_CONFIGS, pattern):
+                continue
+            if resource.resource_type == BROKER:
+                unvalidated.append(resource)
+            else:
                 reject(resource, code)
+        probes = {_key(r) for r in unvalidated}
+        applied = any(_key(r) not in local and _key(r) not in probes for r in body.resources)
+        if probes and (body.validate_only or not applied):
+            return _forward_authorized(
+                request,
+                body,
+                "responses",
+                keys,
+                local,
+                _denied_after_validation(probes),
+                {"validate_only": True},
+            )
+        for resource in unvalidated:
+            reject(resource, ErrorCode.cluster_authorization_failed)
         return _forward_authorized(request, body, "responses", keys, local)
 
     def _precheck(self, resource: Any) -> str | None:
@@ -256,6 +294,24 @@ class _AlterConfigsHandler(ApiHandler):
         if resource.resource_type not in supported:
             return f"Unknown resource type {int(resource.resource_type)}"
         return None
+
+
+def _denied_after_validation(probes: set[Key]) -> ResponseRewrite:
+    """The results of BROKER resources forwarded only for the broker's validation: its 42
+    stands (Kafka rejects them so before authorizing), anything else is the 31 the principal
+    gets from the controller's ``authorizeAlterResource``."""
+    denied = ErrorCode.cluster_authorization_failed
+
+    def rewrite(response: Any) -> Any:
+        results = tuple(
+            codec.replace(r, error_code=denied, error_message=ERROR_MESSAGES[denied])
+            if _key(r) in probes and r.error_code != ErrorCode.invalid_request
+            else r
+            for r in response.responses
+        )
+        return codec.replace(response, responses=results)
+
+    return rewrite
 
 
 class AlterConfigsHandler(_AlterConfigsHandler):

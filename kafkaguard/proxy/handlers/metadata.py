@@ -17,9 +17,11 @@ Metadata follows ``KafkaApis.handleTopicMetadataRequest``:
   turned into Kafka's (29, name, zero id, isInternal(name)). Deviations, all on the safe side:
   the CREATE checks also run for names that exist (the per-topic ones with
   ``logIfDenied=false`` so existing topics produce no "Denied" audit lines); when a request
-  mixes names with and without CREATE, missing names the principal *may* create are reported 3
-  instead of being created; v0–3 (no auto-creation flag on the wire) cannot switch creation
-  off, so names lacking CREATE are answered 29 without being forwarded.
+  mixes names with and without CREATE (existing or not), missing names the principal *may*
+  create are reported 3 (as Kafka 4 reports a topic it is creating) but not created; v0–3 (no
+  auto-creation flag on the wire) cannot switch creation off, so names lacking CREATE are
+  answered 29 without being forwarded, existing ones included (docs/deviations.md; pinned by
+  tests/conformance/test_admin_metadata.py).
 * KIP-430 (v8+): ``topic_authorized_operations`` for every topic the broker described (not for
   29/100 entries) and v8–10 ``cluster_authorized_operations`` (0 without DESCRIBE CLUSTER) when
   requested; the "not requested" sentinel otherwise, whatever the broker sent.

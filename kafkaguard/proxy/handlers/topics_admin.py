@@ -153,8 +153,11 @@ class DeleteTopicsHandler(ApiHandler):
     trip the broker's own check does not have, so it answers 29 — the principal can
     DESCRIBE the topic, so nothing is revealed that Metadata would not tell it.
 
-    By id (v6): an id the proxy never saw in a broker response → 100 (never forwarded);
-    a known id without DELETE → 29, with the name only if the principal may DESCRIBE it.
+    By id (v6): with DELETE on the cluster every id is forwarded (the broker resolves it, or
+    answers 100); otherwise an id the proxy never saw in a broker response → 100 (never
+    forwarded: its name, which the checks need, is unknown — a deviation for topics whose id
+    never passed through the proxy), a known id without DELETE → 29, with the name only if
+    the principal may DESCRIBE it.
     ``delete.topic.enable=false`` (73/42) is the broker's to answer for what is forwarded;
     fully denied requests get the authorization errors instead.
     """
@@ -218,8 +221,11 @@ class DeleteTopicsHandler(ApiHandler):
             elif topic_id in dup_ids:
                 a = answer(None, topic_id, invalid, "Duplicate topic id.")
             elif (known := resolved.get(topic_id or _ZERO)) is None:
-                code = ErrorCode.unknown_topic_id
-                a = answer(None, topic_id, code, ERROR_MESSAGES[code])
+                if cluster_ok:  # every topic may be deleted: the broker resolves the id
+                    a = None
+                else:
+                    code = ErrorCode.unknown_topic_id
+                    a = answer(None, topic_id, code, ERROR_MESSAGES[code])
             elif known not in deletable:
                 shown = known if known in describable else None
                 a = answer(shown, topic_id, denied, ERROR_MESSAGES[denied])

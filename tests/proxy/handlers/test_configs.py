@@ -318,3 +318,68 @@ def test_describe_configs_without_broker_resources_is_not_decoded() -> None:
     for resources in (((TOPIC, "t"),), ((BROKER_LOGGER, "1"), (TOPIC, "t"))):
         verdict = h.send(describe(*resources))
         assert isinstance(verdict, Forward) and verdict.rewrite is None
+
+
+def test_incremental_broker_logger_denial_has_no_message() -> None:
+    # RuntimeLoggerManager throws ClusterAuthorizationException with the default message,
+    # which ApiError.fromThrowable drops (the referee answers null).
+    verdict = HandlerHarness([]).send(incremental((BROKER_LOGGER, "1", (("kafka", 0, "INFO"),))))
+    assert isinstance(verdict, Respond)
+    (result,) = verdict.response.responses
+    assert (int(result.error_code), result.error_message) == (31, None)
+
+
+def broker_failed(name: str, code: ErrorCode, message: str) -> Any:
+    return iac_resp.IncrementalAlterConfigsResponse(
+        throttle_time=timedelta(0),
+        responses=(
+            iac_resp.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=BROKER, resource_name=name
+            ),
+        ),
+    )
+
+
+def test_denied_broker_resource_is_validated_by_the_broker_first() -> None:
+    # ConfigAdminManager.preprocess validates BROKER resources before the controller
+    # authorizes them: the proxy forwards them validate-only and keeps only the broker's 42.
+    h = HandlerHarness([])
+    body = incremental((BROKER, "7", SET))
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    forwarded = h.forwarded_body(verdict, body)
+    assert forwarded.validate_only is True
+    assert [r.resource_name for r in forwarded.resources] == ["7"]
+    message = "Unexpected broker id, expected 1, but received 7"
+    response = h.complete(verdict, broker_failed("7", ErrorCode.invalid_request, message))
+    (result,) = response.responses
+    assert (int(result.error_code), result.error_message) == (42, message)
+    # Valid for the broker (or rejected by anything after preprocessing): the 31 it deserves.
+    for code, text in ((ErrorCode.none, None), (ErrorCode.invalid_config, "ELR")):
+        verdict = h.send(body)
+        response = h.complete(verdict, broker_failed("7", code, text or ""))
+        (result,) = response.responses
+        assert (int(result.error_code), result.error_message) == (
+            31,
+            "Cluster authorization failed.",
+        )
+
+
+def test_denied_broker_resource_next_to_applied_changes_is_not_validated() -> None:
+    # One request cannot both apply the topic change and only validate the BROKER resource.
+    h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "TOPIC", "t")])
+    body = incremental((TOPIC, "t", SET), (BROKER, "1", SET))
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    forwarded = h.forwarded_body(verdict, body)
+    assert forwarded.validate_only is False
+    assert [r.resource_name for r in forwarded.resources] == ["t"]
+    response = h.complete(verdict, altered((TOPIC, "t")))
+    assert codes(response.responses) == [(TOPIC, "t", 0), (BROKER, "1", 31)]
+    # The same request validate-only: the broker validates both.
+    verdict = h.send(replace(body, validate_only=True))
+    assert isinstance(verdict, Forward)
+    forwarded = h.forwarded_body(verdict, replace(body, validate_only=True))
+    assert [r.resource_name for r in forwarded.resources] == ["t", "1"]
+    response = h.complete(verdict, altered((TOPIC, "t"), (BROKER, "1")))
+    assert codes(response.responses) == [(TOPIC, "t", 0), (BROKER, "1", 31)]

@@ -234,6 +234,26 @@ def test_delete_topics_by_id() -> None:
     ]
 
 
+def test_delete_topics_by_unseen_id_with_delete_on_cluster_is_forwarded() -> None:
+    # DELETE on the cluster authorizes every topic, so the name behind an id the proxy never
+    # saw is not needed: the broker resolves the id (or answers 100) as Kafka's controller.
+    unseen = uuid.uuid4()
+    h = HandlerHarness([acl(ALICE, "DELETE", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(delete_v6((None, unseen), ("n", A_ID)))
+    assert isinstance(verdict, Forward)
+    assert [t.topic_id for t in verdict.request.topics] == [unseen]
+    broker = dt_resp.DeleteTopicsResponse(
+        throttle_time=timedelta(0),
+        responses=(
+            dt_resp.DeletableTopicResult(
+                name="x", topic_id=unseen, error_code=ErrorCode.none, error_message=None
+            ),
+        ),
+    )
+    response = h.complete(verdict, broker)
+    assert [(r.name, int(r.error_code)) for r in response.responses] == [("x", 0), ("n", 42)]
+
+
 # -- CreatePartitions ----------------------------------------------------------------------------
 
 
