@@ -1,9 +1,14 @@
-"""``kafkaguard`` command line: run, demo, check-config (and acls, explain as they arrive)."""
+"""``kafkaguard`` command line: run, demo, check-config, acls, certs, users, explain.
+
+Each sub-command is one ``add_parser`` in :func:`build_parser` whose ``handler`` default is
+the function :func:`main` calls with the parsed arguments (returning the exit code).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import shutil
 import sys
@@ -11,11 +16,35 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kafkaguard.audit.config import LOG_ONLY
+from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only when run
 from kafkaguard.certs import cli as certs_cli
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy import acls_cli
+from kafkaguard.policy.authorizer import (
+    Action,
+    AuthorizationResult,
+    RequestContext,
+    SecurityProtocol,
+)
+from kafkaguard.policy.config import build_authorizer
+from kafkaguard.policy.explain import (
+    Explanation,
+    decision_context,
+    explain,
+    explanation_json,
+    render_text,
+)
+from kafkaguard.policy.model import CLUSTER_NAME, AclOperation, ResourcePattern, ResourceType
+from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.base import AclStoreError
-from kafkaguard.proxy.config import HostPort, ProxyConfig, UpstreamConfig, load_config
+from kafkaguard.proxy.config import (
+    HostPort,
+    ListenerConfig,
+    ProxyConfig,
+    UpstreamConfig,
+    load_config,
+)
 from kafkaguard.proxy.sasl import cli as users_cli
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError
 from kafkaguard.proxy.sasl.oauthbearer import KeyLoadError
@@ -109,11 +138,107 @@ def _check_config(config_path: Path) -> int:
     return 0
 
 
+# -- explain ------------------------------------------------------------------------------
+
+_EXPLAIN_RESOURCES: tuple[tuple[str, ResourceType], ...] = (
+    ("topic", ResourceType.TOPIC),
+    ("group", ResourceType.GROUP),
+    ("cluster", ResourceType.CLUSTER),
+    ("transactional_id", ResourceType.TRANSACTIONAL_ID),
+    ("delegation_token", ResourceType.DELEGATION_TOKEN),
+    ("user", ResourceType.USER),
+)
+_EXPLAIN_LOAD_TIMEOUT_S = 60.0
+
+
+def _add_explain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, required=True, help="the proxy's configuration")
+    parser.add_argument("--principal", required=True, help="e.g. User:alice")
+    parser.add_argument("--host", required=True, help="the client's IP address")
+    parser.add_argument("--listener", help="listener name (default: the first configured)")
+    parser.add_argument("--operation", required=True, help="e.g. READ, WRITE, DescribeConfigs")
+    resource = parser.add_mutually_exclusive_group(required=True)
+    resource.add_argument("--topic")
+    resource.add_argument("--group")
+    resource.add_argument("--cluster", action="store_const", const=CLUSTER_NAME)
+    resource.add_argument("--transactional-id")
+    resource.add_argument("--delegation-token")
+    resource.add_argument("--user")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _explain_request(
+    config: ProxyConfig, args: argparse.Namespace
+) -> tuple[ListenerConfig, RequestContext, Action]:
+    """The listener, KIP-504 context and action the arguments describe (ValueError if bad)."""
+    listener = config.listeners[0]
+    if args.listener is not None:
+        names = [ls.name for ls in config.listeners]
+        if args.listener not in names:
+            raise ValueError(f"no listener {args.listener!r} (configured: {', '.join(names)})")
+        listener = config.listeners[names.index(args.listener)]
+    operation = AclOperation.parse(args.operation)
+    if operation in (AclOperation.ANY, AclOperation.ALL):
+        raise ValueError(f"{operation.name} is not an operation a request performs")
+    resource_type, name = next(
+        (kind, getattr(args, attr)) for attr, kind in _EXPLAIN_RESOURCES if getattr(args, attr)
+    )
+    context = decision_context(
+        args.principal, args.host, listener.name, SecurityProtocol(listener.security_protocol)
+    )
+    return listener, context, Action(operation, ResourcePattern(resource_type, name))
+
+
+async def _explain_decision(
+    config: ProxyConfig, listener: str, context: RequestContext, action: Action
+) -> Explanation:
+    """Load the authorizer and ACL store as ``kafkaguard run`` does, decide once, close."""
+    authorizer = build_authorizer(config.policy)
+    try:
+        if not isinstance(authorizer, StandardAuthorizer):
+            class_path = config.policy.authorizer.class_path
+            raise ValueError(f"explain needs kafkaguard's StandardAuthorizer, not {class_path}")
+        ready = authorizer.start([listener])
+        await asyncio.wait_for(ready[listener], _EXPLAIN_LOAD_TIMEOUT_S)
+        return explain(authorizer, context, action)
+    finally:
+        await authorizer.close()
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """Exit 0 if the request would be allowed, 1 if denied, 2 on errors."""
+    try:
+        config = load_config(args.config)
+        listener, context, action = _explain_request(config, args)
+        explanation = asyncio.run(_explain_decision(config, listener.name, context, action))
+    except (ConfigError, ValueError, AclStoreError, OSError, TimeoutError) as exc:
+        print(f"kafkaguard explain: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    enforcement = config.listener_enforcement(listener)
+    if args.json:
+        document = explanation_json(explanation, context, action)
+        document["listener_enforcement"] = enforcement
+        print(json.dumps(document, indent=2))  # noqa: T201
+    else:
+        for line in render_text(explanation, context, action, config.policy.authorizer):
+            print(line)  # noqa: T201
+        if enforcement == LOG_ONLY:
+            print(  # noqa: T201
+                f"Listener {listener.name} is in log_only mode: the proxy forwards the request "
+                "even when denied (audited with would_deny)"
+            )
+    return 0 if explanation.result is AuthorizationResult.ALLOWED else 1
+
+
+# -- the command table ----------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkaguard", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the proxy")
     run.add_argument("--config", type=Path, required=True, help="YAML configuration")
+    run.set_defaults(handler=lambda args: _run(args.config))
     demo = commands.add_parser(
         "demo", help="embedded Tansu broker + the proxy with the sample config and ACLs"
     )
@@ -123,38 +248,44 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("kafkaguard-demo"),
         help="where the sample config.yaml and acls.yaml are copied (kept if present)",
     )
+    demo.set_defaults(handler=lambda args: _run(prepare_demo(args.dir)))
     acls = commands.add_parser(
         "acls", help="add, remove and list ACLs in the configured store (like kafka-acls.sh)"
     )
     acls_cli.add_arguments(acls)
+    acls.set_defaults(handler=acls_cli.run)
     certs = commands.add_parser(
         "certs", help="mint a development CA, server and client certificates (TLS listeners)"
     )
     certs_cli.add_arguments(certs)
+    certs.set_defaults(handler=certs_cli.run)
     users = commands.add_parser(
         "users", help="add, remove and list SASL credentials (PLAIN, SCRAM-SHA-256/512)"
     )
     users_cli.add_arguments(users)
+    users.set_defaults(handler=users_cli.run)
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("--config", type=Path, required=True)
+    check.set_defaults(handler=lambda args: _check_config(args.config))
+    explain_parser = commands.add_parser(
+        "explain",
+        help="why a request is allowed or denied (exit 0 allowed, 1 denied, 2 error)",
+    )
+    _add_explain_arguments(explain_parser)
+    explain_parser.set_defaults(handler=_explain)
+    analyze = commands.add_parser(
+        "analyze",
+        help="audit analytics on Spark: report (HTML), propose ACLs, unused ACLs, whatif",
+    )
+    analyze_main.add_arguments(analyze)
+    analyze.set_defaults(handler=analyze_main.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "run":
-        return _run(args.config)
-    if args.command == "demo":
-        return _run(prepare_demo(args.dir))
-    if args.command == "acls":
-        return acls_cli.run(args)
-    if args.command == "certs":
-        return certs_cli.run(args)
-    if args.command == "users":
-        return users_cli.run(args)
-    if args.command == "check-config":
-        return _check_config(args.config)
-    raise AssertionError(args.command)  # pragma: no cover
+    code: int = args.handler(args)
+    return code
 
 
 if __name__ == "__main__":

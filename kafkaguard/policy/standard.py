@@ -115,6 +115,11 @@ class StandardAuthorizer:
     def ready(self) -> bool:
         return self._ready
 
+    @property
+    def acl_index(self) -> AclIndex:
+        """The ACL snapshot in force (immutable), for offline reasoning (:mod:`.explain`)."""
+        return self._index
+
     def start(self, listeners: Sequence[str]) -> Mapping[str, Awaitable[None]]:
         """``Authorizer.start``: one future per listener, done when the ACLs are loaded."""
         loop = asyncio.get_running_loop()

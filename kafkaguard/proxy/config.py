@@ -14,6 +14,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
+from kafkaguard.audit.config import (
+    ENFORCE,
+    ENFORCEMENT_MODES,
+    AuditConfig,
+    parse_audit_config,
+)
 from kafkaguard.certs.tls import (
     TlsConfig,
     UpstreamTlsConfig,
@@ -83,6 +89,8 @@ class ListenerConfig:
     """The ``ssl:`` section: set for SSL and SASL_SSL listeners, None otherwise."""
     sasl: SaslListenerConfig | None = None
     """The ``sasl:`` section: set for SASL_PLAINTEXT and SASL_SSL listeners, None otherwise."""
+    enforcement: str | None = None
+    """``enforce`` | ``log_only`` for this listener; None: the top-level ``enforcement``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +120,19 @@ class ProxyConfig:
     """Authorizer and ACL store. Without an ``authorizer`` section: Kafka's StandardAuthorizer
     with no ACLs and no super users, i.e. every request is denied (fail closed)."""
     log_level: str = "INFO"
+    enforcement: str = ENFORCE
+    """Top-level ``enforcement`` (issue 7): ``log_only`` authorizes and audits every request
+    but handles it as if allowed; a listener may override it."""
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    """The ``audit:`` section (kafkaguard/audit/config.py)."""
     source: str = "<defaults>"
     base_dir: Path = field(default_factory=Path.cwd)
     section: ConfigSection | None = None
     """The parsed tree, for parsers of other parts (authorizer, stores) that own their keys."""
+
+    def listener_enforcement(self, listener: ListenerConfig) -> str:
+        """The listener's enforcement mode: its own ``enforcement`` key, else the global one."""
+        return listener.enforcement or self.enforcement
 
 
 def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
@@ -168,8 +185,11 @@ def _listener(section: ConfigSection, base_dir: Path | None = None) -> ListenerC
     elif "sasl" in section:
         raise section.error("sasl", f"is only for SASL_PLAINTEXT and SASL_SSL, not {protocol}")
     # --- end SASL ---
+    enforcement = section.choice("enforcement", ENFORCEMENT_MODES, None)  # issue 7
     section.reject_unknown()
-    return ListenerConfig(name, protocol, bind_host, port, advertised, ports, tls, sasl=sasl)
+    return ListenerConfig(
+        name, protocol, bind_host, port, advertised, ports, tls, sasl=sasl, enforcement=enforcement
+    )
 
 
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
@@ -206,6 +226,10 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     log_level = logging_section.choice("level", ("DEBUG", "INFO", "WARNING", "ERROR"), "INFO")
     logging_section.reject_unknown()
     policy = parse_policy_config(root)
+    # --- enforcement mode and audit trail (kafkaguard/audit) ---
+    enforcement = root.choice("enforcement", ENFORCEMENT_MODES, ENFORCE)
+    audit = parse_audit_config(root.section("audit"), base_dir)
+    # --- end enforcement and audit ---
     root.reject_unknown()
     return ProxyConfig(
         listeners=listeners,
@@ -213,6 +237,8 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         limits=limits,
         policy=policy,
         log_level=log_level,
+        enforcement=enforcement,
+        audit=audit,
         source=root.file,
         base_dir=base_dir or Path.cwd(),
         section=root,

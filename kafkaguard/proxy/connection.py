@@ -32,6 +32,7 @@ from functools import partial
 from typing import TYPE_CHECKING, cast
 from uuid import UUID
 
+from kafkaguard.audit.config import ENFORCED_IN_LOG_ONLY, dry_run_results
 from kafkaguard.policy.authorizer import (
     AclCreateResult,
     AclDeleteResult,
@@ -41,6 +42,7 @@ from kafkaguard.policy.authorizer import (
     operations_bitfield,
 )
 from kafkaguard.policy.model import (
+    SUPPORTED_OPERATIONS,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -150,22 +152,32 @@ class ClientConnection(asyncio.Protocol):
             self._context_header = header
         return self._context
 
+    # log_only (kafkaguard/audit): the authorizer decides and audits as usual; the request is
+    # then handled as if allowed (dry_run_results), except ACL administration.
+    def _dry_run(self, request: Request) -> bool:
+        return self._listener.log_only and request.header.api_key not in ENFORCED_IN_LOG_ONLY
+
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
-        return self._listener.authorizer.authorize(self._request_context(request), actions)
+        results = self._listener.authorizer.authorize(self._request_context(request), actions)
+        if self._listener.log_only and self._dry_run(request):
+            return dry_run_results(actions, results)
+        return results
 
     def authorize_by_resource_type(
         self, request: Request, operation: AclOperation, resource_type: ResourceType
     ) -> AuthorizationResult:
-        return self._listener.authorizer.authorize_by_resource_type(
+        result = self._listener.authorizer.authorize_by_resource_type(
             self._request_context(request), operation, resource_type
         )
+        return AuthorizationResult.ALLOWED if self._dry_run(request) else result
 
     def authorized_operations(self, request: Request, resource: ResourcePattern) -> int:
-        return operations_bitfield(
-            self._listener.authorizer.authorized_operations(
-                self._request_context(request), resource
-            )
+        operations = self._listener.authorizer.authorized_operations(
+            self._request_context(request), resource
         )
+        if self._dry_run(request):  # as if allowed: every operation the resource supports
+            operations = set(SUPPORTED_OPERATIONS.get(resource.resource_type, ()))
+        return operations_bitfield(operations)
 
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
         return self._listener.authorizer.acls(acl_filter)

@@ -42,9 +42,14 @@ class ListenerRuntime:
         cluster: UpstreamCluster,
         limits: LimitsConfig,
         authorizer: Authorizer,
+        *,
+        log_only: bool = False,
     ) -> None:
         self.config = config
         self.authorizer = authorizer
+        self.log_only = log_only
+        """``enforcement: log_only``: decisions are made and audited, requests handled as if
+        allowed (kafkaguard/audit; ACL administration excepted, see ENFORCED_IN_LOG_ONLY)."""
         self.security_protocol = SecurityProtocol(config.security_protocol)
         self.cluster = cluster
         self.limits = limits

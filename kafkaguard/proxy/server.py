@@ -12,6 +12,8 @@ import logging
 import resource
 import signal
 
+from kafkaguard.audit import AuditTrail
+from kafkaguard.audit.config import LOG_ONLY
 from kafkaguard.policy.authorizer import Authorizer
 from kafkaguard.policy.config import build_authorizer
 from kafkaguard.proxy.cluster import UpstreamCluster
@@ -43,9 +45,21 @@ class ProxyServer:
             tls=config.upstream.ssl,  # upstream security (kafkaguard/proxy/sasl/client.py)
             sasl=config.upstream.sasl,
         )
-        self.authorizer = authorizer or build_authorizer(config.policy)
+        modes = {ls.name: config.listener_enforcement(ls) for ls in config.listeners}
+        self.audit = AuditTrail(config.audit, modes)
+        """Audit trail and per-listener decision counters (``audit.counters``); it sees
+        decisions only through the decision listener of an authorizer built here."""
+        self.authorizer = authorizer or build_authorizer(
+            config.policy, decision_listener=self.audit.on_decision if self.audit.active else None
+        )
         self.listeners = [
-            ListenerRuntime(listener, self.cluster, config.limits, self.authorizer)
+            ListenerRuntime(
+                listener,
+                self.cluster,
+                config.limits,
+                self.authorizer,
+                log_only=modes[listener.name] == LOG_ONLY,
+            )
             for listener in config.listeners
         ]
         self._stopped = asyncio.Event()
@@ -63,8 +77,15 @@ class ProxyServer:
                 await asyncio.sleep(1.0)
         # KIP-504: a listener accepts connections only once its authorizer is ready for it.
         ready = self.authorizer.start([ls.config.name for ls in self.listeners])
+        self.audit.start()
         for listener in self.listeners:
             await ready[listener.config.name]
+            if listener.log_only:
+                log.warning(
+                    "listener %s is in log_only mode: requests are authorized and audited "
+                    "but forwarded even when denied",
+                    listener.config.name,
+                )
             await listener.start()
 
     def bootstrap(self, listener_name: str | None = None) -> str:
@@ -104,7 +125,10 @@ class ProxyServer:
     async def close(self) -> None:
         for listener in self.listeners:
             await listener.close()
-        await self.authorizer.close()
+        try:
+            await self.authorizer.close()
+        finally:
+            await self.audit.close()  # after the listeners: no decision comes after it
 
 
 def install_event_loop_policy() -> str:

@@ -1,0 +1,296 @@
+"""Why a request is allowed or denied: one decision, replayed and explained.
+
+Used by ``kafkaguard explain`` and by the Spark ``unused``/``whatif`` jobs. The verdict (result,
+reason, deciding ACL, implication) is never recomputed here: :func:`explain` asks
+:meth:`StandardAuthorizer.authorize` itself and takes them from the
+:class:`~kafkaguard.policy.audit_log.DecisionEvent` it reports, so an explanation cannot
+disagree with the proxy. What is added is :attr:`Explanation.matching_acls`, every stored ACL
+that applies to the request (Kafka reports only the first DENY, else the first ALLOW).
+
+This module does no I/O; rendering returns text and dicts for the caller to print.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from dataclasses import dataclass
+
+from kafkaguard.policy.acl_index import (
+    _ALLOW_OPS,  # the implication table of StandardAuthorizerData (ALLOW ACLs only)
+    _DENY_OPS,
+    USER_WILDCARD_KEY,
+    AclIndex,
+    Entry,
+    principal_key,
+)
+from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason
+from kafkaguard.policy.authorizer import (
+    Action,
+    AuthorizationResult,
+    RequestContext,
+    SecurityProtocol,
+    java_host_address,
+)
+from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.model import (
+    WILDCARD_HOST,
+    WILDCARD_RESOURCE,
+    AclBinding,
+    AclPermissionType,
+    KafkaPrincipal,
+    PatternType,
+)
+from kafkaguard.policy.standard import StandardAuthorizer
+from kafkaguard.policy.stores.acl_file_format import sort_key
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    result: AuthorizationResult
+    reason: DecisionReason
+    deciding_acl: AclBinding | None
+    implied: bool
+    matching_acls: tuple[AclBinding, ...]
+    """Every stored ACL that applies to this principal, host and resource and whose operation
+    covers the requested one — DENY first, then in Kafka's scan order (literal name,
+    prefixes shortest first, literal ``*``). "Covers": ALL or the operation itself; for an
+    ALLOW ACL also an operation implying it (READ/WRITE/DELETE/ALTER → DESCRIBE,
+    ALTER_CONFIGS → DESCRIBE_CONFIGS). A DENY READ does not deny DESCRIBE in Kafka, so it
+    is not listed for a DESCRIBE request."""
+    super_user: bool
+    acls_applied: bool
+    """False only when no ACL at all touched the resource (the case allow.everyone governs)."""
+
+
+def explain(authorizer: StandardAuthorizer, context: RequestContext, action: Action) -> Explanation:
+    """Decide ``action`` exactly as the proxy would and say why.
+
+    The authorizer's decision listener is swapped for the duration of the call (the decision
+    is neither audited nor counted): use an authorizer of its own, not the one a running
+    proxy serves requests with.
+
+    Raises:
+        AuthorizerNotReadyError: the authorizer has not loaded its ACLs (super users aside).
+        ValueError: the action's pattern is not LITERAL (as ``authorize`` refuses it).
+    """
+    events: list[DecisionEvent] = []
+    previous = authorizer.decision_listener
+    authorizer.decision_listener = events.append
+    try:
+        result = authorizer.authorize(context, [action])[0]
+    finally:
+        authorizer.decision_listener = previous
+    event = events[-1]
+    return Explanation(
+        result=result,
+        reason=event.reason,
+        deciding_acl=event.acl,
+        implied=event.implied,
+        matching_acls=matching_acls(authorizer.acl_index, context, action),
+        super_user=event.reason is DecisionReason.SUPER_USER,
+        acls_applied=event.acls_applied,
+    )
+
+
+def matching_acls(
+    index: AclIndex, context: RequestContext, action: Action
+) -> tuple[AclBinding, ...]:
+    """The ACLs of :attr:`Explanation.matching_acls`, from the index the authorizer uses."""
+    pattern = action.resource_pattern
+    name = pattern.name
+    own = principal_key(context.principal)
+    keys = [USER_WILDCARD_KEY] if own in (None, USER_WILDCARD_KEY) else [own, USER_WILDCARD_KEY]
+    found: list[tuple[int, int, int, Entry]] = []
+    for position, key in enumerate(keys):
+        for entry in index.principal_entries(pattern.resource_type, key):
+            acl_pattern = entry.binding.pattern
+            if acl_pattern.pattern_type == PatternType.PREFIXED:
+                if not name.startswith(acl_pattern.name):
+                    continue
+                rank = len(acl_pattern.name)
+            elif acl_pattern.name == name:
+                rank = 0
+            elif acl_pattern.name == WILDCARD_RESOURCE:
+                rank = sys.maxsize
+            else:
+                continue
+            if entry.host not in (WILDCARD_HOST, context.host) and (
+                entry.network is None or context.client_address not in entry.network
+            ):
+                continue
+            covering = _ALLOW_OPS if entry.allow else _DENY_OPS
+            if entry.operation not in covering[action.operation]:
+                continue
+            found.append((int(entry.allow), rank, position, entry))
+    found.sort(key=lambda f: (f[0], f[1], f[2], sort_key(f[3].binding)))
+    return tuple(f[3].binding for f in found)
+
+
+def decision_context(
+    principal: str,
+    host: str,
+    listener: str = "",
+    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+) -> RequestContext:
+    """A request context for offline replay.
+
+    ``host`` is any IP text; ACL hosts are compared with it as Java prints it (``::1`` is
+    ``0:0:0:0:0:0:0:1``), exactly as the proxy computes it for a connection. Audit records'
+    ``client_host`` is already in that form (and a scoped ``fe80::1%2`` is kept as given).
+
+    Raises:
+        ValueError: ``principal`` is not ``Type:name`` or ``host`` is not an IP address.
+    """
+    address = ipaddress.ip_address(host.split("%", 1)[0])
+    return RequestContext(
+        listener_name=listener,
+        security_protocol=security_protocol,
+        principal=KafkaPrincipal.parse(principal),
+        client_address=address,
+        api_key=-1,
+        api_version=0,
+        host=host if "%" in host else java_host_address(address),
+    )
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def acl_json(binding: AclBinding) -> dict[str, str]:
+    """An ACL as the audit contract's ``acl`` object: Kafka enum names, e.g. ``PREFIXED``."""
+    pattern, entry = binding.pattern, binding.entry
+    return {
+        "resource_type": pattern.resource_type.name,
+        "pattern_type": pattern.pattern_type.name,
+        "resource_name": pattern.name,
+        "principal": entry.principal,
+        "host": entry.host,
+        "operation": entry.operation.name,
+        "permission_type": entry.permission_type.name,
+    }
+
+
+def acl_text(binding: AclBinding) -> str:
+    """``ALLOW READ on Topic:PREFIXED:ord for User:alice from host *``."""
+    pattern, entry = binding.pattern, binding.entry
+    return (
+        f"{entry.permission_type.name} {entry.operation.name} on "
+        f"{pattern.resource_type.pascal_name}:{pattern.pattern_type.name}:{pattern.name} "
+        f"for {entry.principal} from host {entry.host}"
+    )
+
+
+def _reason_text(
+    explanation: Explanation, context: RequestContext, action: Action, allow_everyone: bool
+) -> str:
+    reason = explanation.reason
+    if reason is DecisionReason.SUPER_USER:
+        return (
+            f"{context.principal.text} is a super user: every operation is allowed, "
+            "ACLs are not consulted"
+        )
+    if reason is DecisionReason.DENY_ACL:
+        allows = sum(
+            b.entry.permission_type == AclPermissionType.ALLOW for b in explanation.matching_acls
+        )
+        extra = (
+            f" ({allows} matching ALLOW ACL{'s' if allows != 1 else ''} overridden)"
+            if allows
+            else ""
+        )
+        return f"a DENY ACL matched, and DENY takes precedence over any ALLOW{extra}"
+    if reason is DecisionReason.ALLOW_ACL:
+        text = "an ALLOW ACL matched and no DENY ACL did"
+        acl = explanation.deciding_acl
+        if explanation.implied and acl is not None:
+            text += f"; {action.operation.name} is implied by {acl.entry.operation.name}"
+        return text
+    if reason is DecisionReason.DEFAULT_ALLOW:
+        return "no ACL exists for this resource and allow.everyone.if.no.acl.found=true → allowed"
+    if explanation.acls_applied:
+        flag = " (so allow.everyone.if.no.acl.found does not apply)" if allow_everyone else ""
+        return (
+            f"ACLs exist for this resource{flag}, but none matches {context.principal.text} "
+            f"from host {context.host} for {action.operation.name} → denied"
+        )
+    return "no ACL matched; allow.everyone.if.no.acl.found=false → denied"
+
+
+def listener_overrides(config: AuthorizerConfig, listener: str) -> dict[str, str]:
+    """The per-listener replacements of super_users / allow.everyone that apply (extension)."""
+    policy = config.listeners.get(listener)
+    if policy is None:
+        return {}
+    out: dict[str, str] = {}
+    if policy.super_users is not None:
+        out["super_users"] = ";".join(sorted(policy.super_users)) or "(none)"
+    if policy.allow_everyone_if_no_acl_found is not None:
+        out["allow_everyone_if_no_acl_found"] = str(policy.allow_everyone_if_no_acl_found).lower()
+    return out
+
+
+def _allow_everyone(config: AuthorizerConfig, listener: str) -> bool:
+    policy = config.listeners.get(listener)
+    if policy is not None and policy.allow_everyone_if_no_acl_found is not None:
+        return policy.allow_everyone_if_no_acl_found
+    return config.allow_everyone_if_no_acl_found
+
+
+def render_text(
+    explanation: Explanation, context: RequestContext, action: Action, config: AuthorizerConfig
+) -> list[str]:
+    """The human-readable explanation, one line per item."""
+    pattern = action.resource_pattern
+    where = f"listener {context.listener_name}, " if context.listener_name else ""
+    lines = [
+        f"{explanation.result.value}: {context.principal.text} {action.operation.name} "
+        f"{pattern.resource_type.pascal_name}:{pattern.pattern_type.name}:{pattern.name} "
+        f"from host {context.host} ({where}{context.security_protocol.value})",
+        f"Reason: {explanation.reason.value}: "
+        + _reason_text(
+            explanation, context, action, _allow_everyone(config, context.listener_name)
+        ),
+    ]
+    overrides = listener_overrides(config, context.listener_name)
+    if overrides:
+        settings = ", ".join(f"{k}={v}" for k, v in overrides.items())
+        lines.append(f"Listener {context.listener_name} overrides: {settings}")
+    if explanation.deciding_acl is not None:
+        lines.append(f"Deciding ACL: {acl_text(explanation.deciding_acl)}")
+    if explanation.matching_acls:
+        lines.append(f"Matching ACLs ({len(explanation.matching_acls)}, DENY first):")
+        for binding in explanation.matching_acls:
+            mark = "  <- deciding" if binding == explanation.deciding_acl else ""
+            lines.append(f"  {acl_text(binding)}{mark}")
+    elif not explanation.super_user:
+        lines.append("Matching ACLs: none")
+    return lines
+
+
+def explanation_json(
+    explanation: Explanation, context: RequestContext, action: Action
+) -> dict[str, object]:
+    """The machine-readable explanation (``kafkaguard explain --json``)."""
+    pattern = action.resource_pattern
+    return {
+        "result": explanation.result.value,
+        "reason": explanation.reason.value,
+        "implied": explanation.implied,
+        "super_user": explanation.super_user,
+        "acls_applied": explanation.acls_applied,
+        "deciding_acl": None
+        if explanation.deciding_acl is None
+        else acl_json(explanation.deciding_acl),
+        "matching_acls": [acl_json(b) for b in explanation.matching_acls],
+        "request": {
+            "principal": context.principal.text,
+            "host": context.host,
+            "listener": context.listener_name,
+            "security_protocol": context.security_protocol.value,
+            "operation": action.operation.name,
+            "resource_type": pattern.resource_type.name,
+            "pattern_type": pattern.pattern_type.name,
+            "resource_name": pattern.name,
+        },
+    }
