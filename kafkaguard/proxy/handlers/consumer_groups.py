@@ -30,7 +30,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.groups import GroupGateHandler
-from kafkaguard.proxy.handlers.responses import chain, merge_rewrite, response_type, whole_error
+from kafkaguard.proxy.handlers.responses import chain, response_type, whole_error
 
 
 class SubscribedTopicsGateHandler(GroupGateHandler):
@@ -38,35 +38,61 @@ class SubscribedTopicsGateHandler(GroupGateHandler):
     all of them (``filterByAuthorized``): any denied → a bare response with error 29 and no
     message (``KafkaApis.handleConsumerGroupHeartbeat`` / ``handleShareGroupHeartbeat``).
 
-    Kafka compares ``authorizedTopics.size < subscribedTopicNames.size``: a set against a list,
-    so a subscription listing a name twice is answered 29 too; the proxy does the same.
+    Kafka 4.3 compares ``authorizedTopics.size < subscribedTopicSet.size`` over the *set* of
+    names, so a subscription naming a topic twice passes when the topic is allowed.
     """
 
     def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
         names = body.subscribed_topic_names
-        if not names:
-            return FORWARD
-        allowed = filter_authorized(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
-        if len(allowed) < len(names):
-            return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
+        if names:
+            allowed = filter_authorized(
+                ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, set(names)
+            )
+            if len(allowed) < len(set(names)):
+                return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
+        return self.after_topics(request, body, ctx)
+
+    def after_topics(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
         return FORWARD
 
 
+REGEX_NOT_ENFORCEABLE = (
+    "kafkaguard cannot enforce regular-expression subscriptions (subscribedTopicRegex): "
+    "subscribe to topic names instead."
+)
+
+
 class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler):
-    """v0 only. v1 adds ``subscribedTopicRegex``, resolved on the coordinator, which drops
-    topics the member may not DESCRIBE (``GroupMetadataManager.filterTopicDescribeAuthorizedTopics``
-    with the member's principal). The broker behind the proxy has no authorizer and the proxy
-    never sees the resolved topic list, so a regex subscription cannot be enforced: v1 is not
-    advertised (fail closed; the Java client then refuses a pattern subscription itself)."""
+    """v0–1. v1 (KIP-848, KIP-1082) adds ``subscribedTopicRegex`` and client-generated member
+    ids; librdkafka ≥ 2.10 needs v1 for ``group.protocol=consumer`` even without a regex.
+
+    A regex is resolved on the coordinator, which keeps only topics the member may DESCRIBE
+    (``GroupMetadataManager.filterTopicDescribeAuthorizedTopics``, with the principal of the
+    member whose heartbeat triggered the resolution). The broker behind the proxy has no
+    authorizer and the proxy never sees the resolved list, so a heartbeat carrying a regex is
+    refused after the group and topic-name checks, with UNSUPPORTED_VERSION — the error Kafka
+    uses for "this cluster cannot resolve regular expressions", fatal in the clients (fail
+    closed). A heartbeat without one (null, or "" which clears it) behaves as v0.
+    """
 
     api_key = 68
-    max_version = 0
+    max_version = 1
+
+    def after_topics(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+        if getattr(body, "subscribed_topic_regex", None):
+            return Respond(
+                whole_error(
+                    request, ErrorCode.unsupported_version, error_message=REGEX_NOT_ENFORCEABLE
+                )
+            )
+        return FORWARD
 
 
 class DescribedGroupsHandler(ApiHandler):
     """``handleConsumerGroupDescribe`` and its share/streams siblings.
 
-    1. DESCRIBE GROUP per requested id, in order; denied → ``(groupId, 30)``, not forwarded.
+    1. DESCRIBE GROUP per requested id, in order; denied → ``(groupId, 30)``, not forwarded;
+       Kafka lists them first, then the coordinator's answer.
     2. On the broker's answer, every topic a NONE group uses must be DESCRIBE-able; otherwise the
        entry becomes ``(groupId, 29, message)`` with no members (and no topology).
     3. KIP-430 operations, if requested, for the groups still NONE.
@@ -92,15 +118,21 @@ class DescribedGroupsHandler(ApiHandler):
                     codec.make_entity(group_type, ErrorCode.group_authorization_failed, group_id=g)
                 )
         kept = tuple(g for g in ids if g not in denied)
+        errors = tuple(denied[g][0] for g in ids if g in denied)  # one per occurrence
         if not kept:
-            groups = tuple(e for g in dict.fromkeys(ids) for e in denied[g])
-            return Respond(codec.make_entity(response_type(request), groups=groups))
+            return Respond(codec.make_entity(response_type(request), groups=errors))
         fill = (
             authorized_operations_rewrite(request, ctx)
             if body.include_authorized_operations
             else None
         )
-        merge = merge_rewrite(ids, denied, "groups", lambda e: e.group_id) if denied else None
+        sent = set(kept)
+
+        def errors_first(response: Any) -> Any:
+            broker = tuple(g for g in response.groups if g.group_id in sent)
+            return codec.replace(response, groups=errors + broker)
+
+        merge = errors_first if denied else None
 
         def check_topics(response: Any) -> Any:
             return self._check_topics(request, ctx, group_type, response)

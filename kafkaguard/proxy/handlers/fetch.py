@@ -51,7 +51,7 @@ from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
-from kafkaguard.proxy.handlers.authz import CLUSTER, authorize_topics, first_seen, is_allowed
+from kafkaguard.proxy.handlers.authz import CLUSTER, authorize_topics, is_allowed
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
     Forward,
@@ -61,11 +61,20 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import chain, merge_in_request_order
+from kafkaguard.proxy.handlers.responses import chain
 
 TopicKey = str | uuid.UUID
 """A topic name (v4–12) or topic id (v13+), as the request names it."""
 PartitionKey = tuple[TopicKey, int]
+
+_CHECKED_BEFORE_READING = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.topic_authorization_failed,
+    }
+)
+"""Errors Kafka sets before reading the log (``erroneous`` in ``handleFetchRequest``)."""
 
 MAX_SESSIONS_PER_CONNECTION = 8
 """A client keeps one session per broker connection; older mirrors are evicted (their next
@@ -268,18 +277,26 @@ class FetchHandler(ApiHandler):
     def _topics(
         body: Any, tkey: str, keys: list[PartitionKey], entries: dict[PartitionKey, Any]
     ) -> tuple[Any, ...]:
+        """Topic entries for ``keys``, in their order: consecutive partitions of one topic share
+        an entry, so the broker's context keeps the client's partition order."""
         topic_type = codec.nested_type(type(body), "topics")
-        grouped: dict[TopicKey, list[Any]] = {}
+        runs: list[tuple[TopicKey, list[Any]]] = []
         for key, index in keys:
-            grouped.setdefault(key, []).append(entries[(key, index)])
-        return tuple(topic_type(**{tkey: k, "partitions": tuple(v)}) for k, v in grouped.items())
+            if runs and runs[-1][0] == key:
+                runs[-1][1].append(entries[(key, index)])
+            else:
+                runs.append((key, [entries[(key, index)]]))
+        return tuple(topic_type(**{tkey: k, "partitions": tuple(v)}) for k, v in runs)
 
     # -- responses -----------------------------------------------------------------------------
     def _merger(
         self, request: Request, order: list[PartitionKey], denied: dict[PartitionKey, ErrorCode]
     ) -> ResponseRewrite:
         """Put ``FetchResponse.partitionResponse(error)`` entries for ``denied`` among the
-        broker's topics, in the context's topic order."""
+        broker's partitions in Kafka's order (``KafkaApis.handleFetchRequest``): first the
+        partitions read from the log, then the ``erroneous`` ones (denied, unknown topic id,
+        unknown partition), each in the fetch context's order; consecutive partitions of one
+        topic share a topic entry (``FetchResponse.toMessage``)."""
         version = request.header.api_version
         schema = codec.response_schema(1, version)
         topic_type = codec.nested_type(schema, "responses")
@@ -293,29 +310,48 @@ class FetchHandler(ApiHandler):
                 "last_stable_offset": -1,
                 "log_start_offset": -1,
                 "preferred_read_replica": -1,
-                "aborted_transactions": None,
+                "aborted_transactions": (),
                 "records": b"",
             }.items()
             if k in fields
         }
-        synthesized: dict[TopicKey, list[Any]] = {}
-        for (key, index), code in denied.items():
-            synthesized.setdefault(key, []).append(
-                codec.make_entity(partition_type, code, partition_index=index, **values)
-            )
-        entries = {
-            key: [topic_type(**{tkey: key, "partitions": tuple(parts)})]
-            for key, parts in synthesized.items()
+        synthesized = {
+            part: codec.make_entity(partition_type, code, partition_index=part[1], **values)
+            for part, code in denied.items()
         }
-        topic_order = first_seen(key for key, _ in order)
-        upstream = set(topic_order) - set(entries)
+        denied_topics = {key for key, _ in denied}
+        in_context = set(order)
 
         def merge(response: Any) -> Any:
-            # only topics sent upstream: nothing else may reach the client (decoded anyway)
-            broker = [t for t in response.responses if getattr(t, tkey) in upstream]
-            merged = merge_in_request_order(
-                topic_order, entries, broker, lambda t: getattr(t, tkey)
-            )
+            # only partitions sent upstream: nothing else may reach the client
+            from_broker: dict[PartitionKey, Any] = {}
+            for t in response.responses:
+                key = getattr(t, tkey)
+                if key in denied_topics:
+                    continue
+                for p in t.partitions:
+                    part = (key, int(p.partition_index))
+                    if part in in_context:
+                        from_broker.setdefault(part, p)
+            present = [k for k in order if k in synthesized or k in from_broker]
+            code = {k: denied[k] if k in denied else from_broker[k].error_code for k in present}
+            # Kafka: partitions read from the log; then unknown topic ids (resolved first);
+            # then the partitions its authorization/metadata pass rejected.
+            sequence = [k for k in present if code[k] not in _CHECKED_BEFORE_READING]
+            sequence += [k for k in present if code[k] == ErrorCode.unknown_topic_id]
+            sequence += [
+                k
+                for k in present
+                if code[k] in _CHECKED_BEFORE_READING and code[k] != ErrorCode.unknown_topic_id
+            ]
+            runs: list[tuple[TopicKey, list[Any]]] = []
+            for key, index in sequence:
+                entry = synthesized.get((key, index)) or from_broker[(key, index)]
+                if runs and runs[-1][0] == key:
+                    runs[-1][1].append(entry)
+                else:
+                    runs.append((key, [entry]))
+            merged = tuple(topic_type(**{tkey: k, "partitions": tuple(ps)}) for k, ps in runs)
             return codec.replace(response, responses=merged)
 
         return merge

@@ -154,8 +154,17 @@ class FindCoordinatorHandler(ApiHandler):
         entries: dict[str, list[Any]] = {}
         for key in denied:
             entries.setdefault(key, []).append(
-                # v4+ per-key denial: Node.noNode and the code, no message (Kafka sets none).
-                codec.make_entity(coordinator_type, code, key=key, node_id=-1, host="", port=-1)
+                # v4+ per-key denial: Node.noNode and the code; Kafka sets no message, so the
+                # field keeps its schema default, "" (handleFindCoordinatorRequestV4AndAbove).
+                codec.make_entity(
+                    coordinator_type,
+                    code,
+                    key=key,
+                    node_id=-1,
+                    host="",
+                    port=-1,
+                    error_message="",
+                )
             )
         kept = tuple(k for k in keys if k not in entries)
         if not kept:
@@ -201,7 +210,8 @@ class DescribeGroupsHandler(ApiHandler):
     """``handleDescribeGroupsRequest``: DESCRIBE GROUP per requested group (one check per
     occurrence, as Kafka loops), denied → ``DescribeGroupsResponse.groupError(id, 30)``; the rest
     is forwarded. KIP-430 operations (v3+, if requested) are computed by the proxy for groups
-    the broker returns with NONE."""
+    the broker returns with NONE. As in Kafka, the denied groups come first (request order),
+    then the coordinator's answer in its own order (grouped by coordinator shard)."""
 
     api_key = 15
     decode_request = True
@@ -221,13 +231,16 @@ class DescribeGroupsHandler(ApiHandler):
                 entity(group_type, ErrorCode.group_authorization_failed, message=True, group_id=g)
             )
         kept = tuple(g for g in ids if g not in entries)
+        errors = tuple(entries[g][0] for g in ids if g in entries)
         if not kept:
-            groups = merge_in_request_order(ids, entries, (), _group_key)
-            return Respond(codec.make_entity(response_type(request), groups=groups))
-        return Forward(
-            request=codec.replace(body, groups=kept),
-            rewrite=chain(fill, merge_rewrite(ids, entries, "groups", _group_key)),
-        )
+            return Respond(codec.make_entity(response_type(request), groups=errors))
+        sent = set(kept)
+
+        def errors_first(response: Any) -> Any:
+            broker = tuple(g for g in response.groups if g.group_id in sent)
+            return codec.replace(response, groups=errors + broker)
+
+        return Forward(request=codec.replace(body, groups=kept), rewrite=chain(fill, errors_first))
 
 
 def _group_key(entry: Any) -> str:
@@ -263,7 +276,8 @@ class ListGroupsHandler(ApiHandler):
 class DeleteGroupsHandler(ApiHandler):
     """``handleDeleteGroupsRequest``: DELETE GROUP per *distinct* group
     (``partitionSeqByAuthorized`` over ``groupsNames.distinct``); one 30 result per denied
-    group, the authorized ones forwarded."""
+    group, after the coordinator's results (as Kafka appends them), the authorized ones
+    forwarded."""
 
     api_key = 42
     decode_request = True
@@ -281,13 +295,16 @@ class DeleteGroupsHandler(ApiHandler):
             if g not in allowed
         }
         kept = tuple(g for g in distinct if g in allowed)
+        errors = tuple(entries[g][0] for g in distinct if g in entries)
         if not kept:
-            results = merge_in_request_order(distinct, entries, (), _group_key)
-            return Respond(codec.make_entity(response_type(request), results=results))
-        return Forward(
-            request=codec.replace(body, groups_names=kept),
-            rewrite=merge_rewrite(distinct, entries, "results", _group_key),
-        )
+            return Respond(codec.make_entity(response_type(request), results=errors))
+        sent = set(kept)
+
+        def errors_last(response: Any) -> Any:
+            broker = tuple(r for r in response.results if r.group_id in sent)
+            return codec.replace(response, results=broker + errors)
+
+        return Forward(request=codec.replace(body, groups_names=kept), rewrite=errors_last)
 
 
 HANDLERS: list[ApiHandler] = [

@@ -36,6 +36,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.groups import GroupGateHandler
+from kafkaguard.proxy.handlers.offset_merge import builder_merge, errors_last
 from kafkaguard.proxy.handlers.responses import (
     BrokerMismatch,
     entity,
@@ -58,9 +59,10 @@ class GroupTopicsHandler(GroupGateHandler):
     (``OffsetDeleteResponse.Builder.merge``): the broker's answer is then returned as it is.
 
     When every topic is denied Kafka still calls the coordinator (whose group-level error, e.g.
-    GROUP_ID_NOT_FOUND, would replace the per-topic 29s); the proxy answers by itself instead
+    GROUP_ID_NOT_FOUND, would replace the per-topic 29s); this base answers by itself instead
     (fail closed): forwarding the emptied list to a broker that reads an empty list as "every
-    topic" would act on topics nobody authorized."""
+    topic" would act on topics nobody authorized. The share-group offset APIs use it;
+    OffsetDelete asks the coordinator with a probe instead (:class:`OffsetDeleteHandler`)."""
 
     response_topics: ClassVar[str] = "topics"
 
@@ -93,6 +95,7 @@ def authorize_group_offsets(
     partition_indexes: Callable[[Any], Iterable[int]],
     *,
     group_message: bool = False,
+    fetch_order: bool = False,
     **partition_values: Any,
 ) -> Verdict:
     """Batched offset reads (OffsetFetch v8+, DescribeShareGroupOffsets): per group DESCRIBE
@@ -107,11 +110,18 @@ def authorize_group_offsets(
     :class:`BrokerMismatch` (the connection is closed). A group-level coordinator error is
     returned as the broker gave it, without topics (as Kafka builds it).
 
-    A group whose named topics are all denied is answered by the proxy (every topic 29), where
-    Kafka would still ask the coordinator (and could return a group-level error instead):
-    forwarding the emptied list to a broker that reads it as "every topic" would leak (fail
-    closed). A group sent with an empty list is forwarded as it is, and its answer reduced to
-    the (no) topics it named."""
+    Without ``fetch_order``, a group whose named topics are all denied is answered by the proxy
+    (every topic 29), where Kafka would still ask the coordinator (and could return a
+    group-level error instead), and the denied entries take their request positions.
+
+    With ``fetch_order`` (OffsetFetch, as ``fetchOffsetsForGroup``): one 29 entry per denied
+    request topic, after the coordinator's topics (:func:`~offset_merge.errors_last`); a group
+    whose topics are all denied is still forwarded, with an empty list, so a group-level error
+    of the coordinator replaces the 29s as in Kafka. An empty list asks for no topic (only
+    ``null`` means all, ``OffsetFetchRequest.requestAllOffsets``), and whatever the broker
+    answers for it is dropped all the same: only topics that were sent get through.
+    A group sent with an empty list is forwarded as it is, and its answer reduced to the (no)
+    topics it named."""
     body: Any = request.body
     schema = response_type(request)
     group_type = codec.nested_type(schema, "groups")
@@ -135,6 +145,20 @@ def authorize_group_offsets(
             continue
         keys = [topic_key(t) for t in g.topics]
         denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
+        if fetch_order:
+            errors = {
+                i: _error_topic(topic_type, t, denied[key], partition_indexes, partition_values)
+                for i, t in enumerate(g.topics)
+                if (key := topic_key(t)) in denied
+            }
+            fixes.append(errors_last(g.topics, errors, [k for k in keys if k not in denied]))
+            if denied:
+                kept = tuple(t for t in g.topics if topic_key(t) not in denied)
+                g = codec.replace(g, topics=kept)
+                changed = True
+            needs_rewrite = needs_rewrite or bool(denied) or not keys
+            sent.append(g)
+            continue
         entries = (
             topic_entries(
                 topic_type, "partitions", g.topics, denied, partition_indexes, **partition_values
@@ -180,6 +204,26 @@ def authorize_group_offsets(
     return Forward(request=new_body, rewrite=rewrite)
 
 
+def _error_topic(
+    topic_type: type[Any],
+    request_topic: Any,
+    code: ErrorCode,
+    partition_indexes: Callable[[Any], Iterable[int]],
+    partition_values: dict[str, Any],
+) -> Any:
+    """``buildErrorResponse(topic, error)`` of ``fetchOffsetsForGroup``: one entry per request
+    topic, the code on each of its partitions."""
+    key_field = next(f for f in ("name", "topic_id") if f in topic_type.__dataclass_fields__)
+    partitions = partition_errors(
+        topic_type, "partitions", partition_indexes(request_topic), code, **partition_values
+    )
+    return codec.make_entity(
+        topic_type,
+        ErrorCode.none,
+        **{key_field: topic_key(request_topic), "partitions": partitions},
+    )
+
+
 # -- OffsetCommit ------------------------------------------------------------------------------
 
 
@@ -216,38 +260,48 @@ class OffsetCommitHandler(GroupGateHandler):
         if not denied:
             return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")
-        entries = topic_entries(topic_type, "partitions", body.topics, denied, _partition_indexes)
+        merge = builder_merge(topic_type, body.topics, denied, _partition_indexes)
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
         if not kept:
-            return Respond(
-                codec.make_entity(
-                    response_type(request),
-                    topics=tuple(e for k in dict.fromkeys(keys) for e in entries[k]),
-                )
-            )
-        return Forward(
-            request=codec.replace(body, topics=kept),
-            rewrite=merge_rewrite(keys, entries, "topics", topic_key),
-        )
+            return Respond(merge(codec.make_entity(response_type(request), topics=())))
+        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
 
 
 # -- OffsetDelete ------------------------------------------------------------------------------
 
 
-class OffsetDeleteHandler(GroupTopicsHandler):
-    """DELETE GROUP → top-level 30; READ TOPIC per topic → 29 per partition. A top-level
-    coordinator error replaces the per-topic results (``OffsetDeleteResponse.Builder.merge``).
-    When no topic is authorized the proxy answers alone, where Kafka would still call the
-    coordinator (see :class:`GroupTopicsHandler`)."""
+class OffsetDeleteHandler(GroupGateHandler):
+    """``handleOffsetDeleteRequest``: DELETE GROUP → top-level 30; READ TOPIC per topic → 29
+    per partition, in the response builder's order (:func:`~offset_merge.builder_merge`). A
+    top-level coordinator error replaces the per-topic results
+    (``OffsetDeleteResponse.Builder.merge``): the broker's answer is then returned as it is.
+
+    Kafka calls the coordinator even when no topic is authorized, so a group-level error
+    (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, …) replaces the 29s. The proxy does the same with a
+    *probe*: the request with one topic named "" and no partitions. Kafka answers "" locally
+    (no such topic can exist) and asks the coordinator about no partition at all; a broker that
+    took the name literally would delete offsets of no partition of a topic that cannot exist,
+    and one that read an empty list as "every topic" never sees an empty list (fail closed)."""
 
     api_key = 47
     group_operation = AclOperation.DELETE
 
-    def denied_topics(
-        self, request: Request, body: Any, denied: dict[TopicKey, ErrorCode]
-    ) -> dict[TopicKey, list[Any]]:
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+        keys = [topic_key(t) for t in body.topics]
+        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+        if not denied:
+            return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")
-        return topic_entries(topic_type, "partitions", body.topics, denied, _partition_indexes)
+        merge = builder_merge(topic_type, body.topics, denied, _partition_indexes)
+        kept = tuple(t for t in body.topics if topic_key(t) not in denied)
+        if not kept:
+            probe_type = codec.nested_type(type(body), "topics")
+            kept = (probe_type(name="", partitions=()),)
+
+        def rewrite(response: Any) -> Any:
+            return response if response.error_code != ErrorCode.none else merge(response)
+
+        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
 
 
 # -- OffsetFetch -------------------------------------------------------------------------------
@@ -265,17 +319,20 @@ class OffsetFetchHandler(ApiHandler):
     """Per group DESCRIBE GROUP (30: v8+ on the group entry, v2–7 top-level, v1 on every
     requested partition), then DESCRIBE TOPIC per topic (29 per partition, committed offset −1,
     leader epoch −1, metadata ""). ``topics == null`` asks for every offset: the broker's
-    answer is filtered silently by DESCRIBE TOPIC (``fetchAllOffsetsForGroup``). When every
-    named topic is denied the proxy answers alone (Kafka would still ask the coordinator, see
-    :func:`authorize_group_offsets`); a group-level coordinator error is returned as the broker
-    gave it."""
+    answer is filtered silently by DESCRIBE TOPIC (``fetchAllOffsetsForGroup``). Denied topics
+    come after the coordinator's, one entry per request topic (``fetchOffsetsForGroup``); when
+    every named topic is denied the emptied list is still sent, as Kafka still asks the
+    coordinator (see :func:`authorize_group_offsets`), and a group-level coordinator error is
+    returned as the broker gave it."""
 
     api_key = 9
     decode_request = True
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         if request.header.api_version >= _FIRST_BATCHED:
-            return authorize_group_offsets(request, ctx, _requested_indexes, **_UNKNOWN_OFFSET)
+            return authorize_group_offsets(
+                request, ctx, _requested_indexes, fetch_order=True, **_UNKNOWN_OFFSET
+            )
         return self._single(request, request.body, ctx)
 
     # v1–7: one group, top-level topics
@@ -286,9 +343,10 @@ class OffsetFetchHandler(ApiHandler):
             code = ErrorCode.group_authorization_failed
             if version >= 2:
                 return Respond(whole_error(request, code))
-            denied_all = {topic_key(t): code for t in body.topics}
-            entries = self._entries(topic_type, body.topics, denied_all)
-            topics = tuple(e for k in dict.fromkeys(denied_all) for e in entries[k])
+            topics = tuple(
+                _error_topic(topic_type, t, code, _requested_indexes, _UNKNOWN_OFFSET)
+                for t in body.topics
+            )
             return Respond(codec.make_entity(response_type(request), topics=topics))
         if body.topics is None:
             return Forward(rewrite=drop_denied_topics(ctx, request, AclOperation.DESCRIBE))
@@ -296,27 +354,24 @@ class OffsetFetchHandler(ApiHandler):
         denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
         if not denied and keys:
             return FORWARD
-        entries = self._entries(topic_type, body.topics, denied)
-        merge = merge_rewrite(keys, entries, "topics", topic_key)
+        errors = {
+            i: _error_topic(topic_type, t, denied[key], _requested_indexes, _UNKNOWN_OFFSET)
+            for i, t in enumerate(body.topics)
+            if (key := topic_key(t)) in denied
+        }
+        merge = errors_last(body.topics, errors, [k for k in keys if k not in denied])
 
         def rewrite(response: Any) -> Any:
             if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
                 return response  # getErrorResponse(group error): top-level code, no topics
             return merge(response)
 
-        if not denied:  # an empty list, sent as it is: nothing but what it named comes back
-            return Forward(rewrite=rewrite)
+        # Denied topics leave the request; when none is left the emptied list is still sent
+        # (Kafka asks the coordinator too, whose group-level error replaces the 29s). Only
+        # topics that were sent come back from the broker's answer.
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
-        if not kept:
-            # Kafka still asks the coordinator (a group-level error would replace the 29s);
-            # the proxy answers alone rather than forward an emptied list (fail closed).
-            return Respond(merge(entity(response_type(request), topics=())))
-        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
-
-    @staticmethod
-    def _entries(topic_type: type[Any], topics: Any, codes: dict[TopicKey, ErrorCode]) -> Any:
-        return topic_entries(
-            topic_type, "partitions", topics, codes, _requested_indexes, **_UNKNOWN_OFFSET
+        return Forward(
+            request=codec.replace(body, topics=kept) if denied else None, rewrite=rewrite
         )
 
 

@@ -8,7 +8,7 @@ forward only the authorized items and merge the proxy's entries back in request 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
@@ -34,10 +34,10 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.offset_merge import builder_merge
 from kafkaguard.proxy.handlers.responses import (
     entity,
     merge_in_request_order,
-    merge_rewrite,
     partition_errors,
     whole_error,
 )
@@ -103,10 +103,17 @@ class AddPartitionsToTxnHandler(ApiHandler):
     v0–3 (clients): WRITE on the TransactionalId (53 on every partition), then WRITE on each
     topic (``filterByAuthorized`` over partitions, so the reference count is the topic's
     partition count); internal topics are never authorized (no check, always 29). The
-    transaction is all-or-nothing: with any denial the proxy answers 29 on the denied
-    partitions and 55 OPERATION_NOT_ATTEMPTED on all others, without the broker.
-    Deviation: an authorized partition that does not exist would get 3 from Kafka in that
-    case; the proxy cannot know existence and answers 55 (the request fails either way).
+    transaction is all-or-nothing: with any denial Kafka answers 29 on the denied partitions,
+    3 UNKNOWN_TOPIC_OR_PARTITION on authorized partitions that do not exist and 55
+    OPERATION_NOT_ATTEMPTED on the others, without calling the coordinator.
+
+    Which authorized partitions exist only the broker knows, so in that case the proxy sends
+    it a *probe*: the authorized partitions with producer id/epoch -1. The broker checks
+    existence first (answering 3/55 itself when something is missing, as above); when all
+    exist it asks the coordinator, which refuses a producer id no transaction holds
+    (INVALID_PRODUCER_ID_MAPPING, or a retriable coordinator error) before changing anything
+    (``TransactionCoordinator.handleAddPartitionsToTransaction``). The proxy keeps only the
+    3s from that answer and builds the rest: nothing is added to any transaction.
 
     v4+ (broker-to-broker verification batches): CLUSTER_ACTION on the cluster, 31 in the
     top-level error (``AddPartitionsToTxnRequest.getErrorResponse``).
@@ -126,7 +133,7 @@ class AddPartitionsToTxnHandler(ApiHandler):
             ctx, request, AclOperation.WRITE, transactional_id(body.v3_and_below_transactional_id)
         ):
             code = ErrorCode.transactional_id_authorization_failed
-            return Respond(self._response(request, topics, lambda _: code))
+            return Respond(self._response(request, topics, lambda _, __: code))
         allowed = filter_authorized(
             ctx,
             request,
@@ -136,39 +143,58 @@ class AddPartitionsToTxnHandler(ApiHandler):
         )
         if all(t.name in allowed for t in topics if t.partitions):  # no partition, no check
             return FORWARD
-        return Respond(
-            self._response(
-                request,
-                topics,
-                lambda name: (
-                    ErrorCode.none if name in allowed else ErrorCode.topic_authorization_failed
-                ),
-            )
+        denied = ErrorCode.topic_authorization_failed
+        probe_topics = tuple(t for t in topics if t.name in allowed and t.partitions)
+        if not probe_topics:
+            return Respond(self._response(request, topics, lambda name, _: denied))
+        probe = codec.replace(
+            body,
+            v3_and_below_producer_id=-1,
+            v3_and_below_producer_epoch=-1,
+            v3_and_below_topics=probe_topics,
         )
 
+        def rewrite(response: Any) -> Any:
+            missing = {
+                (t.name, p.partition_index)
+                for t in response.results_by_topic_v3_and_below
+                if t.name in allowed
+                for p in t.results_by_partition
+                if p.partition_error_code == ErrorCode.unknown_topic_or_partition
+            }
+
+            def code_of(name: str, index: int) -> ErrorCode:
+                if name not in allowed:
+                    return denied
+                if (name, index) in missing:
+                    return ErrorCode.unknown_topic_or_partition
+                return ErrorCode.operation_not_attempted
+
+            return self._response(request, topics, code_of)
+
+        return Forward(request=probe, rewrite=rewrite)
+
     @staticmethod
-    def _response(request: Request, topics: Any, code_of: Callable[[str], ErrorCode]) -> Any:
+    def _response(request: Request, topics: Any, code_of: Callable[[str, int], ErrorCode]) -> Any:
         """``AddPartitionsToTxnResponse.resultForTransaction``: one entry per topic."""
         schema = codec.response_schema(24, request.header.api_version)
         topic_type = codec.nested_type(schema, "results_by_topic_v3_and_below")
+        partition_type = codec.nested_type(topic_type, "results_by_partition")
         partitions: dict[str, dict[int, None]] = {}
         for t in topics:
             partitions.setdefault(t.name, {}).update(dict.fromkeys(t.partitions))
-        results = []
-        for name, indexes in partitions.items():
-            code = code_of(name)
-            if code is ErrorCode.none:
-                code = ErrorCode.operation_not_attempted
-            results.append(
-                entity(
-                    topic_type,
-                    name=name,
-                    results_by_partition=partition_errors(
-                        topic_type, "results_by_partition", indexes, code
-                    ),
-                )
+        results = tuple(
+            entity(
+                topic_type,
+                name=name,
+                results_by_partition=tuple(
+                    codec.make_entity(partition_type, code_of(name, i), partition_index=i)
+                    for i in indexes
+                ),
             )
-        return entity(schema, results_by_topic_v3_and_below=tuple(results))
+            for name, indexes in partitions.items()
+        )
+        return entity(schema, results_by_topic_v3_and_below=results)
 
 
 class EndTxnHandler(ApiHandler):
@@ -197,7 +223,8 @@ class TxnOffsetCommitHandler(ApiHandler):
     partition), READ group (30 on every partition) — both before any topic, so a principal
     without them learns nothing about topics — then READ per topic (``filterByAuthorized``
     over topic entries) → 29 on that topic's partitions; the rest is forwarded. Authorized
-    but missing topics get 3 from the broker."""
+    but missing topics get 3 from the broker. The answer is in the order of Kafka's
+    ``TxnOffsetCommitResponse.Builder`` (:func:`~offset_merge.builder_merge`)."""
 
     api_key = 28
     decode_request = True
@@ -205,48 +232,31 @@ class TxnOffsetCommitHandler(ApiHandler):
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         body: Any = request.body
         keys = [t.name for t in body.topics]
+        schema = codec.response_schema(28, request.header.api_version)
+        topic_type = codec.nested_type(schema, "topics")
         code = _transaction_denied(ctx, request, body, read_group=True)
-        if code is not None:  # TxnOffsetCommitRequest.getErrorResponse: every partition
-            every = self._entries(request, body, dict.fromkeys(keys, code))
-            return Respond(self._response(request, keys, every))
+        if code is not None:  # TxnOffsetCommitRequest.getErrorResponse: every request topic
+            topics = tuple(
+                entity(
+                    topic_type,
+                    name=t.name,
+                    partitions=partition_errors(
+                        topic_type, "partitions", (p.partition_index for p in t.partitions), code
+                    ),
+                )
+                for t in body.topics
+            )
+            return Respond(entity(schema, topics=topics))
         denied = authorize_topics(ctx, request, AclOperation.READ, keys)
         if not denied:
             return FORWARD
-        entries = self._entries(request, body, denied)
+        merge = builder_merge(
+            topic_type, body.topics, denied, lambda t: [p.partition_index for p in t.partitions]
+        )
         kept = tuple(t for t in body.topics if t.name not in denied)
         if not kept:
-            return Respond(self._response(request, keys, entries))
-        return Forward(
-            request=codec.replace(body, topics=kept),
-            rewrite=merge_rewrite(keys, entries, "topics", _name),
-        )
-
-    @staticmethod
-    def _entries(
-        request: Request, body: Any, codes: Mapping[Any, ErrorCode]
-    ) -> dict[Any, list[Any]]:
-        """One topic per request entry of a denied name, its code on every partition."""
-        schema = codec.response_schema(28, request.header.api_version)
-        topic_type = codec.nested_type(schema, "topics")
-        out: dict[Any, list[Any]] = {}
-        for t in body.topics:
-            if t.name in codes:
-                partitions = partition_errors(
-                    topic_type,
-                    "partitions",
-                    (p.partition_index for p in t.partitions),
-                    codes[t.name],
-                )
-                out.setdefault(t.name, []).append(
-                    entity(topic_type, name=t.name, partitions=partitions)
-                )
-        return out
-
-    @staticmethod
-    def _response(request: Request, keys: list[str], entries: dict[Any, list[Any]]) -> Any:
-        """The proxy's whole answer: every topic denied."""
-        topics = merge_in_request_order(keys, entries, (), _name)
-        return entity(codec.response_schema(28, request.header.api_version), topics=topics)
+            return Respond(merge(entity(schema, topics=())))
+        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
 
 
 def _name(entry: Any) -> Any:

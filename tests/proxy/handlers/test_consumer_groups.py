@@ -35,14 +35,42 @@ def test_heartbeat_group_denied_then_topics_all_or_nothing() -> None:
     assert h.checked() == [("READ", "GROUP", "g", "ALLOWED")]
 
 
-def test_heartbeat_regex_version_is_not_advertised() -> None:
-    h = HandlerHarness([READ_G])
-    assert h.supported_versions(68) == range(0, 1)
-    verdict = h.send(
-        req(68, 1, group_id="g", member_id="m", member_epoch=0, subscribed_topic_regex=".*")
+def test_heartbeat_v1_without_regex_is_enforced_like_v0() -> None:
+    # librdkafka >= 2.10 speaks only v1 with group.protocol=consumer.
+    h = HandlerHarness([READ_G, acl(ALICE, "DESCRIBE", "TOPIC", "a")])
+    assert h.supported_versions(68) == range(0, 2)
+    body = req(68, 1, group_id="g", member_id="m", member_epoch=0, subscribed_topic_names=("a",))
+    ok = h.send(body)
+    assert isinstance(ok, Forward) and ok.request is None
+    denied = h.send(
+        req(68, 1, group_id="g", member_id="m", member_epoch=0, subscribed_topic_names=("b",))
     )
+    assert isinstance(denied, Respond) and int(denied.response.error_code) == 29
+    # "" clears a regex subscription: nothing to resolve, forwarded.
+    clear = h.send(
+        req(68, 1, group_id="g", member_id="m", member_epoch=1, subscribed_topic_regex="")
+    )
+    assert isinstance(clear, Forward)
+
+
+def test_heartbeat_regex_is_refused_after_the_group_check() -> None:
+    regex = req(68, 1, group_id="g", member_id="m", member_epoch=0, subscribed_topic_regex=".*")
+    h = HandlerHarness([])
+    denied = h.send(regex)
+    assert isinstance(denied, Respond) and int(denied.response.error_code) == 30
+    h = HandlerHarness([READ_G])
+    verdict = h.send(regex)
     assert isinstance(verdict, Respond) and int(verdict.response.error_code) == 35
-    assert h.checked() == []
+    assert "regular-expression" in verdict.response.error_message
+    assert h.checked() == [("READ", "GROUP", "g", "ALLOWED")]
+
+
+def test_heartbeat_names_compared_as_a_set() -> None:
+    # Kafka 4.3: authorizedTopics.size < subscribedTopicSet.size — a name listed twice passes.
+    h = HandlerHarness([READ_G, acl(ALICE, "DESCRIBE", "TOPIC", "a")])
+    verdict = h.send(heartbeat("a", "a"))
+    assert isinstance(verdict, Forward)
+    assert [a.resource_reference_count for a, _ in h.checks] == [1, 1]
 
 
 def member(*topics: str, target: tuple[str, ...] = ()) -> Any:
@@ -130,3 +158,19 @@ def test_describe_all_allowed_keeps_broker_answer_and_all_denied_is_local() -> N
         req(69, 1, group_ids=("g",), include_authorized_operations=False)
     )
     assert isinstance(denied, Respond) and int(denied.response.groups[0].error_code) == 30
+
+
+def test_describe_lists_denied_groups_first_then_the_coordinators_answer() -> None:
+    # handleConsumerGroupDescribe: the 30 entries, one per denied occurrence, as it loops;
+    # then the coordinator's results.
+    h = HandlerHarness([acl(ALICE, "DESCRIBE", "GROUP", "g", pattern="PREFIXED")])
+    verdict = h.send(
+        req(69, 1, group_ids=("g1", "x", "g2", "x"), include_authorized_operations=False)
+    )
+    out = h.complete(verdict, resp(69, 1, groups=(group_entry("g2"), group_entry("g1"))))
+    assert [(g.group_id, int(g.error_code)) for g in out.groups] == [
+        ("x", 30),
+        ("x", 30),
+        ("g2", 0),
+        ("g1", 0),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -115,9 +116,37 @@ def test_partially_allowed_fetch_strips_and_merges_29_per_partition() -> None:
     verdict = h.send(fetch12("b", "a"))
     assert sent_parts(h.forwarded_body(verdict, None)) == [("a", 0), ("a", 1)]
     out = h.complete(verdict, reply12("a"))
-    assert parts(out) == [("b", 0, 29), ("b", 1, 29), ("a", 0, 0), ("a", 1, 0)]
-    denied = out.responses[0].partitions[0]
+    # Kafka's order: partitions read from the log first, then the erroneous ones.
+    assert parts(out) == [("a", 0, 0), ("a", 1, 0), ("b", 0, 29), ("b", 1, 29)]
+    denied = out.responses[1].partitions[0]
     assert denied.high_watermark == -1 and denied.records == b"" and denied.last_stable_offset == -1
+
+
+def test_merged_response_follows_kafkas_order_data_first_then_erroneous() -> None:
+    # KafkaApis.handleFetchRequest: partitions read from the log, then ``erroneous`` (denied,
+    # unknown partition) in the request's order; a topic split by that gets two entries.
+    h = HandlerHarness([READ_A, acl("User:alice", "READ", "TOPIC", "c")])
+    verdict = h.send(fetch12("c", "b", "a"))
+    assert sent_parts(h.forwarded_body(verdict, None)) == [("c", 0), ("c", 1), ("a", 0), ("a", 1)]
+    broker = reply12("a")
+    missing = replace(
+        broker.responses[0],
+        topic="c",
+        partitions=tuple(
+            replace(p, error_code=ErrorCode.unknown_topic_or_partition, records=b"")
+            for p in broker.responses[0].partitions
+        ),
+    )
+    out = h.complete(verdict, replace(broker, responses=(missing, *broker.responses)))
+    assert parts(out) == [
+        ("a", 0, 0),
+        ("a", 1, 0),
+        ("c", 0, 3),
+        ("c", 1, 3),
+        ("b", 0, 29),
+        ("b", 1, 29),
+    ]
+    assert [t.topic for t in out.responses] == ["a", "c", "b"]
 
 
 def test_nothing_allowed_is_answered_without_the_broker() -> None:
@@ -153,7 +182,11 @@ def test_topic_ids_unknown_to_the_proxy_are_100_and_never_forwarded() -> None:
             ),
         ),
     )
-    assert parts(h.complete(verdict, broker)) == [(unknown, 0, 100), (denied, 0, 29), (known, 0, 0)]
+    assert parts(h.complete(verdict, broker)) == [(known, 0, 0), (unknown, 0, 100), (denied, 0, 29)]
+    # Unknown ids come before denied topics whatever the request order (Kafka resolves ids
+    # before it authorizes).
+    verdict = h.send(fetch_by_id(req13, denied, unknown, known))
+    assert parts(h.complete(verdict, broker)) == [(known, 0, 0), (unknown, 0, 100), (denied, 0, 29)]
 
 
 def _follower(replica_id: int) -> Any:

@@ -55,6 +55,8 @@ def test_find_coordinator_batched_strips_denied_keys_and_keeps_order() -> None:
         ("g2", 0, 1, "proxy.test", 30001),  # address still rewritten
         ("g3", 30, -1, "", -1),
     ]
+    # Kafka sets no message on a v4+ per-key denial: the schema default "", not null.
+    assert [c.error_message for c in out.coordinators if c.key != "g2"] == ["", ""]
 
 
 def test_find_coordinator_allowed_forwards_original_bytes_and_rewrites_addresses() -> None:
@@ -160,6 +162,19 @@ def test_describe_groups_partial_with_authorized_operations() -> None:
     assert out.groups[1].authorized_operations == (1 << 8) | (1 << 6)  # DESCRIBE, DELETE
 
 
+def test_describe_groups_denied_first_then_the_coordinators_order() -> None:
+    # handleDescribeGroupsRequest adds each denied group while it loops, then the
+    # coordinator's results (ordered by coordinator shard, not by the request).
+    h = HandlerHarness([acl(ALICE, "DESCRIBE", "GROUP", "b"), acl(ALICE, "DESCRIBE", "GROUP", "c")])
+    verdict = h.send(req(15, 5, groups=("b", "a", "c"), include_authorized_operations=False))
+    out = h.complete(verdict, resp(15, 5, groups=(described("c"), described("b"))))
+    assert [(g.group_id, int(g.error_code)) for g in out.groups] == [
+        ("a", 30),
+        ("c", 0),
+        ("b", 0),
+    ]
+
+
 def test_describe_groups_allowed_without_operations_is_zero_copy() -> None:
     h = HandlerHarness([acl(ALICE, "DESCRIBE", "GROUP", "*")])
     verdict = h.send(req(15, 5, groups=("a",), include_authorized_operations=False))
@@ -215,7 +230,8 @@ def test_delete_groups_distinct_and_partial() -> None:
     assert [c[2] for c in h.checked()] == ["a", "b"]
     assert [a.resource_reference_count for a, _ in h.checks] == [1, 1]
     out = h.complete(verdict, resp(42, 2, results=(item(42, 2, "results", group_id="b"),)))
-    assert [(r.group_id, int(r.error_code)) for r in out.results] == [("a", 30), ("b", 0)]
+    # Kafka appends the unauthorized groups after the coordinator's results.
+    assert [(r.group_id, int(r.error_code)) for r in out.results] == [("b", 0), ("a", 30)]
 
 
 def test_delete_groups_all_denied_and_all_allowed() -> None:

@@ -190,14 +190,15 @@ def test_offset_fetch_explicit_topics_get_29_with_minus_one() -> None:
     assert isinstance(verdict, Forward)
     assert [t.name for t in h.forwarded_body(verdict, None).topics] == ["ok"]
     out = h.complete(verdict, fetch_reply_v7("ok"))
-    first = out.topics[0].partitions[0]
-    assert (out.topics[0].name, first.committed_offset, first.metadata, int(first.error_code)) == (
+    # fetchOffsetsForGroup: the coordinator's topics, then the error topics
+    assert out.topics[0].partitions[0].committed_offset == 42
+    last = out.topics[1].partitions[0]
+    assert (out.topics[1].name, last.committed_offset, last.metadata, int(last.error_code)) == (
         "secret",
         -1,
         "",
         29,
     )
-    assert out.topics[1].partitions[0].committed_offset == 42
     # a coordinator error is returned as the broker gave it, nothing merged in
     failed = h.complete(verdict, fetch_reply_v7(error=16))
     assert int(failed.error_code) == 16 and failed.topics == ()
@@ -265,10 +266,10 @@ def test_offset_fetch_batched_groups() -> None:
     )
     assert [(g.group_id, int(g.error_code), [t.name for t in g.topics]) for g in out.groups] == [
         ("denied", 30, []),
-        ("g", 0, ["secret", "ok"]),
+        ("g", 0, ["ok", "secret"]),
         ("all", 0, ["ok"]),
     ]
-    assert int(out.groups[1].topics[0].partitions[0].error_code) == 29
+    assert int(out.groups[1].topics[1].partitions[0].error_code) == 29
 
 
 def test_offset_fetch_batched_all_denied_is_local() -> None:
@@ -332,16 +333,21 @@ def test_offset_delete_needs_delete_group_then_read_topic() -> None:
 
 
 def test_offset_delete_never_forwards_an_emptied_topic_list() -> None:
-    # Kafka would still ask the coordinator; an emptied list could read as "every topic" to a
-    # broker, so the proxy answers alone (fail closed)
+    # Kafka still asks the coordinator (a group-level error replaces the 29s). The proxy sends
+    # a probe instead of an emptied list (which a broker could read as "every topic"): one
+    # topic named "" — which cannot exist — with no partitions.
     h = HandlerHarness([acl(ALICE, "DELETE", "GROUP", "g"), acl(ALICE, "READ", "TOPIC", "ok")])
     only_denied = h.send(delete("secret", "secret"))
-    assert isinstance(only_denied, Respond)
-    out = only_denied.response
+    probe = h.forwarded_body(only_denied, None)
+    assert [(t.name, t.partitions) for t in probe.topics] == [("", ())]
+    reply = resp(47, 0, topics=(item(47, 0, "topics", name="", partitions=()),))
+    out = h.complete(only_denied, reply)
     assert int(out.error_code) == 0
     assert [(t.name, [int(p.error_code) for p in t.partitions]) for t in out.topics] == [
         ("secret", [29, 29])
     ]
+    missing_group = h.complete(only_denied, resp(47, 0, error_code=codec.ErrorCode(69)))
+    assert int(missing_group.error_code) == 69 and missing_group.topics == ()
 
 
 def test_offset_delete_drops_broker_entries_it_did_not_send() -> None:
@@ -444,8 +450,9 @@ def test_offset_fetch_duplicate_group_keeps_each_entrys_filter() -> None:
     verdict = h.send(batched(8, ("g", None), ("g", ("secret",))))
     assert isinstance(verdict, Forward)
     sent = h.forwarded_body(verdict, None)
-    assert [(g.group_id, g.topics) for g in sent.groups] == [("g", None)]
-    out = h.complete(verdict, resp(9, 8, groups=(group_reply("g", "ok", "secret"),)))
+    assert [(g.group_id, g.topics) for g in sent.groups] == [("g", None), ("g", ())]
+    reply = resp(9, 8, groups=(group_reply("g", "ok", "secret"), group_reply("g", "ok")))
+    out = h.complete(verdict, reply)
     assert group_view(out) == [("g", 0, [("ok", 0)]), ("g", 0, [("secret", 29)])]
 
 
@@ -481,17 +488,23 @@ def test_offset_fetch_broker_groups_must_line_up_with_the_request() -> None:
     assert group_view(out) == [("g", 16, []), ("g", 16, [])]
 
 
-def test_offset_fetch_batched_group_with_every_topic_denied_is_answered_locally() -> None:
+def test_offset_fetch_batched_group_with_every_topic_denied_still_asks_the_coordinator() -> None:
+    # fetchOffsetsForGroup calls the coordinator with the authorized topics even when there
+    # are none: its group-level error replaces the 29s. An empty list asks for no topic, and
+    # nothing the broker answers for it gets through.
     h = HandlerHarness(SEE_OK + [acl(ALICE, "DESCRIBE", "GROUP", "h")])
     verdict = h.send(batched(8, ("g", ("secret",)), ("h", ("ok",))))
     assert isinstance(verdict, Forward)
     sent = h.forwarded_body(verdict, None)
-    assert [(g.group_id, [t.name for t in g.topics]) for g in sent.groups] == [("h", ["ok"])]
-    out = h.complete(verdict, resp(9, 8, groups=(group_reply("h", "ok", "secret"),)))
+    assert [(g.group_id, [t.name for t in g.topics]) for g in sent.groups] == [
+        ("g", []),
+        ("h", ["ok"]),
+    ]
+    reply = resp(9, 8, groups=(group_reply("g", "secret"), group_reply("h", "ok", "secret")))
+    out = h.complete(verdict, reply)
     assert group_view(out) == [("g", 0, [("secret", 29)]), ("h", 0, [("ok", 0)])]
-    alone = h.send(batched(8, ("g", ("secret", "also-secret"))))
-    assert isinstance(alone, Respond)
-    assert group_view(alone.response) == [("g", 0, [("secret", 29), ("also-secret", 29)])]
+    reply = resp(9, 8, groups=(group_reply("g", error=16), group_reply("h", "ok")))
+    assert group_view(h.complete(verdict, reply)) == [("g", 16, []), ("h", 0, [("ok", 0)])]
 
 
 def test_offset_fetch_empty_lists_are_sent_as_they_are_and_answered_empty() -> None:
@@ -505,14 +518,14 @@ def test_offset_fetch_empty_lists_are_sent_as_they_are_and_answered_empty() -> N
     assert h.complete(v7, fetch_reply_v7("ok", "secret")).topics == ()
 
 
-def test_offset_fetch_v7_every_topic_denied_is_answered_locally() -> None:
+def test_offset_fetch_v7_every_topic_denied_still_asks_the_coordinator() -> None:
     h = HandlerHarness(SEE_OK)
     verdict = h.send(fetch_v7(("secret",)))
-    assert isinstance(verdict, Respond)
-    assert int(verdict.response.error_code) == 0
-    assert [(t.name, int(t.partitions[0].error_code)) for t in verdict.response.topics] == [
-        ("secret", 29)
-    ]
+    assert h.forwarded_body(verdict, None).topics == ()
+    out = h.complete(verdict, fetch_reply_v7("secret"))
+    assert int(out.error_code) == 0
+    assert [(t.name, int(t.partitions[0].error_code)) for t in out.topics] == [("secret", 29)]
+    assert int(h.complete(verdict, fetch_reply_v7(error=16)).error_code) == 16
 
 
 def test_offset_fetch_v7_drops_broker_topics_it_did_not_send() -> None:
@@ -520,7 +533,7 @@ def test_offset_fetch_v7_drops_broker_topics_it_did_not_send() -> None:
     verdict = h.send(fetch_v7(("secret", "ok")))
     out = h.complete(verdict, fetch_reply_v7("ok", "secret", "other"))
     assert [(t.name, int(t.partitions[0].error_code)) for t in out.topics] == [
-        ("secret", 29),
         ("ok", 0),
+        ("secret", 29),
     ]
-    assert out.topics[0].partitions[0].committed_offset == -1
+    assert out.topics[1].partitions[0].committed_offset == -1

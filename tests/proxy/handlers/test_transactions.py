@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.add_offsets_to_txn.v3 import request as ao_req
 from kio.schema.add_partitions_to_txn.v3 import request as ap_req
+from kio.schema.add_partitions_to_txn.v3 import response as ap_resp
 from kio.schema.add_partitions_to_txn.v4 import request as ap4_req
 from kio.schema.describe_transactions.v0 import request as dt_req
 from kio.schema.describe_transactions.v0 import response as dt_resp
@@ -126,11 +127,41 @@ def test_add_partitions_all_allowed_is_forwarded_unchanged() -> None:
     assert [a.resource_reference_count for a, _ in h.checks] == [1, 2]
 
 
+def probe_answer(*missing: tuple[str, int], code: int = 49) -> Any:
+    """What a broker answers the proxy's probe: 3 on ``missing`` and 55 on the rest of the
+    topics named, or (nothing missing) the coordinator's ``code`` on every partition."""
+    names = dict.fromkeys(t for t, _ in missing) or {"a": None}
+    return ap_resp.AddPartitionsToTxnResponse(
+        throttle_time=timedelta(0),
+        results_by_topic_v3_and_below=tuple(
+            ap_resp.AddPartitionsToTxnTopicResult(
+                name=t,
+                results_by_partition=tuple(
+                    ap_resp.AddPartitionsToTxnPartitionResult(
+                        partition_index=i,
+                        partition_error_code=ErrorCode(
+                            3 if (t, i) in missing else (55 if missing else code)
+                        ),
+                    )
+                    for i in (0, 1)
+                ),
+            )
+            for t in names
+        ),
+    )
+
+
 def test_add_partitions_is_all_or_nothing_with_55_on_authorized_partitions() -> None:
     h = HandlerHarness([WRITE_TX, acl(ALICE, "WRITE", "TOPIC", "a")])
     verdict = h.send(add_partitions("a", "b"))
-    assert isinstance(verdict, Respond)
-    assert partition_codes(verdict.response) == [
+    # Which authorized partitions exist only the broker knows: it gets a probe that cannot
+    # touch any transaction (producer id/epoch -1) with the authorized partitions only.
+    probe = h.forwarded_body(verdict, None)
+    assert (probe.v3_and_below_producer_id, probe.v3_and_below_producer_epoch) == (-1, -1)
+    assert probe.v3_and_below_transactional_id == "tx"
+    assert [(t.name, t.partitions) for t in probe.v3_and_below_topics] == [("a", (0, 1))]
+    # All exist: the coordinator refuses the probe's producer id; the client gets 55/29.
+    assert partition_codes(h.complete(verdict, probe_answer())) == [
         ("a", 0, 55),
         ("a", 1, 55),
         ("b", 0, 29),
@@ -138,11 +169,40 @@ def test_add_partitions_is_all_or_nothing_with_55_on_authorized_partitions() -> 
     ]
 
 
+def test_add_partitions_missing_authorized_partitions_get_3_as_kafka_answers() -> None:
+    h = HandlerHarness([WRITE_TX, acl(ALICE, "WRITE", "TOPIC", "a")])
+    verdict = h.send(add_partitions("a", "b"))
+    # KafkaApis: 29 for denied, 3 for authorized-but-missing, 55 for the rest.
+    assert partition_codes(h.complete(verdict, probe_answer(("a", 1)))) == [
+        ("a", 0, 55),
+        ("a", 1, 3),
+        ("b", 0, 29),
+        ("b", 1, 29),
+    ]
+
+
+def test_add_partitions_probe_answer_is_only_read_for_its_3s() -> None:
+    # Anything but 3 on the probe (a coordinator error) proves only that every authorized
+    # partition exists; codes for partitions never sent are ignored.
+    h = HandlerHarness([WRITE_TX, acl(ALICE, "WRITE", "TOPIC", "a")])
+    verdict = h.send(add_partitions("a", "b"))
+    expected = [("a", 0, 55), ("a", 1, 55), ("b", 0, 29), ("b", 1, 29)]
+    assert partition_codes(h.complete(verdict, probe_answer(("b", 0), ("b", 1)))) == expected
+    assert partition_codes(h.complete(verdict, probe_answer(code=51))) == expected
+
+
+def test_add_partitions_with_nothing_authorized_is_answered_without_the_broker() -> None:
+    h = HandlerHarness([WRITE_TX])
+    verdict = h.send(add_partitions("a", "__consumer_offsets"))
+    assert isinstance(verdict, Respond)
+    assert {c for _, _, c in partition_codes(verdict.response)} == {29}
+
+
 def test_add_partitions_internal_topics_are_never_authorized() -> None:
     h = HandlerHarness([WRITE_TX, acl(ALICE, "WRITE", "TOPIC", "*")])
     verdict = h.send(add_partitions("a", "__consumer_offsets", "__transaction_state"))
-    assert isinstance(verdict, Respond)
-    assert {t: c for t, _, c in partition_codes(verdict.response)} == {
+    response = h.complete(verdict, probe_answer())
+    assert {t: c for t, _, c in partition_codes(response)} == {
         "a": 55,
         "__consumer_offsets": 29,
         "__transaction_state": 29,
@@ -277,14 +337,15 @@ def test_txn_offset_commit_transactional_id_denial_is_53_everywhere() -> None:
     assert commit_codes(verdict.response) == [("a", 53)]
 
 
-def test_txn_offset_commit_forwards_only_readable_topics_and_merges_in_order() -> None:
+def test_txn_offset_commit_forwards_only_readable_topics_and_merges_in_kafkas_order() -> None:
     h = HandlerHarness([WRITE_TX, READ_G, acl(ALICE, "READ", "TOPIC", "b")])
     body = txn_commit("a", "b", "c")
     verdict = h.send(body)
     assert isinstance(verdict, Forward)
     assert [t.name for t in h.forwarded_body(verdict, body).topics] == ["b"]
     response = h.complete(verdict, commit_reply("b"))
-    assert commit_codes(response) == [("a", 29), ("b", 0), ("c", 29)]
+    # TxnOffsetCommitResponse.Builder: the rejected topics first, then the coordinator's.
+    assert commit_codes(response) == [("a", 29), ("c", 29), ("b", 0)]
 
 
 def test_txn_offset_commit_all_allowed_is_forwarded_unchanged() -> None:
