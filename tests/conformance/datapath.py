@@ -352,6 +352,16 @@ def sorted_entries(value: Any, field: str, key: str) -> Any:
     return out
 
 
+def sorted_head(value: Any, field: str, key: str, *, denied: int) -> Any:
+    """:func:`sorted_entries` for answers Kafka builds as "the broker's hash-map answer, then
+    the ``denied`` entries the handler appended": only the broker's part is sorted."""
+    out = normalize(value)
+    entries = out[field]
+    cut = len(entries) - denied
+    out[field] = sorted(entries[:cut], key=lambda e: str(e[key])) + entries[cut:]
+    return out
+
+
 def sorted_deep(value: Any, field: str, key: str, partitions: str, partition_key: str) -> Any:
     """:func:`sorted_entries`, with each entry's ``partitions`` list sorted by
     ``partition_key`` too (for answers Kafka builds from a hash map of partitions)."""

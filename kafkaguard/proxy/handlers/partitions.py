@@ -84,6 +84,9 @@ class PerTopicHandler(ApiHandler):
     response_index: ClassVar[str] = "partition_index"
     denied_values: ClassVar[Mapping[str, Any]] = {}
     """Fields Kafka sets on a denied partition besides index and error (e.g. offset −1)."""
+    denied_last: ClassVar[bool] = False
+    """Kafka appends the denied topics after the broker's answer (``response ++
+    unauthorizedResponseStatus``) instead of keeping the request's order."""
 
     def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
         """Denied topic names (``names`` has one item per request topic entry)."""
@@ -103,8 +106,17 @@ class PerTopicHandler(ApiHandler):
             return Respond(codec.make_entity(schema, topics=topics))
 
         # the merge keeps only broker topics that were sent (named and not denied)
-        merge = merge_rewrite(names, entries, "topics", self._response_key)
-        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
+        if self.denied_last:
+            sent = [n for n in names if n not in denied]
+            tail = merge_in_request_order(names, entries, (), self._response_key)
+
+            def merge(response: Any) -> Any:
+                head = merge_in_request_order(sent, {}, response.topics, self._response_key)
+                return codec.replace(response, topics=head + tail)
+
+            return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
+        rewrite = merge_rewrite(names, entries, "topics", self._response_key)
+        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
 
     def _response_key(self, entry: Any) -> str:
         name: str = getattr(entry, self.response_name)
@@ -162,6 +174,7 @@ class ListOffsetsHandler(PerTopicHandler):
 
     api_key = 2
     denied_values = {"timestamp": -1, "offset": -1}
+    denied_last = True
 
     def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
         return _denied_by_filter(ctx, request, AclOperation.DESCRIBE, names)
@@ -182,6 +195,7 @@ class OffsetForLeaderEpochHandler(PerTopicHandler):
     inter-broker use, logged only when allowed) or DESCRIBE per topic (KIP-320 consumers)."""
 
     api_key = 23
+    denied_last = True
     request_name = "topic"
     request_index = "partition"
     response_name = "topic"

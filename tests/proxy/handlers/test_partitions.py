@@ -71,7 +71,8 @@ def test_list_offsets_allowed_forwards_original_bytes() -> None:
     assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
 
 
-def test_list_offsets_partial_merges_29_in_request_order() -> None:
+def test_list_offsets_partial_appends_29_after_the_broker_answer() -> None:
+    """``sendResponseCallback``: ``response ++ unauthorizedResponseStatus``."""
     h = HandlerHarness([acl("User:alice", "READ", "TOPIC", "a")])  # READ implies DESCRIBE
     verdict = h.send(list_offsets("b", "a", "c"))
     assert h.checked() == [
@@ -82,14 +83,14 @@ def test_list_offsets_partial_merges_29_in_request_order() -> None:
     assert [t.name for t in h.forwarded_body(verdict, None).topics] == ["a"]
     out = h.complete(verdict, lo_reply("a"))
     assert errors(out) == [
-        ("b", 0, 29),
-        ("b", 1, 29),
         ("a", 0, 0),
         ("a", 1, 0),
+        ("b", 0, 29),
+        ("b", 1, 29),
         ("c", 0, 29),
         ("c", 1, 29),
     ]
-    denied = out.topics[0].partitions[0]
+    denied = out.topics[1].partitions[0]
     assert (denied.timestamp, denied.offset) == (-1, -1)
 
 
@@ -250,7 +251,7 @@ def test_per_topic_merge_drops_broker_topics_that_were_not_sent() -> None:
     assert isinstance(verdict, Forward)
     out = h.complete(verdict, lo_reply("ok", "secret", "other", "ok"))
     assert [(t.name, int(t.partitions[0].error_code)) for t in out.topics] == [
-        ("secret", 29),
         ("ok", 0),
+        ("secret", 29),
     ]
-    assert [p.offset for p in out.topics[0].partitions] == [-1, -1]
+    assert [p.offset for p in out.topics[1].partitions] == [-1, -1]
