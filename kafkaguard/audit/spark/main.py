@@ -1,0 +1,289 @@
+"""Entry point of the audit analytics: ``kafkaguard analyze <job>`` and ``spark-submit``.
+
+Both run the same code::
+
+    kafkaguard analyze report --input audit/ --since 2026-11-22 --html report.html
+    spark-submit --master yarn kafkaguard/audit/spark/main.py propose --input hdfs://nn/audit
+
+This module owns the command line only and imports pyspark lazily (inside :func:`run`), so
+``kafkaguard`` works without the ``analytics`` extra until ``analyze`` is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if __package__ in (None, ""):  # pragma: no cover - run as a script by spark-submit
+    # The script's own directory must not shadow anything; the checkout root provides
+    # kafkaguard when it is not installed.
+    _here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
+    sys.path.insert(0, str(_here.parents[2]))
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from kafkaguard.audit.spark.source import TimeRange
+
+log = logging.getLogger("kafkaguard.analyze")
+Out = Callable[[str], None]
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--input", required=True, help="audit directory (local path or Hadoop URI: hdfs://, s3a://)"
+    )
+    common.add_argument("--since", help="window start, inclusive (ISO date or timestamp, UTC)")
+    common.add_argument("--until", help="window end, exclusive (ISO date or timestamp, UTC)")
+    common.add_argument("--output", help="directory (or URI) for result tables: Parquet + JSON")
+    common.add_argument(
+        "--master", help="Spark master (default local[*]; under spark-submit: its --master)"
+    )
+    common.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting"
+    )
+    return common
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common = _common()
+    jobs = parser.add_subparsers(dest="job", required=True, metavar="job")
+    report = jobs.add_parser(
+        "report", parents=[common], help="decisions by principal/resource/operation/listener"
+    )
+    report.add_argument("--html", help="write the self-contained HTML report here")
+    report.add_argument("--top", type=int, default=10, help="top-N denied lists (default 10)")
+    report.add_argument(
+        "--baseline-until",
+        help="principals first seen at/after this time are new (default: the window's middle)",
+    )
+    propose = jobs.add_parser(
+        "propose", parents=[common], help="least-privilege ACLs for the observed access"
+    )
+    propose.add_argument(
+        "--prefix-min-topics",
+        type=int,
+        default=0,
+        metavar="N",
+        help="one PREFIXED ACL for >= N topics of a principal sharing a prefix (default 0: off)",
+    )
+    propose.add_argument(
+        "--hosts", choices=("any", "exact"), default="any", help="ACL host: * or observed IPs"
+    )
+    propose.add_argument("--acl-file", help="write the ACL file here (default: stdout)")
+    propose.add_argument("--commands-file", help="write kafka-acls commands here")
+    propose.add_argument(
+        "--bootstrap-server", default="localhost:9092", help="for the kafka-acls commands"
+    )
+    unused = jobs.add_parser(
+        "unused", parents=[common], help="ACLs in the current store that matched no decision"
+    )
+    unused.add_argument("--acls", help="the ACL file to check (default: --config's store)")
+    unused.add_argument("--config", help="the proxy config: its ACL store and authorizer settings")
+    whatif = jobs.add_parser(
+        "whatif", parents=[common], help="replay the window against another ACL set"
+    )
+    whatif.add_argument("--acls", required=True, help="the proposed ACL file")
+    whatif.add_argument("--config", help="the proxy config whose authorizer settings apply")
+    whatif.add_argument("--show", type=int, default=50, help="flips to print (default 50)")
+    whatif.add_argument(
+        "--fail-on-breakage",
+        action="store_true",
+        help="exit 3 when some allowed decision would be denied",
+    )
+
+
+def _conf(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--conf needs KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _window(args: argparse.Namespace) -> TimeRange:
+    from kafkaguard.audit.spark.source import TimeRange, parse_time
+
+    return TimeRange(
+        parse_time(args.since) if args.since else None,
+        parse_time(args.until) if args.until else None,
+    )
+
+
+def _report(spark: SparkSession, events: DataFrame, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.html_report import render
+    from kafkaguard.audit.spark.output import write_tables
+    from kafkaguard.audit.spark.report import LARGE_TABLES, build_report, report_data
+    from kafkaguard.audit.spark.source import parse_time
+
+    window = _window(args)
+    baseline = parse_time(args.baseline_until) if args.baseline_until else None
+    built = build_report(events, window, top_n=args.top, baseline_until=baseline)
+    if args.output:
+        write_tables(built.tables, args.output, partitioned=LARGE_TABLES)
+        out(f"report tables written to {args.output}")
+    if args.html:
+        page = render(report_data(built, window, datetime.now(UTC)))
+        Path(args.html).write_text(page, encoding="utf-8")
+        out(f"HTML report written to {args.html}")
+    s = built.summary
+    out(
+        f"{s.allowed + s.denied} decisions: {s.allowed} allowed, {s.denied} denied "
+        f"({s.would_deny} would-deny in log_only), {s.principals} principals"
+    )
+    return 0
+
+
+def _propose(spark: SparkSession, events: DataFrame, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.output import write_tables
+    from kafkaguard.audit.spark.proposal import render_acl_file, render_commands
+    from kafkaguard.audit.spark.propose import proposal_tables, propose
+
+    if args.prefix_min_topics < 0 or args.prefix_min_topics == 1:
+        raise ValueError("--prefix-min-topics must be 0 (off) or at least 2")
+    made = propose(
+        events, exact_hosts=args.hosts == "exact", prefix_min_topics=args.prefix_min_topics
+    )
+    principals = len({a.binding.entry.principal for a in made.acls})
+    header = [
+        f"Proposed by `kafkaguard analyze propose` from {args.input}"
+        f" (window {args.since or 'start'} .. {args.until or 'end'}).",
+        f"{len(made.acls)} ALLOW ACLs for {principals} principals: every observed allowed or"
+        " would-deny access, nothing else. Review before loading.",
+    ]
+    text = render_acl_file(made.acls, header)
+    if args.acl_file:
+        Path(args.acl_file).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if args.commands_file:
+        Path(args.commands_file).write_text(
+            render_commands(made.acls, args.bootstrap_server), encoding="utf-8"
+        )
+    if args.output:
+        write_tables(proposal_tables(spark, made), args.output)
+    note = f"; {made.skipped} unusable tuples skipped" if made.skipped else ""
+    sys.stderr.write(f"proposed {len(made.acls)} ACLs for {principals} principals{note}\n")
+    return 0
+
+
+def _unused(spark: SparkSession, events: DataFrame, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.output import write_tables
+    from kafkaguard.audit.spark.replay import load_policy
+    from kafkaguard.audit.spark.unused import acl_usage, unused_acls
+    from kafkaguard.policy.explain import acl_text
+
+    policy = load_policy(args.acls, args.config)
+    usage = acl_usage(events, policy).cache()
+    unused = unused_acls(usage)
+    if args.output:
+        write_tables({"acl_usage": usage, "unused_acls": unused}, args.output)
+    indexes = [r["acl_index"] for r in unused.select("acl_index").collect()]
+    out(f"{len(indexes)} of {len(policy.acls)} ACLs ({policy.source}) matched no decision:")
+    for i in indexes:
+        out(f"  {acl_text(policy.acls[i])}")
+    return 0
+
+
+def _whatif(spark: SparkSession, events: DataFrame, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.output import write_tables
+    from kafkaguard.audit.spark.replay import load_policy
+    from kafkaguard.audit.spark.whatif import flips, replay, summarize, summary_table
+
+    policy = load_policy(args.acls, args.config)
+    replayed = replay(events, policy).cache()
+    flipped = flips(replayed).cache()
+    counts = summarize(flipped)
+    if args.output:
+        tables = {
+            "whatif_replay": replayed,
+            "whatif_flips": flipped,
+            "whatif_summary": summary_table(flipped, counts),
+        }
+        write_tables(tables, args.output)
+    for c in counts:
+        out(f"{c.direction}: {c.decisions} decisions ({c.tuples} distinct requests)")
+    for r in flipped.limit(args.show).collect():
+        out(
+            f"  {r['direction']} x{r['count']}: {r['principal']} {r['operation']} "
+            f"{r['resource_type']}:{r['resource_name']} from {r['client_host']} "
+            f"({r['listener']}) -> {r['reason']}"
+        )
+    errors = replayed.where(replayed["error"].isNotNull()).count()
+    if errors:
+        out(f"{errors} recorded tuples could not be replayed (see whatif_replay.error)")
+    breaking = counts[0].decisions > 0
+    return 3 if args.fail_on_breakage and breaking else 0
+
+
+JOBS = {"report": _report, "propose": _propose, "unused": _unused, "whatif": _whatif}
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | None = None) -> int:
+    """Run one job; 0 ok, 1 error, 2 bad arguments (3: ``whatif --fail-on-breakage``).
+
+    A ``spark`` session passed in is used and left running (tests share one); otherwise one
+    is built from ``--master``/``--conf`` and stopped at the end.
+    """
+    write = out or _print
+    try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+    except ImportError:
+        sys.stderr.write(
+            "kafkaguard analyze needs PySpark and Java >= 17: pip install 'kafkaguard[analytics]'\n"
+        )
+        return 2
+    try:
+        conf = _conf(args.conf)
+        _window(args)  # refuse a bad window before starting a JVM
+    except ValueError as exc:
+        sys.stderr.write(f"kafkaguard analyze: {exc}\n")
+        return 2
+    if "://" not in args.input and not Path(args.input).is_dir():
+        sys.stderr.write(f"kafkaguard analyze {args.job}: error: no such directory {args.input}\n")
+        return 1
+
+    from kafkaguard.audit.spark.session import build_session
+    from kafkaguard.audit.spark.source import read_audit
+    from kafkaguard.config_tree import ConfigError
+    from kafkaguard.policy.stores.base import AclStoreError
+
+    session = spark
+    try:
+        if session is None:  # no JVM (no Java >= 17) fails here, as a PySparkException
+            session = build_session(args.master, conf)
+        events = read_audit(session, args.input, _window(args))
+        return JOBS[args.job](session, events, args, write)
+    except (PySparkException, Py4JError, ConfigError, AclStoreError, ValueError, OSError) as exc:
+        log.debug("analyze failed", exc_info=True)
+        sys.stderr.write(f"kafkaguard analyze {args.job}: error: {exc}\n")
+        return 1
+    finally:
+        if spark is None and session is not None:
+            session.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kafkaguard analyze", description=(__doc__ or "").splitlines()[0]
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""``kafkaguard analyze propose``: from observed access to a reviewed least-privilege ACL set.
+
+Spark reduces the window to distinct grants (principal, host, operation, resource) and
+enforced refusals; :mod:`.proposal` turns those (few) rows into ACLs on the driver.
+
+Input rows: every ALLOWED decision except those of super users (they need no ACL), and every
+would-deny of a ``log_only`` listener (the access a rollout must keep working). DENIED
+decisions of enforcing listeners are not proposed; they block prefix consolidation instead.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+
+from kafkaguard.audit.spark.proposal import (
+    ObservedGrant,
+    ProposedAcl,
+    Refusal,
+    build_proposal,
+    principal_roles,
+)
+from kafkaguard.policy.model import (
+    WILDCARD_HOST,
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    KafkaPrincipal,
+    ResourcePattern,
+    ResourceType,
+)
+
+log = logging.getLogger("kafkaguard.analyze")
+
+GRANT_KEYS = ("principal", "host", "operation", "resource_type", "resource_name")
+
+
+def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFrame:
+    """Distinct proposable accesses with their decision counts.
+
+    Columns: principal, host (``*`` unless ``exact_hosts``), operation, resource_type,
+    resource_name, decisions, would_deny, deny_acl (bool), sample_host, first_seen, last_seen.
+    """
+    proposable = events.where(
+        ((F.col("result") == "ALLOWED") & (F.coalesce(F.col("reason"), F.lit("")) != "SuperUser"))
+        | F.col("would_deny")
+    )
+    host = F.col("client_host") if exact_hosts else F.lit(WILDCARD_HOST)
+    return (
+        proposable.withColumn("host", host)
+        .groupBy(*GRANT_KEYS)
+        .agg(
+            F.sum("count").alias("decisions"),
+            F.sum(F.when(F.col("would_deny"), F.col("count")).otherwise(0)).alias("would_deny"),
+            F.max(F.col("would_deny") & (F.col("reason") == "DenyAcl")).alias("deny_acl"),
+            F.min("client_host").alias("sample_host"),
+            F.min("event_time").alias("first_seen"),
+            F.max("event_time").alias("last_seen"),
+        )
+        .orderBy(*GRANT_KEYS)
+    )
+
+
+def enforced_refusals(events: DataFrame) -> DataFrame:
+    """Distinct (principal, operation, resource) an enforcing listener refused."""
+    return (
+        events.where((F.col("result") == "DENIED") & ~F.col("would_deny"))
+        .select("principal", "operation", "resource_type", "resource_name")
+        .distinct()
+    )
+
+
+def _grant(row: dict[str, Any]) -> ObservedGrant | None:
+    """A collected row as a grant, or None (logged) when it cannot be an ACL: a principal
+    without ``Type:``, a host that is no IP address, a name outside Kafka's vocabulary."""
+    try:
+        KafkaPrincipal.parse(row["principal"])
+        sample = row["sample_host"] or ""
+        ipaddress.ip_address(sample)
+        if row["host"] != WILDCARD_HOST:
+            ipaddress.ip_address(row["host"])
+        grant = ObservedGrant(
+            principal=row["principal"],
+            host=row["host"],
+            operation=AclOperation.parse(row["operation"]),
+            resource_type=ResourceType.parse(row["resource_type"]),
+            resource_name=row["resource_name"],
+            decisions=int(row["decisions"]),
+            sample_host=sample,
+            deny_acl=bool(row["deny_acl"]),
+        )
+        entry = AccessControlEntry(
+            grant.principal, grant.host, grant.operation, AclPermissionType.ALLOW
+        )
+        AclBinding(ResourcePattern(grant.resource_type, grant.resource_name), entry).validate()
+        return grant
+    except (ValueError, TypeError) as exc:
+        log.warning("skipping an audit tuple that cannot become an ACL (%s): %s", exc, row)
+        return None
+
+
+def _refusal(row: dict[str, Any]) -> Refusal | None:
+    try:
+        return Refusal(
+            row["principal"],
+            AclOperation.parse(row["operation"]),
+            ResourceType.parse(row["resource_type"]),
+            row["resource_name"],
+        )
+    except (ValueError, TypeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    acls: list[ProposedAcl]
+    grants: DataFrame
+    skipped: int
+
+
+def propose(
+    events: DataFrame, *, exact_hosts: bool = False, prefix_min_topics: int = 0
+) -> Proposal:
+    grants_df = observed_grants(events, exact_hosts=exact_hosts).cache()
+    parsed = [_grant(r.asDict()) for r in grants_df.collect()]
+    grants = [g for g in parsed if g is not None]
+    refusals: list[Refusal] = []
+    if prefix_min_topics > 0:
+        found = (_refusal(r.asDict()) for r in enforced_refusals(events).collect())
+        refusals = [r for r in found if r is not None]
+    acls = build_proposal(grants, refusals, prefix_min_topics)
+    return Proposal(acls, grants_df, len(parsed) - len(grants))
+
+
+PROPOSAL_SCHEMA = StructType(
+    [
+        StructField("principal", StringType(), False),
+        StructField("host", StringType(), False),
+        StructField("operation", StringType(), False),
+        StructField("permission", StringType(), False),
+        StructField("resource_type", StringType(), False),
+        StructField("pattern_type", StringType(), False),
+        StructField("resource_name", StringType(), False),
+        StructField("decisions", LongType(), False),
+        StructField("covers", ArrayType(StringType(), False), False),
+        StructField("notes", ArrayType(StringType(), False), False),
+    ]
+)
+ROLES_SCHEMA = StructType(
+    [
+        StructField("principal", StringType(), False),
+        StructField("roles", ArrayType(StringType(), False), False),
+    ]
+)
+
+
+def proposal_tables(spark: SparkSession, proposal: Proposal) -> dict[str, DataFrame]:
+    """The proposal as result tables (the ACL file and commands are written separately)."""
+    rows = []
+    for a in proposal.acls:
+        p, e = a.binding.pattern, a.binding.entry
+        rows.append(
+            (
+                e.principal,
+                e.host,
+                e.operation.name,
+                e.permission_type.name,
+                p.resource_type.name,
+                p.pattern_type.name,
+                p.name,
+                a.decisions,
+                list(a.covers),
+                list(a.notes),
+            )
+        )
+    roles: Sequence[tuple[str, list[str]]] = list(principal_roles(proposal.acls).items())
+    return {
+        "proposed_acls": spark.createDataFrame(rows, PROPOSAL_SCHEMA),
+        "principal_roles": spark.createDataFrame(roles, ROLES_SCHEMA),
+        "observed_grants": proposal.grants,
+    }

@@ -1,0 +1,76 @@
+"""The audit record as a Spark ``StructType``: the reading side of the audit contract.
+
+It mirrors ``kafkaguard/audit/events.py`` field for field (a test asserts the two field lists
+are identical) and must not add fields the writer does not write: a JSON reader given a schema
+silently fills unknown fields with null. Partition columns (``date``, ``hour``) are not part of
+the record; Spark discovers them from the ``date=YYYY-MM-DD/hour=HH`` directories.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+SCHEMA_VERSION = 1
+"""The record version this reader understands; rows of another version are skipped."""
+
+ACL_FIELDS: tuple[str, ...] = (
+    "resource_type",
+    "pattern_type",
+    "resource_name",
+    "principal",
+    "host",
+    "operation",
+    "permission_type",
+)
+"""Keys of the deciding-ACL object (Kafka enum names)."""
+
+ACL_SCHEMA = StructType([StructField(name, StringType()) for name in ACL_FIELDS])
+
+_FIELDS: tuple[tuple[str, DataType], ...] = (
+    ("schema_version", IntegerType()),
+    ("kind", StringType()),
+    ("time", StringType()),
+    ("window_end", StringType()),
+    # Aggregates carry counts of many decisions: 64-bit, although the contract says "int".
+    ("count", LongType()),
+    ("mode", StringType()),
+    ("listener", StringType()),
+    ("security_protocol", StringType()),
+    ("principal", StringType()),
+    ("client_host", StringType()),
+    ("client_id", StringType()),
+    ("api_key", IntegerType()),
+    ("api_name", StringType()),
+    ("api_version", IntegerType()),
+    ("correlation_id", IntegerType()),
+    ("operation", StringType()),
+    ("resource_type", StringType()),
+    ("pattern_type", StringType()),
+    ("resource_name", StringType()),
+    ("result", StringType()),
+    ("would_deny", BooleanType()),
+    ("reason", StringType()),
+    ("implied", BooleanType()),
+    ("acl", ACL_SCHEMA),
+)
+
+FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in _FIELDS)
+"""The JSON keys of one audit line, in the contract's order."""
+
+AUDIT_SCHEMA = StructType([StructField(name, kind) for name, kind in _FIELDS])
+"""What ``spark.read.schema(AUDIT_SCHEMA).json(dir)`` parses; every field nullable, so a
+malformed line becomes a row of nulls that :func:`.source.read_audit` drops."""
+
+PARTITION_COLUMNS: tuple[str, str] = ("date", "hour")
+"""Hive-style directory columns: ``date`` (DateType), ``hour`` (IntegerType)."""
+
+EVENT_TIME = "event_time"
+"""The parsed ``time`` (TimestampType, UTC) that :func:`.source.read_audit` adds."""

@@ -1,0 +1,110 @@
+"""The reading side of the audit contract: schema, partition discovery, pruning, bad lines."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import Row, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from audit.spark.analyze_data import rec, write_audit
+from kafkaguard.audit import events
+from kafkaguard.audit.spark.schema import ACL_FIELDS, AUDIT_SCHEMA, FIELD_NAMES
+from kafkaguard.audit.spark.source import (
+    TimeRange,
+    parse_time,
+    partition_filters,
+    read_audit,
+    scan_statistics,
+)
+from kafkaguard.policy.explain import acl_json
+from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
+
+pytestmark = pytest.mark.spark
+
+
+def test_schema_mirrors_the_writer_field_list() -> None:
+    assert FIELD_NAMES == events.FIELDS
+    assert [f.name for f in AUDIT_SCHEMA.fields] == list(events.FIELDS)
+    acl = acl_json(acl_binding(ResourceType.TOPIC, "t", "User:a", AclOperation.READ))
+    assert tuple(acl) == ACL_FIELDS
+
+
+def test_every_field_of_a_written_record_is_read(spark: SparkSession, tmp_path: Path) -> None:
+    record = rec("2026-11-22T10:15:03.123Z", "User:alice", "WRITE", "TOPIC", "orders")
+    binding = acl_binding(ResourceType.TOPIC, "orders", "User:alice", AclOperation.WRITE)
+    record = events.AuditEvent(**{**record.to_dict(), "acl": acl_json(binding)})  # type: ignore[arg-type]
+    write_audit(tmp_path, [record], junk=False)
+    row = read_audit(spark, str(tmp_path)).collect()[0].asDict(recursive=True)
+    expected = json.loads(record.to_json())
+    assert {k: row[k] for k in FIELD_NAMES} == expected
+    assert row["date"] == datetime(2026, 11, 22).date()
+    assert row["hour"] == 10
+    assert row["event_time"].astimezone(UTC) == datetime(2026, 11, 22, 10, 15, 3, 123000, UTC)
+
+
+def _trail(tmp_path: Path) -> str:
+    records = [
+        rec("2026-11-21T23:59:59.999Z", "User:a", "READ", "TOPIC", "t"),
+        rec("2026-11-22T00:00:00.000Z", "User:b", "READ", "TOPIC", "t"),
+        rec("2026-11-22T10:30:00.000Z", "User:c", "READ", "TOPIC", "t", count=5),
+        rec("2026-11-22T11:00:00.000Z", "User:d", "READ", "TOPIC", "t"),
+        rec("2026-11-23T00:00:00.001Z", "User:e", "READ", "TOPIC", "t"),
+    ]
+    return str(write_audit(tmp_path, records))
+
+
+def test_junk_is_ignored_and_counts_are_kept(spark: SparkSession, tmp_path: Path) -> None:
+    df = read_audit(spark, _trail(tmp_path)).select("principal", "count")
+    counts = {"a": 1, "b": 1, "c": 5, "d": 1, "e": 1}
+    assertDataFrameEqual(df, [Row(principal=f"User:{p}", count=c) for p, c in counts.items()])
+
+
+@pytest.mark.parametrize(
+    ("since", "until", "principals"),
+    [
+        ("2026-11-22", "2026-11-23", ["User:b", "User:c", "User:d"]),
+        ("2026-11-22T10:30:00Z", "2026-11-22T11:00:00Z", ["User:c"]),
+        ("2026-11-22T10:30:00.001Z", None, ["User:d", "User:e"]),
+        (None, "2026-11-22T01:00:00+01:00", ["User:a"]),
+    ],
+)
+def test_time_window_is_exact(
+    spark: SparkSession, tmp_path: Path, since: str | None, until: str | None, principals: list[str]
+) -> None:
+    window = TimeRange(parse_time(since) if since else None, parse_time(until) if until else None)
+    df = read_audit(spark, _trail(tmp_path), window).select("principal")
+    assertDataFrameEqual(df, [Row(principal=p) for p in principals])
+
+
+def test_time_window_prunes_partitions(spark: SparkSession, tmp_path: Path) -> None:
+    window = TimeRange(parse_time("2026-11-22T10:15:00Z"), parse_time("2026-11-22T12:00:00Z"))
+    df = read_audit(spark, _trail(tmp_path), window)
+    [filters] = partition_filters(df)
+    assert "date" in filters and "hour" in filters
+    # Of the four hour directories only hours 10 and 11 are scanned: pruned before the read.
+    stats = scan_statistics(df)
+    assert stats["numPartitions"] == 2
+
+
+def test_parse_time_and_window_validation() -> None:
+    assert parse_time("2026-11-22T10:15:03.123Z") == datetime(2026, 11, 22, 10, 15, 3, 123000, UTC)
+    with pytest.raises(ValueError, match="ISO-8601"):
+        parse_time("yesterday")
+    with pytest.raises(ValueError, match="not before"):
+        TimeRange(parse_time("2026-11-23"), parse_time("2026-11-22"))
+
+
+def test_a_directory_without_partitions_is_read_unpruned(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    line = rec("2026-11-22T10:15:03.123Z", "User:x", "READ", "TOPIC", "t").to_json()
+    (tmp_path / "audit-1.jsonl").write_text(line + "\n", encoding="utf-8")
+    window = TimeRange(parse_time("2026-11-22"), None)
+    assertDataFrameEqual(
+        read_audit(spark, str(tmp_path), window).select("principal", "hour"),
+        [Row(principal="User:x", hour=None)],
+    )
