@@ -30,6 +30,12 @@ their order rotated per round; medians over rounds are printed with proxy/direct
   repeated; p50/p99 per side. ``metadata-rtt``: a raw-socket Metadata v1 request (no topics)
   round trip, p50/p99 (through kafkaguard this response is decoded and re-encoded).
 
+``--upstream kafka`` puts Apache Kafka 4.3.1 in Tansu's place (single-node KRaft, PLAINTEXT, no
+authorizer, 512 MB heap, started by ``tests/kafka/kafka_fixture.py``: needs Java >= 17 and
+Maven, like the ``kafka`` tests); the relay then fronts a second Kafka that advertises the
+relay's port, ``metadata-rtt`` sends Metadata v4 (Kafka 4 removed v0-v3, KIP-896), and one
+unrecorded warm-up round runs first (the JVM's JIT; ``--warmup-rounds``).
+
 ``--profile-proxy FILE`` runs the proxy under cProfile (``python -m cProfile -o FILE``); it is
 stopped with SIGINT so the profile is written. ``--kafkaguard-path DIR`` runs the proxy from
 another checkout (prepended to ``PYTHONPATH``), for comparing a prototype change.
@@ -53,6 +59,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -191,6 +198,8 @@ class Timer:
 @dataclass
 class Env:
     brokers: list[TansuBroker] = field(default_factory=list)
+    kafka_brokers: list[Any] = field(default_factory=list)
+    """kafka_fixture.KafkaBroker (``--upstream kafka``); imported lazily from tests/kafka."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     tmp: tempfile.TemporaryDirectory[str] = field(default_factory=tempfile.TemporaryDirectory)
 
@@ -200,6 +209,20 @@ class Env:
         self.brokers.append(broker)
         asyncio.run(broker.wait_ready())
         return broker
+
+    def start_kafka(self, advertised_port: int | None = None) -> HostPort:
+        """Apache Kafka via the tests' fixture; ``advertised_port``: clients are sent there
+        (the relay's port) instead of to the broker's own."""
+        sys.path.insert(0, str(REPO / "tests" / "kafka"))
+        from kafka_fixture import start_kafka
+
+        extra = None
+        if advertised_port is not None:
+            extra = {"advertised.listeners": f"CLIENT://127.0.0.1:{advertised_port}"}
+        directory = Path(self.tmp.name) / f"kafka-{len(self.kafka_brokers)}"
+        broker = start_kafka("upstream", directory, extra_props=extra)
+        self.kafka_brokers.append(broker)
+        return HostPort("127.0.0.1", broker.port)
 
     def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> int:
         # cwd: ``python -m`` puts the working directory first on sys.path, which would shadow
@@ -258,6 +281,8 @@ class Env:
                 proc.wait()
         for broker in self.brokers:
             broker.stop()
+        for kafka in self.kafka_brokers:
+            kafka.stop()
         self.tmp.cleanup()
 
 
@@ -422,15 +447,17 @@ def latency_run(side: Side, count: int) -> list[float]:
         delete_topic(side.admin_bootstrap, topic)
 
 
-def metadata_rtt(side: Side, count: int) -> list[float]:
-    """Raw-socket Metadata v1 (no topics) round trips, milliseconds."""
+def metadata_rtt(side: Side, count: int, version: int = 1) -> list[float]:
+    """Raw-socket Metadata (no topics) round trips, milliseconds; v1, or v4 (the oldest
+    Kafka 4 accepts: it adds ``allow_auto_topic_creation``)."""
     host, port = side.bootstrap.rsplit(":", 1)
     samples = []
     with socket.create_connection((host, int(port))) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for corr in range(count + 10):
             client = b"bench"
-            body = struct.pack(">hhih", 3, 1, corr, len(client)) + client + struct.pack(">i", 0)
+            body = struct.pack(">hhih", 3, version, corr, len(client)) + client
+            body += struct.pack(">i", 0) + (b"\x00" if version >= 4 else b"")
             request = struct.pack(">i", len(body)) + body
             start = time.perf_counter()
             sock.sendall(request)
@@ -499,19 +526,22 @@ def run(args: argparse.Namespace) -> int:
     env = Env()
     began = time.monotonic()
     try:
-        tansu = env.start_broker()
+        kafka = args.upstream == "kafka"
+        broker = env.start_kafka() if kafka else env.start_broker().address
         sides = [
-            Side("direct", str(tansu.address), str(tansu.address)),
-            env.start_proxy(
-                tansu.address, args, path=args.kafkaguard_path, profile=args.profile_proxy
-            ),
+            Side("direct", str(broker), str(broker)),
+            env.start_proxy(broker, args, path=args.kafkaguard_path, profile=args.profile_proxy),
         ]
         if args.candidate:
-            sides.append(env.start_proxy(tansu.address, args, "candidate", args.candidate))
+            sides.append(env.start_proxy(broker, args, "candidate", args.candidate))
         if args.relay:
             relay_port = free_port()
-            relay_tansu = env.start_broker(advertised=HostPort("127.0.0.1", relay_port))
-            sides.insert(1, env.start_relay(relay_port, relay_tansu.address))
+            relayed = (
+                env.start_kafka(advertised_port=relay_port)
+                if kafka
+                else env.start_broker(advertised=HostPort("127.0.0.1", relay_port)).address
+            )
+            sides.insert(1, env.start_relay(relay_port, relayed))
         if "consume" in workloads:  # one pre-filled topic per broker, read by every round
             filled: dict[str, str] = {}
             for side in sides:
@@ -524,15 +554,19 @@ def run(args: argparse.Namespace) -> int:
             "produce-100": lambda s: produce_run(s, 100, plan.produce_100),
             "consume": lambda s: consume_run(s, plan.consume),
             "latency": lambda s: latency_run(s, plan.latency),
-            "metadata-rtt": lambda s: metadata_rtt(s, plan.latency),
+            "metadata-rtt": lambda s: metadata_rtt(s, plan.latency, 4 if kafka else 1),
         }
         results: dict[tuple[str, str], list[float | list[float]]] = {}
         cpu: dict[tuple[str, str], list[float]] = {}
-        for r in range(rounds):
+        warmup = args.warmup_rounds if args.warmup_rounds is not None else int(kafka)
+        for r in range(-warmup, rounds):
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for workload in workloads:
                 for side in order:
                     value = jobs[workload](side)
+                    if r < 0:  # warm-up: the JVM's JIT, page cache, connections
+                        print(f"warm-up {workload:<13} {side.name}")
+                        continue
                     results.setdefault((workload, side.name), []).append(value)
                     cpu.setdefault((workload, side.name), []).append(Timer.last_cpu_share)
                     shown = (
@@ -543,7 +577,7 @@ def run(args: argparse.Namespace) -> int:
                     if side.pid is not None:
                         shown += f"  (proxy CPU {Timer.last_cpu_share:.0%} of a core)"
                     print(f"round {r + 1}/{rounds} {workload:<13} {side.name:<11} {shown}")
-        print()
+        print(f"\nupstream: {args.upstream}")
         report(results, sides, workloads, plan, rounds)
         proxies = [s.name for s in sides if s.pid is not None]
         print("\nmedian proxy-process CPU during the timed section (1.00 = one core busy)")
@@ -616,6 +650,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=("acls", "super"),
         default="acls",
         help="acls: prefixed ALLOW ACLs for the bench topics (default); super: super user",
+    )
+    parser.add_argument(
+        "--upstream",
+        choices=("tansu", "kafka"),
+        default="tansu",
+        help="the broker: Tansu in memory (default) or Apache Kafka 4.3.1 (needs Java 17, Maven)",
+    )
+    parser.add_argument(
+        "--warmup-rounds",
+        type=int,
+        help="unrecorded rounds first (default 1 with --upstream kafka: JIT warm-up, else 0)",
     )
     parser.add_argument(
         "--serve-relay", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS
