@@ -16,9 +16,9 @@ and edits ``/kafka-acl*`` itself. Both directions are checked on Debian's ZooKee
   remove: it only ever re-reads a znode when a change notification names it, so this proves
   kafkaguard's notifications are ones Kafka consumes.
 
-The resource znodes kafkaguard writes differ from Kafka's only in JSON key order (Kafka's come
-from a HashMap: ``{"acls":[{"principal":..,"permissionType":..,"host":..,"operation":..}],
-"version":1}``); Kafka's reader does not care (spec §8), so the tests compare ACLs, not bytes.
+The resource znodes kafkaguard writes are byte-identical to Kafka's (whose JSON comes from a
+HashMap: ``{"acls":[{"principal":..,"permissionType":..,"host":..,"operation":..}],
+"version":1}``, not the order spec §8 shows); the first test checks the bytes.
 Six JVM runs in all. Needs Debian's ``zookeeper`` (skips without it, like the other ZooKeeper
 tests), Kafka 3.9.2's jars, and a JDK for the source-file program (skipped without one outside
 CI, failed in CI).
@@ -57,7 +57,12 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
-from kafkaguard.policy.stores.zookeeper import ZkAclClient, ZooKeeperAclStore
+from kafkaguard.policy.stores.zookeeper import (
+    ZkAclClient,
+    ZooKeeperAclStore,
+    decode_acls,
+    encode_acls,
+)
 from kafkaguard.tansu import TansuBroker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -167,7 +172,7 @@ def produce_error(bootstrap: str, topic: str) -> int | None:
 
 
 def test_acls_written_by_kafka39_are_read_live_and_enforced(
-    zookeeper: ZooKeeperServer, chroot: str, tansu: TansuBroker
+    zookeeper: ZooKeeperServer, chroot: str, tansu: TansuBroker, raw_zk: Any
 ) -> None:
     require_kafka(KAFKA_39)
     connect = zookeeper.connect + chroot
@@ -230,6 +235,10 @@ def test_acls_written_by_kafka39_are_read_live_and_enforced(
         finally:
             fresh.stop()
         assert produce_error(proxy.bootstrap, topic) is None  # the host-specific ALLOW
+        # kafkaguard writes a resource znode with the very bytes Kafka's AclAuthorizer wrote.
+        for path in (f"{chroot}/kafka-acl/Topic/orders", f"{chroot}/kafka-acl/Group/readers"):
+            written, _ = raw_zk.get(path)
+            assert encode_acls(decode_acls(written, path)) == written
 
         kafka39_acls(
             connect, "--remove", "--force", "--resource-pattern-type", "prefixed",

@@ -53,11 +53,12 @@ T, G, C, TX = (
     ResourceType.TRANSACTIONAL_ID,
 )
 
-# Spec §8, the resource-node example (one line, as Jackson writes it).
+# Spec §8's resource-node example, in the key order Kafka 3.9's AclAuthorizer really writes
+# (HashMap order; tests/kafka/test_zookeeper_layout_kafka39.py compares with its znodes).
 GOLDEN = (
-    b'{"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow","operation":"Read",'
-    b'"host":"*"},{"principal":"User:*","permissionType":"Deny","operation":"IdempotentWrite",'
-    b'"host":"10.0.0.1"}]}'
+    b'{"acls":[{"principal":"User:alice","permissionType":"Allow","host":"*","operation":"Read"},'
+    b'{"principal":"User:*","permissionType":"Deny","host":"10.0.0.1",'
+    b'"operation":"IdempotentWrite"}],"version":1}'
 )
 GOLDEN_EXTENDED_CHANGE = (
     b'{"version":1,"resourceType":"TOPIC","name":"z_other","patternType":"PREFIXED"}'

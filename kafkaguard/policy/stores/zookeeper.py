@@ -127,18 +127,19 @@ def acl_paths() -> list[str]:
 
 
 def entry_json(entry: AccessControlEntry) -> dict[str, Any]:
-    """``AclEntry.toJsonCompatibleMap`` for one entry, keys in Kafka's order (spec §8)."""
+    """``AclEntry.toJsonCompatibleMap`` for one entry, keys in the order Kafka 3.9's
+    AclAuthorizer writes them (observed: tests/kafka/test_zookeeper_layout_kafka39.py)."""
     return {
         "principal": entry.principal,
         "permissionType": entry.permission_type.pascal_name,
-        "operation": entry.operation.pascal_name,
         "host": entry.host,
+        "operation": entry.operation.pascal_name,
     }
 
 
 def encode_acls(entries: Iterable[RawEntry]) -> bytes:
     """Znode data as Kafka's Jackson writes it: compact JSON, UTF-8, non-ASCII unescaped."""
-    doc = {"version": 1, "acls": [dict(e) for e in entries]}
+    doc = {"acls": [dict(e) for e in entries], "version": 1}
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
