@@ -15,34 +15,13 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
+from proxy.handlers.harness import acl as acl  # re-exported for the scenarios
+
 from conformance.conftest import Side, ck_admin, normalize
 from kafkaguard.policy.model import (
-    AccessControlEntry,
     AclBinding,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
 )
 from kafkaguard.protocol import codec
-
-
-def acl(
-    principal: str,
-    operation: str,
-    resource_type: str,
-    name: str,
-    *,
-    permission: str = "ALLOW",
-    pattern: str = "LITERAL",
-    host: str = "*",
-) -> AclBinding:
-    """``acl("User:alice", "READ", "TOPIC", "orders")`` — one kafka-acls.sh line."""
-    return AclBinding(
-        ResourcePattern(ResourceType[resource_type], name, PatternType[pattern]),
-        AccessControlEntry(principal, host, AclOperation[operation], AclPermissionType[permission]),
-    )
 
 
 def build(entity_type: type[Any], values: dict[str, Any]) -> Any:

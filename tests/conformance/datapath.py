@@ -17,18 +17,10 @@ from uuid import UUID
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from proxy.handlers.harness import acl as acl  # re-exported for the scenarios
 from proxy.proxy_raw_client import build_request, schema_module
 
 from conformance.conftest import BLANKED, Side, differential, normalize
-from kafkaguard.policy.model import (
-    AccessControlEntry,
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
 from kafkaguard.protocol.codec import ErrorCode
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -72,22 +64,6 @@ def compare(sides: Sequence[Side], run: Callable[[Side], Any], **blank: Any) -> 
     """:func:`differential` with :data:`BLANK` (plus ``blank``) and :func:`blank_ids`."""
     blanks = BLANK | blank
     return differential(sides, lambda side: blank_ids(normalize(run(side), blanks)), blank=blanks)
-
-
-def acl(
-    principal: str,
-    operation: str,
-    resource_type: str,
-    name: str,
-    *,
-    permission: str = "ALLOW",
-    pattern: str = "LITERAL",
-) -> AclBinding:
-    """``acl("User:alice", "READ", "TOPIC", "orders")``, like a kafka-acls.sh line."""
-    return AclBinding(
-        ResourcePattern(ResourceType[resource_type], name, PatternType[pattern]),
-        AccessControlEntry(principal, "*", AclOperation[operation], AclPermissionType[permission]),
-    )
 
 
 def call(side: Side, user: str, api_key: int, version: int, **fields: Any) -> Any:
