@@ -425,7 +425,7 @@ class ClientConnection(asyncio.Protocol):
             if verdict.expects_response:
                 transform = None
                 if verdict.rewrite is not None:
-                    transform = _transform(verdict.rewrite, header)
+                    transform = _transform(verdict.rewrite, header, verdict.decode_if)
                 self._inflight.forward(
                     header.correlation_id, header.api_key, header.api_version, transform
                 )
@@ -591,10 +591,16 @@ class ClientConnection(asyncio.Protocol):
             self.close(f"the broker closed the connection{detail}")
 
 
-def _transform(rewrite: ResponseRewrite, header: RequestHeaderInfo) -> ResponseTransform:
+def _transform(
+    rewrite: ResponseRewrite,
+    header: RequestHeaderInfo,
+    decode_if: Callable[[Frame], bool] | None = None,
+) -> ResponseTransform:
     """Decode → rewrite → re-encode, or the broker's own bytes when nothing changed."""
 
     def transform(frame: Frame) -> Frame:
+        if decode_if is not None and not decode_if(frame):
+            return frame
         body = codec.decode_response(frame, header.api_key, header.api_version)
         new = rewrite(body)
         if new is body:

@@ -71,6 +71,9 @@ class Forward:
     rewrite: ResponseRewrite | None = None
     expects_response: bool = True
     """False only for ``acks=0`` Produce, which the broker never answers."""
+    decode_if: Callable[[Frame], bool] | None = None
+    """A cheap look at the broker's raw response: when it answers False, ``rewrite`` would
+    change nothing, so the response is not decoded and its bytes go back as they are."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@ connection and authorizes the whole mirror on every request, as Kafka does:
   check); a requested partition that is dropped means the request is rewritten.
 
 Fast path: nothing denied and no withheld partition → the client's bytes go up unchanged and the
-response is not decoded (except v16+ for ``node_endpoints`` and epoch-0 fetches to learn the
+response is not decoded (v16+ responses are skimmed for ``node_endpoints`` and decoded only when
+they carry some, :mod:`kafkaguard.protocol.skim`; epoch-0 fetches are decoded to learn the
 session id). Sessionless clients (epoch −1) never pay for the mirror.
 """
 
@@ -50,6 +51,7 @@ from typing import Any
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.skim import fetch_response_has_node_endpoints
 from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
 from kafkaguard.proxy.handlers.authz import CLUSTER, authorize_topics, is_allowed
 from kafkaguard.proxy.handlers.base import (
@@ -370,9 +372,17 @@ class FetchHandler(ApiHandler):
         upstream: Any,
         rewrite: ResponseRewrite | None,
     ) -> Verdict:
-        return Forward(
-            request=upstream, rewrite=chain(node_endpoints_rewrite(request, ctx), rewrite)
-        )
+        endpoints = node_endpoints_rewrite(request, ctx)
+        if endpoints is not None and rewrite is None:
+            # Only the KIP-951 addresses may need rewriting, and brokers rarely send them:
+            # skim the raw response for them instead of decoding every record batch.
+            version = request.header.api_version
+            return Forward(
+                request=upstream,
+                rewrite=endpoints,
+                decode_if=lambda frame: fetch_response_has_node_endpoints(frame, version),
+            )
+        return Forward(request=upstream, rewrite=chain(endpoints, rewrite))
 
 
 def _group(keys: Iterable[PartitionKey]) -> dict[TopicKey, list[int]]:

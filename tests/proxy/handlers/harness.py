@@ -191,6 +191,10 @@ class HandlerHarness:
         assert isinstance(verdict, Forward)
         if verdict.rewrite is None:
             return broker_response
+        if verdict.decode_if is not None and not verdict.decode_if(
+            codec.encode_response(broker_response, 1)
+        ):
+            return broker_response  # the connection forwards the broker's bytes undecoded
         return verdict.rewrite(broker_response)
 
     def checked(self) -> list[tuple[str, str, str, str]]:

@@ -18,6 +18,7 @@ from kio.schema.fetch.v16 import request as req16
 from kio.schema.fetch.v16 import response as resp16
 
 from kafkaguard.policy.model import AclOperation
+from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import fetch
 from kafkaguard.proxy.handlers.base import Forward, Respond
 
@@ -224,6 +225,16 @@ def test_v16_keeps_rewriting_node_endpoints() -> None:
         node_endpoints=(resp16.NodeEndpoint(node_id=2, host="broker-2.internal", port=9092),),
     )
     assert h.complete(verdict, reply).node_endpoints[0].host == "proxy.test"
+
+
+def test_v16_response_without_node_endpoints_is_not_decoded() -> None:
+    h = HandlerHarness([READ_A], topic_ids={uuid.UUID(int=1): "a"})
+    verdict = h.send(fetch_by_id(req16, uuid.UUID(int=1)))
+    assert isinstance(verdict, Forward) and verdict.decode_if is not None
+    reply = resp16.FetchResponse(
+        throttle_time=timedelta(0), error_code=ErrorCode.none, responses=(), node_endpoints=()
+    )
+    assert not verdict.decode_if(codec.encode_response(reply, 7))
 
 
 # -- incremental fetch sessions (KIP-227) ---------------------------------------------------
