@@ -114,7 +114,11 @@ class AuditTrail:
                 return
             counters.decisions += 1
             counters.denied += 1
-            if counters.mode == LOG_ONLY and context.api_key not in ENFORCED_IN_LOG_ONLY:
+            if (
+                counters.mode == LOG_ONLY
+                and event.action.log_if_denied  # a probe or silent filter refuses nothing
+                and context.api_key not in ENFORCED_IN_LOG_ONLY
+            ):
                 counters.would_deny += 1
             if not self._write_denied:
                 return

@@ -29,12 +29,15 @@ AGGREGATE: Final = "aggregate"
 OFF: Final = "off"
 VOLUME_MODES: Final = (INDIVIDUAL, AGGREGATE, OFF)
 
-ENFORCED_IN_LOG_ONLY: Final = frozenset({29, 30, 31})
-"""DescribeAcls, CreateAcls, DeleteAcls stay enforced on a ``log_only`` listener.
+ENFORCED_IN_LOG_ONLY: Final = frozenset({29, 30, 31, 50, 51})
+"""DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials and
+AlterUserScramCredentials stay enforced on a ``log_only`` listener.
 
-They are answered from (and change) the proxy's own ACLs, never forwarded: dry-running the
-broker's security must not let anyone read or rewrite the rules being dry-run. Their
-decisions are audited with mode ``enforce`` (a denial there is not a would-deny)."""
+The ACL APIs are answered from (and change) the proxy's own ACLs; SCRAM credentials written by
+the broker (ZooKeeper ``/config/users``) are ones the proxy's SASL listeners may accept. A dry
+run of the broker's security must not let anyone read or rewrite the rules being dry-run, nor
+mint a login to an enforcing listener. Their decisions are audited with mode ``enforce`` (a
+denial there is not a would-deny)."""
 
 
 def dry_run_results(

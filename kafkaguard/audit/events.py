@@ -16,7 +16,11 @@ Fields, in order (the JSON keys are exactly these)::
     listener, security_protocol, principal, client_host, client_id (str|null),
     api_key (int), api_name, api_version (int), correlation_id (int|null; null in aggregates),
     operation, resource_type, pattern_type, resource_name, result ("ALLOWED" | "DENIED"),
-    would_deny     bool      mode == "log_only" and result == "DENIED" (forwarded anyway)
+    would_deny     bool      mode == "log_only", result == "DENIED" and the check is one Kafka
+                             logs when denied (it refuses something; forwarded anyway). A
+                             KIP-430 probe or silent "list all" filtering denied on a log_only
+                             listener (audited only with include_unlogged) refused nothing
+                             and is not a would-deny.
     reason         str       SuperUser | DenyAcl | AllowAcl | DefaultAllow | DefaultDeny
     implied        bool      an ALLOW ACL for another operation granted it
     acl            object|null  the deciding ACL (see :func:`kafkaguard.policy.explain.acl_json`)
@@ -154,6 +158,7 @@ class DecisionKey(NamedTuple):
     reason: DecisionReason
     implied: bool
     acl: AclBinding | None
+    would_deny: bool
 
 
 def decision_key(event: DecisionEvent, mode: str) -> DecisionKey:
@@ -176,6 +181,9 @@ def decision_key(event: DecisionEvent, mode: str) -> DecisionKey:
         event.reason,
         event.implied,
         event.acl,
+        mode == LOG_ONLY
+        and event.result is AuthorizationResult.DENIED
+        and event.action.log_if_denied,
     )
 
 
@@ -209,7 +217,7 @@ def _event(
         pattern_type=key.pattern_type.name,
         resource_name=key.resource_name,
         result=result,
-        would_deny=key.mode == LOG_ONLY and key.result is AuthorizationResult.DENIED,
+        would_deny=key.would_deny,
         reason=key.reason.value,
         implied=key.implied,
         acl=None if key.acl is None else acl_json(key.acl),

@@ -326,7 +326,7 @@ class AuditWriter:
                     context.principal.text, context.host, context.client_id, context.api_key,
                     context.api_version, action.operation, pattern.resource_type,
                     pattern.pattern_type, pattern.name, id(event.result), id(event.reason),
-                    event.implied, id(event.acl),
+                    event.implied, id(event.acl), action.log_if_denied,
                 )  # fmt: skip
                 tally = tallies.get(fast)
                 if tally is None:

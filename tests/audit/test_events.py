@@ -151,6 +151,18 @@ def test_default_deny_has_no_acl_and_enforce_never_would_deny() -> None:
     )
 
 
+def test_only_a_check_kafka_logs_when_denied_is_a_would_deny() -> None:
+    """A KIP-430 probe or silent filtering (``log_if_denied`` false, audited only with
+    ``include_unlogged``) refuses nothing: no would-deny, so ``propose`` grants nothing for it."""
+    topic = ResourcePattern(ResourceType.TOPIC, "payments")
+    logged = decide(Action(AclOperation.WRITE, topic))
+    probe = decide(Action(AclOperation.WRITE, topic, 1, False, False))
+    assert decision_record(logged, LOG_ONLY, AT).would_deny
+    assert not decision_record(probe, LOG_ONLY, AT).would_deny
+    assert decision_record(probe, LOG_ONLY, AT).result == "DENIED"
+    assert decision_key(logged, LOG_ONLY) != decision_key(probe, LOG_ONLY)
+
+
 def test_aggregation_key_ignores_time_and_correlation_id_only() -> None:
     action = Action(AclOperation.READ, ResourcePattern(ResourceType.TOPIC, "orders"))
     first = decide(action, context(correlation_id=1))
@@ -183,8 +195,9 @@ def test_time_format_and_partition(at: float, text: str, where: tuple[str, int])
     assert partition(at) == where
 
 
-def test_acl_administration_stays_enforced_in_log_only() -> None:
-    assert [effective_mode(LOG_ONLY, key) for key in (0, 1, 29, 30, 31, 32)] == [
-        LOG_ONLY, LOG_ONLY, ENFORCE, ENFORCE, ENFORCE, LOG_ONLY,
+def test_acl_and_credential_administration_stays_enforced_in_log_only() -> None:
+    keys = (0, 1, 29, 30, 31, 32, 50, 51)
+    assert [effective_mode(LOG_ONLY, key) for key in keys] == [
+        LOG_ONLY, LOG_ONLY, ENFORCE, ENFORCE, ENFORCE, LOG_ONLY, ENFORCE, ENFORCE,
     ]  # fmt: skip
     assert effective_mode(ENFORCE, 0) == ENFORCE

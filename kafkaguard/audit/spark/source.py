@@ -103,7 +103,9 @@ def valid_records(df: DataFrame) -> DataFrame:
         & F.col("result").isin(*RESULTS)
     )
     return (
-        checked.withColumn(EVENT_TIME, F.col("time").cast("timestamp"))
+        # try_to_timestamp: Spark 4 runs in ANSI mode, where a cast of one bad time fails
+        # the whole job instead of dropping that line.
+        checked.withColumn(EVENT_TIME, F.try_to_timestamp(F.col("time")))
         .where(F.col(EVENT_TIME).isNotNull())
         .withColumn("would_deny", F.coalesce(F.col("would_deny"), F.lit(False)))
     )

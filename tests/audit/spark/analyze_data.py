@@ -7,6 +7,7 @@ writes: ``date=YYYY-MM-DD/hour=HH/audit-*.jsonl``.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -78,8 +79,11 @@ def write_audit(directory: Path, records: list[AuditEvent], *, junk: bool = True
         (hour / "audit-zz-1-99.jsonl.inprogress").write_text(
             records[0].to_json()[:40] + "\n", encoding="utf-8"
         )
+        bad_time = json.dumps({**json.loads(records[0].to_json()), "time": "garbage"})
         (hour / "audit-zz-1-98.jsonl").write_text(
-            '{"schema_version": 1, "kind": "decis\nnot json at all\n{"schema_version": 2}\n',
+            '{"schema_version": 1, "kind": "decis\nnot json at all\n{"schema_version": 2}\n'
+            + bad_time  # valid but for its time: Spark's ANSI cast would fail the whole job
+            + "\n",
             encoding="utf-8",
         )
     return directory
