@@ -365,6 +365,17 @@ def test_denied_broker_resource_is_validated_by_the_broker_first() -> None:
         )
 
 
+def test_denied_broker_address_config_is_never_sent_for_validation() -> None:
+    # A broker's message about an invalid listener may quote its real listeners (Kafka 3.x's
+    # DynamicListenerConfig did): a principal without ALTER_CONFIGS gets the 31, unforwarded.
+    h = HandlerHarness([])
+    for name in ("advertised.listeners", "listener.name.x.listeners", "listeners"):
+        body = incremental((BROKER, "1", ((name, 0, "PLAINTEXT://evil:1"),)))
+        verdict = h.send(body)
+        assert isinstance(verdict, Respond), name
+        assert codes(verdict.response.responses) == [(BROKER, "1", 31)]
+
+
 def test_denied_broker_resource_next_to_applied_changes_is_not_validated() -> None:
     # One request cannot both apply the topic change and only validate the BROKER resource.
     h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "TOPIC", "t")])
