@@ -1,7 +1,7 @@
 """The audit record: one JSON object per line, schema version 1 (the audit contract).
 
 This module owns the record the proxy writes and the Spark jobs read
-(:mod:`kafkaguard.audit.spark.schema` mirrors :data:`FIELDS`; a test keeps the two equal),
+(:mod:`kafkaguard.audit.spark.schema` mirrors :data:`FIELD_NAMES`; a test keeps the two equal),
 and the conversion of a :class:`~kafkaguard.policy.audit_log.DecisionEvent` into it. It is
 pure: no I/O, no clock (times are passed in as epoch seconds).
 
@@ -125,7 +125,6 @@ def _nullable(value: str | None) -> str:
 
 FIELD_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in fields(AuditEvent))
 """The JSON keys of schema version 1, in order."""
-FIELDS: Final = FIELD_NAMES
 ACL_FIELDS: Final[tuple[str, ...]] = (
     "resource_type",
     "pattern_type",

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.spark
 
 
 def test_schema_mirrors_the_writer_field_list() -> None:
-    assert FIELD_NAMES == events.FIELDS
-    assert [f.name for f in AUDIT_SCHEMA.fields] == list(events.FIELDS)
+    assert FIELD_NAMES == events.FIELD_NAMES
+    assert [f.name for f in AUDIT_SCHEMA.fields] == list(events.FIELD_NAMES)
     acl = acl_json(acl_binding(ResourceType.TOPIC, "t", "User:a", AclOperation.READ))
     assert tuple(acl) == ACL_FIELDS
 
