@@ -10,7 +10,6 @@ package is missing.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
 import socket
@@ -22,22 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_fixture import free_port  # below the ephemeral range: survives outages
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-
-
-def free_port() -> int:
-    """A free port below Linux's ephemeral range, so no outgoing connection can take it
-    while the server is stopped for an outage test."""
-    for _ in range(100):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
 
 
 def missing_reason() -> str | None:
