@@ -153,13 +153,13 @@ class ClientConnection(asyncio.Protocol):
         return self._context
 
     # log_only (kafkaguard/audit): the authorizer decides and audits as usual; the request is
-    # then handled as if allowed (dry_run_results), except ACL administration.
+    # then handled as if allowed (dry_run_results), except ACL and credential administration.
     def _dry_run(self, request: Request) -> bool:
         return self._listener.log_only and request.header.api_key not in ENFORCED_IN_LOG_ONLY
 
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
         results = self._listener.authorizer.authorize(self._request_context(request), actions)
-        if self._listener.log_only and self._dry_run(request):
+        if self._dry_run(request):
             return dry_run_results(actions, results)
         return results
 
