@@ -280,6 +280,13 @@ def server_properties(
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "true",
+        # The conformance suite writes records with a fixed 2023 timestamp (deterministic
+        # answers); with the default 7-day retention the broker's retention check deleted
+        # them mid-test and a consumer at offset 0 got OFFSET_OUT_OF_RANGE, depending on when
+        # the check ran. Keep records forever and check every second, so that a retention
+        # mistake fails every run instead of some.
+        "log.retention.ms": "-1",
+        "log.retention.check.interval.ms": "1000",
     }
     if flavour == "upstream":
         props["listener.security.protocol.map"] = "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT"
