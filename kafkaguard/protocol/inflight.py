@@ -15,7 +15,9 @@ Worked example: requests A (forwarded), B (answered locally), C (forwarded) arri
 at once but cannot leave before A. The broker answers A → A and B are released; the broker
 answers C → C is released.
 
-``acks=0`` Produce requests expect no response and take no slot (Kafka sends none).
+``acks=0`` Produce requests expect no response and take no slot (Kafka sends none). A
+*question* the proxy asks the broker on its own behalf takes an upstream place only: its answer
+goes to the proxy (``answer``), never to the client.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class OutOfSync(ProtocolError):
 class Slot:
     """One request awaiting its response (upstream or local)."""
 
-    __slots__ = ("api_key", "api_version", "correlation_id", "response", "transform")
+    __slots__ = ("answer", "api_key", "api_version", "correlation_id", "response", "transform")
 
     def __init__(
         self,
@@ -46,11 +48,15 @@ class Slot:
         api_key: int,
         api_version: int,
         transform: ResponseTransform | None,
+        answer: Callable[[Frame], bool] | None = None,
     ) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.api_version = api_version
         self.transform = transform
+        self.answer = answer
+        """Set on a question's slot: receives the broker's answer instead of the client;
+        returns False when it closed the connection."""
         self.response: Frame | None = None
 
     def __repr__(self) -> str:
@@ -90,6 +96,17 @@ class InflightQueue:
         slot = Slot(correlation_id, api_key, api_version, transform)
         self._slots.append(slot)
         self._upstream.append(slot)
+
+    def ask(
+        self,
+        correlation_id: int,
+        api_key: int,
+        api_version: int,
+        answer: Callable[[Frame], bool],
+    ) -> None:
+        """Reserve the upstream place of a question; its answer goes to ``answer`` and takes no
+        place in the client's order."""
+        self._upstream.append(Slot(correlation_id, api_key, api_version, None, answer))
 
     def respond(self, correlation_id: int, api_key: int, api_version: int, frame: Frame) -> None:
         """Reserve a slot filled by the proxy itself."""

@@ -57,8 +57,9 @@ from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, p
 from kafkaguard.protocol.inflight import InflightQueue, ResponseTransform
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.handlers.ask import decide
 from kafkaguard.proxy.handlers.base import (
-    ApiHandler,
+    AskFirst,
     Close,
     ConnectionState,
     Forward,
@@ -110,6 +111,8 @@ class ClientConnection(asyncio.Protocol):
         """Requests accepted before the upstream connection is up (uvloop starts reading
         right after ``connection_made``, whatever ``pause_reading`` said)."""
         self._closed = False
+        self._asking = False
+        """A question to the broker is outstanding (:class:`AskFirst`): later requests wait."""
         self._streaming = False
         """A broker response is being streamed to the client (cut-through)."""
         self.peer = "?"
@@ -340,24 +343,27 @@ class ClientConnection(asyncio.Protocol):
         while held and not self._closed:
             outgoing: list[Frame] = []
             try:
-                while held and not self._inflight.full:
+                while held and not self._inflight.full and not self._asking:
                     if not self._on_request(held.popleft(), outgoing):
                         return
             except ProtocolError as exc:
                 self.close(f"bad request: {exc}")
                 return
-            if outgoing:
-                if self._upstream is not None:
-                    self._upstream.send(outgoing)
-                else:
-                    self._backlog += outgoing
+            self._send(outgoing)
             self._write_ready()
-            if self._inflight.full:
+            if self._inflight.full or self._asking:
                 break
-        if held or self._inflight.full:
+        if held or self._inflight.full or self._asking:
             self._pause(_PAUSE_INFLIGHT)
         else:
             self._resume(_PAUSE_INFLIGHT)
+
+    def _send(self, outgoing: list[Frame]) -> None:
+        if outgoing:
+            if self._upstream is not None:
+                self._upstream.send(outgoing)
+            else:
+                self._backlog += outgoing
 
     def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
         """Route one request; returns False when the connection was closed."""
@@ -395,24 +401,46 @@ class ClientConnection(asyncio.Protocol):
                 if handler.decode_request
                 else None
             )
-            verdict = self._decide(handler, Request(header, frame, body))
+            request = Request(header, frame, body)
+            verdict = self._decide(header, partial(decide, handler, request, self))
         return self._apply(verdict, header, frame, outgoing)
 
-    def _decide(self, handler: ApiHandler, request: Request) -> Verdict:
+    def _decide(self, header: RequestHeaderInfo, run: Callable[[], Verdict]) -> Verdict:
         """Run the handler; a fault in it closes this connection (fail closed), never the
         process and never by forwarding."""
         try:
-            return handler.on_request(request, self)
+            return run()
         except ProtocolError:
             raise
         except Exception:
             log.exception(
                 "%s: handler for %s failed (correlation id %d)",
                 self.peer,
-                codec.API_NAMES.get(request.header.api_key),
-                request.header.correlation_id,
+                codec.API_NAMES.get(header.api_key),
+                header.correlation_id,
             )
             return Close("internal error while authorizing the request")
+
+    def _answered(
+        self, ask: AskFirst, header: RequestHeaderInfo, frame: Frame, answer_frame: Frame
+    ) -> bool:
+        """The broker answered the proxy's question: decide, then let later requests go.
+        Returns False when the connection was closed."""
+        question = ask.question
+        answer = codec.decode_response(
+            answer_frame, int(question.__api_key__), int(question.__version__)
+        )
+        self._asking = False
+        outgoing: list[Frame] = []
+        try:
+            verdict = self._decide(header, partial(ask.then, answer))
+        except ProtocolError as exc:
+            self.close(f"bad request: {exc}")
+            return False
+        if not self._apply(verdict, header, frame, outgoing):
+            return False
+        self._send(outgoing)
+        return True
 
     def _apply(
         self, verdict: Verdict, header: RequestHeaderInfo, frame: Frame, outgoing: list[Frame]
@@ -455,6 +483,17 @@ class ClientConnection(asyncio.Protocol):
 
             self._listener.spawn(answer())
             return True
+        if isinstance(verdict, AskFirst):
+            question = verdict.question
+            self._inflight.ask(
+                header.correlation_id,
+                int(question.__api_key__),
+                int(question.__version__),
+                partial(self._answered, verdict, header, frame),
+            )
+            outgoing.append(codec.encode_request(question, header.correlation_id, header.client_id))
+            self._asking = True
+            return True
         assert isinstance(verdict, Close)
         self.close(verdict.reason)
         return False
@@ -481,7 +520,7 @@ class ClientConnection(asyncio.Protocol):
     def _flush(self) -> None:
         """Write the responses now due; a freed slot lets held requests proceed."""
         self._write_ready()
-        if _PAUSE_INFLIGHT in self._paused and not self._inflight.full:
+        if _PAUSE_INFLIGHT in self._paused and not self._inflight.full and not self._asking:
             self._process()
 
     # -- responses from the broker -----------------------------------------------------------
@@ -518,7 +557,11 @@ class ClientConnection(asyncio.Protocol):
         try:
             for frame in frames:
                 slot = self._inflight.claim(peek_correlation_id(frame))
-                slot.response = frame if slot.transform is None else slot.transform(frame)
+                if slot.answer is not None:
+                    if not slot.answer(frame):
+                        return
+                else:
+                    slot.response = frame if slot.transform is None else slot.transform(frame)
         except Exception as exc:  # noqa: BLE001 - a bad response must close only this pair
             self.close(f"cannot relay the broker's response: {exc!r}")
             return

@@ -25,7 +25,6 @@ from conformance.admin_steps import (
     call,
     ensure_topics,
     metadata,
-    per_side,
     set_acls,
     step,
     topic_codes,
@@ -163,12 +162,10 @@ def test_metadata_auto_create(sides: list[Side]) -> None:
 
 def test_metadata_auto_create_old_versions(sides: list[Side]) -> None:
     """v0–3 have no auto-creation flag: the broker auto-creates every missing topic the
-    principal may CREATE (answering 3 while it creates it, as v4+ does).
-
-    deviation: a describable *existing* topic the principal may not CREATE. Kafka describes
-    it; kafkaguard answers 29, because these versions cannot switch auto-creation off and
-    forwarding the name would let the broker create it if it were missing (kafkaguard cannot
-    tell without a second round trip). Topics the principal may CREATE are unaffected."""
+    principal may CREATE (answering 3 while it creates it, as v4+ does); a describable topic
+    the principal may not CREATE is described when it exists, 29 when missing. kafkaguard
+    never forwards such a name on these versions (they cannot switch creation off): it asks
+    the broker about it with a v4 question first."""
     base = scenario_name("maco")
     existing = f"{base}-exists"
     for side in sides:
@@ -193,28 +190,26 @@ def test_metadata_auto_create_old_versions(sides: list[Side]) -> None:
         answer = differential(sides, step(metadata, "alice", version, [missing]))
         assert topic_codes(answer) == {missing: "topic_authorization_failed"}
 
-        answers = per_side(sides, step(metadata, "alice", version, [existing]))
-        assert topic_codes(answers["referee"]) == {existing: "none"}
-        assert answers["kafkaguard"]["topics"] == [
-            {
-                "error_code": "topic_authorization_failed",
-                "name": existing,
-                "is_internal": False,
-                "partitions": [],
-            }
-        ]
+        answer = differential(sides, step(metadata, "alice", version, [existing]))
+        assert topic_codes(answer) == {existing: "none"}
+        mixed = [f"{base}-a-m{version}", existing, f"{base}-n-m{version}"]
+        answer = differential(sides, step(metadata, "alice", version, mixed))
+        assert topic_codes(answer) == {
+            mixed[0]: "unknown_topic_or_partition",
+            existing: "none",
+            mixed[2]: "topic_authorization_failed",
+        }
+        created.append(mixed[0])
     for side in sides:
         wait_for_topics(side, created)
 
 
 def test_metadata_auto_create_mixed_create_rights(sides: list[Side]) -> None:
-    """deviation: one v4+ request with auto-creation naming a missing topic alice may create
-    and another describable topic she may not create — missing or existing. Both sides answer
-    alike (3 for the topic being created, 29 for the missing one, the existing one
-    described), but Kafka creates the first topic and kafkaguard does not: it sends the
-    request with auto-creation off, since in one round trip it cannot let the broker create
-    one name and not the other, nor tell whether the other exists. Asked alone (or by a
-    principal with CREATE on every name asked, or on the cluster), the topic is created."""
+    """One v4+ request with auto-creation naming a missing topic alice may create and another
+    describable topic she may not create — missing or existing: 3 for the topic being
+    created (and it is created), 29 for the missing one, the existing one described.
+    kafkaguard asks the broker about the uncreatable name first (auto-creation off), then
+    forwards the creatable one with creation on."""
     base = scenario_name("macm")
     existing = f"{base}-exists"
     for side in sides:
@@ -226,7 +221,6 @@ def test_metadata_auto_create_mixed_create_rights(sides: list[Side]) -> None:
             acl(ALICE, "CREATE", "TOPIC", f"{base}-a-", pattern="PREFIXED"),
         ],
     )
-    referee, guard = sides
     for creatable, other in ((f"{base}-a-1", f"{base}-n-1"), (f"{base}-a-2", existing)):
         answer = differential(
             sides, step(metadata, "alice", 9, [creatable, other], auto_create=True)
@@ -235,13 +229,13 @@ def test_metadata_auto_create_mixed_create_rights(sides: list[Side]) -> None:
             creatable: "unknown_topic_or_partition",
             other: "none" if other == existing else "topic_authorization_failed",
         }
-        wait_for_topics(referee, [creatable])
-        answers = per_side(sides, step(metadata, "admin", 9, [creatable]))
-        assert topic_codes(answers["referee"]) == {creatable: "none"}
-        assert topic_codes(answers["kafkaguard"]) == {creatable: "unknown_topic_or_partition"}
-        # Asked alone, the same topic is created through kafkaguard too.
-        metadata(guard, "alice", 9, [creatable], auto_create=True)
-        wait_for_topics(guard, [creatable])
+        for side in sides:
+            wait_for_topics(side, [creatable])
+        answer = differential(sides, step(metadata, "admin", 9, [creatable, other]))
+        assert topic_codes(answer) == {
+            creatable: "none",
+            other: "none" if other == existing else "unknown_topic_or_partition",
+        }
 
 
 # -- DescribeTopicPartitions ---------------------------------------------------------------------

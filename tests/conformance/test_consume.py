@@ -166,45 +166,54 @@ def test_fetch_needs_read_per_topic(sides: list[Side]) -> None:
     }
 
 
-def test_fetch_by_topic_id_the_proxy_never_saw(
+def test_fetch_by_topic_ids_the_proxy_never_saw(
     sides: list[Side], kafka_upstream: KafkaBroker
 ) -> None:
-    """deviation: a v13+ Fetch naming a topic id that never passed through the proxy (the
-    topic was created behind it, and nobody asked for its metadata through it) is answered
-    UNKNOWN_TOPIC_ID (100), where Kafka, which knows every id, serves the fetch. The proxy
-    cannot authorize what it cannot name, so it fails closed; the client's answer to 100 is a
-    Metadata request, through which the proxy learns the id, and the retried Fetch then gets
-    Kafka's answer."""
-    t = scenario_name("cf-hidden")
-    referee, guard = sides
+    """A v13+ Fetch naming topic ids that never passed through the proxy (the topics were
+    created behind it, and nobody asked for their metadata through it): the proxy asks the
+    broker for the names first (Kafka resolves ids before it authorizes), then answers as
+    Kafka does — served with READ, 29 without, 100 for an id nobody knows."""
+    t, u = scenario_name("cf-hidden"), scenario_name("cf-hidden-u")
+    referee, _ = sides
     for side in sides:
         side.set_acls([acl("User:alice", "READ", "TOPIC", t)])
-    create_topics(referee, t)
+    create_topics(referee, t, u)
     behind = AdminClient({"bootstrap.servers": kafka_upstream.bootstrap})
-    behind.create_topics([NewTopic(t, 1, 1)])[t].result(TIMEOUT_S)
+    for future in behind.create_topics([NewTopic(t, 1, 1), NewTopic(u, 1, 1)]).values():
+        future.result(TIMEOUT_S)
+    ids = {"referee": topic_ids(referee, [t, u]), "kafkaguard": ids_behind(kafka_upstream, t, u)}
+    unknown = uuid.uuid4()
+
+    def run(side: Side) -> Any:
+        side_ids = ids[side.name]
+        partitions = [(side_ids[u], 0), (unknown, 0), (side_ids[t], 0)]
+        names = {v: k for k, v in side_ids.items()}
+        return ids_to_names(fetch(side, "alice", 13, partitions), names)
+
+    answer = compare(sides, run)
+    assert [(r["topic_id"], r["partitions"][0]["error_code"]) for r in answer["responses"]] == [
+        (f"id:{t}", "none"),
+        ("<uuid>", "unknown_topic_id"),
+        (f"id:{u}", "topic_authorization_failed"),
+    ]
+
+
+def ids_behind(kafka_upstream: KafkaBroker, *names: str) -> dict[str, uuid.UUID]:
+    """The topics' ids straight from the upstream, never through the proxy."""
     host, port = kafka_upstream.bootstrap.rsplit(":", 1)
     mod = entities(METADATA, 12)
-    request = metadata_request(mod, t)
     deadline = time.monotonic() + TIMEOUT_S
-    while True:  # the id straight from the upstream, never through the proxy
-        with RawKafkaClient(host, int(port), timeout_s=TIMEOUT_S) as upstream:
-            _, answer = upstream.request(request)
-        if answer.topics and answer.topics[0].error_code == ErrorCode.none:
-            hidden_id = answer.topics[0].topic_id
-            break
-        assert time.monotonic() < deadline, answer
-        time.sleep(0.1)
-    referee_id = topic_ids(referee, [t])[t]
-
-    def first(response: Any) -> tuple[int, int]:
-        partition = response.responses[0].partitions[0]
-        return int(response.error_code), int(partition.error_code)
-
-    assert first(fetch(referee, "alice", 13, [(referee_id, 0)])) == (0, 0)
-    assert first(fetch(guard, "alice", 13, [(hidden_id, 0)])) == (0, ErrorCode.unknown_topic_id)
-    with guard.raw("alice") as client:  # what the client does next: ask for metadata
-        client.request(request)
-    assert first(fetch(guard, "alice", 13, [(hidden_id, 0)])) == (0, 0)
+    ids: dict[str, uuid.UUID] = {}
+    for name in names:
+        while True:
+            with RawKafkaClient(host, int(port), timeout_s=TIMEOUT_S) as upstream:
+                _, answer = upstream.request(metadata_request(mod, name))
+            if answer.topics and answer.topics[0].error_code == ErrorCode.none:
+                ids[name] = answer.topics[0].topic_id
+                break
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.1)
+    return ids
 
 
 def metadata_request(mod: Any, topic: str) -> Any:

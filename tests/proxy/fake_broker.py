@@ -19,6 +19,7 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from conftest import free_base, proxy_config
 
@@ -80,6 +81,8 @@ class FakeBroker:
         self.errors: list[BaseException] = []
         """Exceptions of the fake itself (a test should assert this stays empty)."""
         self.cluster_id = "fake-cluster"
+        self.topics: dict[UUID, str] = {}
+        """Topics Metadata describes when asked for them by id or by name."""
         self.trickled = asyncio.Event()
         self.trickled_bytes = b""
         self._script: dict[int, deque[Action]] = defaultdict(deque)
@@ -254,7 +257,11 @@ class FakeBroker:
         if key == 3:
             brokers = self._entries(schema, "brokers", "node_id")
             return set_fields(
-                body, brokers=brokers, controller_id=self.node_ids[0], cluster_id=self.cluster_id
+                body,
+                brokers=brokers,
+                controller_id=self.node_ids[0],
+                cluster_id=self.cluster_id,
+                topics=self._described(schema, self._decode(header, raw).topics or ()),
             )
         if key == 60:
             brokers = self._entries(schema, "brokers", "broker_id")
@@ -273,6 +280,21 @@ class FakeBroker:
                 body, node_endpoints=self._entries(schema, "node_endpoints", "node_id")
             )
         return body
+
+    def _described(self, schema: type[Any], asked: Iterable[Any]) -> tuple[Any, ...]:
+        topic_type = codec.nested_type(schema, "topics")
+        ids = {name: topic_id for topic_id, name in self.topics.items()}
+        described = []
+        for topic in asked:
+            name = topic.name or self.topics.get(getattr(topic, "topic_id", None) or UUID(int=0))
+            if name in ids:
+                described.append(make(topic_type, name=name, topic_id=ids[name]))
+            elif topic.name is None:
+                described.append(make(topic_type, error_code=ErrorCode.unknown_topic_id))
+            else:
+                code = ErrorCode.unknown_topic_or_partition
+                described.append(make(topic_type, name=topic.name, error_code=code))
+        return tuple(described)
 
     def _trickle_body(self, header: RequestHeaderInfo) -> Any:
         schema = codec.response_schema(header.api_key, header.api_version)

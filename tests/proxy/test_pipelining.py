@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +129,36 @@ async def test_mixed_pipeline_with_local_answers_and_acks0(fake: FakeBroker) -> 
     assert [s.correlation_id for s in fake.seen if s.correlation_id >= 100] == forwarded
     assert not [s for s in fake.seen if s.api_key == 60 and s.api_version == 1]
     assert len([s for s in fake.seen if s.api_key == 0]) == 5 * 6
+
+
+async def test_a_question_to_the_broker_keeps_the_pipeline_in_order(fake: FakeBroker) -> None:
+    """A Fetch naming a topic id the proxy never saw makes it ask the broker first (Metadata
+    by id, on the client's upstream connection, with the Fetch's correlation id); requests
+    behind it wait, every response comes back in order, and the question's answer never
+    reaches the client."""
+    hidden = uuid.uuid4()
+    fake.topics[hidden] = "hidden"
+    schema = codec.request_schema(1, 13)
+    topic_type = codec.nested_type(schema, "topics")
+    partition = codec.make_entity(codec.nested_type(topic_type, "partitions"), partition=0)
+    fetch = {"topics": (codec.make_entity(topic_type, topic_id=hidden, partitions=(partition,)),)}
+    reqs = [Req(3, 12, {"topics": None}), Req(1, 13, fetch), Req(60, 1, local=True)] * 2
+    async with proxy_in_front(fake) as proxy:
+        client = await _connect(proxy)
+        try:
+            answered = await _pipeline(client, reqs, first_corr=500)
+            with pytest.raises(TimeoutError):
+                await client.recv_frame(wait_s=0.3)
+        finally:
+            await client.close()
+    assert answered == list(range(500, 506))
+    assert [(s.api_key, s.correlation_id) for s in fake.seen if s.correlation_id >= 500] == [
+        (3, 500),
+        (3, 501),  # the question: asked once, the name is known afterwards
+        (1, 501),
+        (3, 503),
+        (1, 504),
+    ]
 
 
 async def test_api_versions_in_a_pipeline_is_narrowed(fake: FakeBroker) -> None:

@@ -8,6 +8,7 @@ A handler turns one decoded request into a :data:`Verdict`, synchronously and wi
   pass it through the function (an unchanged object returned means the broker's bytes are
   forwarded as they were).
 * :class:`Respond` — the proxy answers; nothing reaches the broker.
+* :class:`AskFirst` — ask the broker something first (``ask.py``), then decide on its answer.
 * :class:`Close` — drop the connection (e.g. a denied ``acks=0`` Produce, which has no response).
 
 Handlers are stateless singletons; what a connection knows lives in :class:`HandlerContext`,
@@ -90,11 +91,23 @@ class RespondLater:
 
 
 @dataclass(frozen=True, slots=True)
+class AskFirst:
+    """Send ``question`` (the proxy's own request, e.g. Metadata) to the broker on this client's
+    connection; ``then`` gets the broker's decoded answer and returns the verdict for the
+    client's request. The answer never reaches the client. Later requests of the connection
+    wait until the verdict is applied, so answers keep their order: for rare cases (``ask.py``),
+    not the data path's normal flow."""
+
+    question: RequestPayload
+    then: Callable[[ResponsePayload], Verdict]
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     reason: str
 
 
-Verdict = Forward | Respond | RespondLater | Close
+Verdict = Forward | Respond | RespondLater | AskFirst | Close
 
 FORWARD = Forward()
 """The verdict for "send the client's own bytes, return the broker's own bytes"."""
@@ -200,6 +213,11 @@ class ApiHandler:
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         return FORWARD
+
+    def topic_ids(self, request: Request) -> Iterable[UUID]:
+        """The topic ids the request names (id-keyed versions). Ids the proxy has not seen yet
+        are resolved with the broker before :meth:`on_request` runs (``ask.decide``)."""
+        return ()
 
     def unsupported_version(self, header: RequestHeaderInfo, ctx: HandlerContext) -> Verdict:
         """Kafka answers an unsupported version with the API's UNSUPPORTED_VERSION error when

@@ -26,6 +26,7 @@ from kafkaguard.proxy.handlers.authz import CLUSTER, duplicates, group, is_allow
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
     ApiHandler,
+    AskFirst,
     Forward,
     HandlerContext,
     Request,
@@ -206,10 +207,10 @@ class _AlterConfigsHandler(ApiHandler):
     a principal without ALTER_CONFIGS on the cluster. The proxy has no broker config to
     validate against, so it lets the broker do it: such resources are forwarded with
     ``validate_only`` — nothing changes — and their result becomes 31 unless the broker
-    rejected them with 42. That is possible when the request is validate-only anyway or
-    nothing else in it is forwarded; when it also carries authorized changes to apply, they
-    cannot share one request, and those BROKER resources get 31 without the broker's
-    validation (docs/deviations.md).
+    rejected them with 42. When the request is validate-only anyway, or nothing else in it is
+    forwarded, that is the request itself; when it also carries authorized changes to apply,
+    the BROKER resources are validated in a question of their own first (``ask.py``) and the
+    changes forwarded after. Address configs are never sent for validation (below).
     """
 
     incremental: bool
@@ -277,8 +278,23 @@ class _AlterConfigsHandler(ApiHandler):
                 _denied_after_validation(probes),
                 {"validate_only": True},
             )
-        for resource in unvalidated:
-            reject(resource, ErrorCode.cluster_authorization_failed)
+        if probes:
+            # The changes applied cannot be validate-only: the broker validates the denied
+            # BROKER resources in a question of their own first.
+            question = codec.replace(body, resources=tuple(unvalidated), validate_only=True)
+
+            def then(answer: Any) -> Verdict:
+                validated: Any = _denied_after_validation(probes)(answer)
+                refused = ErrorCode.cluster_authorization_failed
+                denied = {  # what the broker left unanswered is denied, never forwarded
+                    _key(r): [_resource_error(result_type, r, refused)] for r in unvalidated
+                }
+                results = {_key(r): [r] for r in validated.responses if _key(r) in probes}
+                return _forward_authorized(
+                    request, body, "responses", keys, local | denied | results
+                )
+
+            return AskFirst(question, then)
         return _forward_authorized(request, body, "responses", keys, local)
 
     def _precheck(self, resource: Any) -> str | None:

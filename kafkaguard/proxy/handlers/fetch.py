@@ -6,8 +6,9 @@ full fetch, the whole session for an incremental one):
 * follower (``replica_id`` ≥ 0, v15+ ``replica_state.replica_id``): CLUSTER_ACTION on the
   cluster; denied → TOPIC_AUTHORIZATION_FAILED (29) on every partition (not 31);
 * consumer: READ TOPIC per topic (``filterByAuthorized``, reference count = partitions);
-* v13+ topic ids the proxy never saw in a broker response → UNKNOWN_TOPIC_ID (100) per
-  partition, before authorization, never forwarded.
+* v13+ topic ids: resolved before authorization, as Kafka does — ids the proxy has not seen
+  in a broker answer are looked up with the broker first (``ask.py``); an id the broker does
+  not know either → UNKNOWN_TOPIC_ID (100) per partition, never forwarded.
 
 Denied partitions are stripped from the forwarded request and answered with Kafka's
 ``FetchResponse.partitionResponse(error)`` (high watermark, LSO, log start −1, no records).
@@ -53,6 +54,7 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.skim import fetch_response_has_node_endpoints
 from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
+from kafkaguard.proxy.handlers.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.authz import CLUSTER, authorize_topics, is_allowed
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
@@ -132,6 +134,9 @@ def _is_follower(body: Any) -> bool:
 class FetchHandler(ApiHandler):
     api_key = 1
     decode_request = True
+
+    def topic_ids(self, request: Request) -> Iterable[uuid.UUID]:
+        return listed_topic_ids(request.body, "topics")
 
     # -- deciding ----------------------------------------------------------------------------
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:

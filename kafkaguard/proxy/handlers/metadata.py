@@ -10,18 +10,17 @@ Metadata follows ``KafkaApis.handleTopicMetadataRequest``:
   upstream (ids are "not sensitive"), the broker resolves them, and each resolved topic the
   principal may not DESCRIBE becomes (29, name null, the id); unknown ids stay 100.
 * **Auto-creation** — Kafka checks CREATE CLUSTER (``logIfDenied=false``) then CREATE TOPIC per
-  describable topic that does not exist. The proxy cannot know which names exist before
-  forwarding, so it decides up front: with CREATE on the cluster, or on every describable name,
-  the request goes up as sent. Otherwise it goes up with ``allow_auto_topic_creation=false`` and
-  each name lacking CREATE that the broker reports missing (3, or 17 for an invalid name) is
-  turned into Kafka's (29, name, zero id, isInternal(name)). Deviations, all on the safe side:
-  the CREATE checks also run for names that exist (the per-topic ones with
-  ``logIfDenied=false`` so existing topics produce no "Denied" audit lines); when a request
-  mixes names with and without CREATE (existing or not), missing names the principal *may*
-  create are reported 3 (as Kafka 4 reports a topic it is creating) but not created; v0–3 (no
-  auto-creation flag on the wire) cannot switch creation off, so names lacking CREATE are
-  answered 29 without being forwarded, existing ones included (docs/deviations.md; pinned by
-  tests/conformance/test_admin_metadata.py).
+  describable topic that does not exist. With CREATE on the cluster, or on every describable
+  name, the request goes up as sent. Otherwise the names lacking CREATE go up with
+  ``allow_auto_topic_creation=false`` and each one the broker reports missing (3, or 17 for an
+  invalid name) becomes Kafka's (29, name, zero id, isInternal(name)); existing ones are
+  described. When the request also names topics the principal may create — or is v0–3, which
+  cannot switch creation off — the names lacking CREATE are asked about in a question of their
+  own first (``ask.py``; v4 for v0–3) and the rest forwarded with creation as sent, so exactly
+  the creatable names are created. The CREATE checks also run for names that exist (the
+  per-topic ones with ``logIfDenied=false`` so existing topics produce no "Denied" audit
+  lines). A broker without Metadata v4 cannot be asked: on v0–3 names lacking CREATE are then
+  answered 29 without being forwarded.
 * KIP-430 (v8+): ``topic_authorized_operations`` for every topic the broker described (not for
   29/100 entries) and v8–10 ``cluster_authorized_operations`` (0 without DESCRIBE CLUSTER) when
   requested; the "not requested" sentinel otherwise, whatever the broker sent.
@@ -49,13 +48,14 @@ from kafkaguard.proxy.handlers.authz import (
 )
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
+    AskFirst,
     Forward,
     HandlerContext,
     Request,
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import entity, merge_in_request_order
+from kafkaguard.proxy.handlers.responses import convert, entity, merge_in_request_order
 
 ZERO_UUID = uuid.UUID(int=0)
 NOT_REQUESTED = -2147483648
@@ -123,6 +123,8 @@ class _Plan:
     """Names lacking CREATE sent up with auto-creation off: missing ones become 29."""
     forwarded: frozenset[str] = frozenset()
     """Names sent upstream: the only broker entries a by-name answer may contain."""
+    asked: tuple[Any, ...] = ()
+    """Entries of the ``no_create`` names, from the proxy's question to the broker."""
 
 
 class MetadataHandler(ApiHandler):
@@ -204,22 +206,66 @@ class MetadataHandler(ApiHandler):
                 log_if_denied=False,
             )
             no_create = {n for n in describable if n not in creatable}
-        forwarded = set(describable)
-        plan.forwarded = frozenset(forwarded)
-        if no_create and version < 4:
-            for name in no_create:  # cannot switch auto-creation off: never ask the broker
-                plan.denied[name] = [self._create_denied(request, name)]
-            forwarded -= no_create
-            plan.forwarded = frozenset(forwarded)
-        elif no_create:
-            plan.no_create = frozenset(no_create)
-        if not plan.denied and not plan.no_create:
+        plan.forwarded = frozenset(describable)
+        plan.no_create = frozenset(no_create)
+        if not no_create and not plan.denied:
             return Forward(rewrite=self._rewriter(request, ctx, plan))
-        kept = tuple(t for t in body.topics if t.name in forwarded)
-        changes: dict[str, Any] = {"topics": kept}
-        if plan.no_create:
-            changes["allow_auto_topic_creation"] = False
-        upstream = codec.replace(body, **changes)
+        if no_create and (version < 4 or len(no_create) < len(describable)):
+            # One request cannot let the broker create some names and not others (and v0–3
+            # cannot switch creation off): ask about the names lacking CREATE first.
+            return self._ask_then_forward(request, ctx, plan)
+        upstream = codec.replace(
+            body,
+            topics=tuple(t for t in body.topics if t.name in plan.forwarded),
+            **({"allow_auto_topic_creation": False} if no_create else {}),
+        )
+        return Forward(request=upstream, rewrite=self._rewriter(request, ctx, plan))
+
+    def _ask_then_forward(self, request: Request, ctx: HandlerContext, plan: _Plan) -> Verdict:
+        """Kafka creates the missing names the principal may create and answers 29 for the
+        missing ones it may not (describing those that exist). The names lacking CREATE are
+        looked up with auto-creation off (at the client's version, or v4 for v0–3), the rest
+        forwarded with creation as the client asked, and the answers merged."""
+        body: Any = request.body
+        version = request.header.api_version
+        question_version = max(version, 4)
+        if question_version not in ctx.supported_versions(3):
+            for name in plan.no_create:  # cannot switch auto-creation off: never ask
+                plan.denied[name] = [self._create_denied(request, name)]
+            plan.forwarded -= plan.no_create
+            plan.no_create = frozenset()
+            return self._forward_named(request, ctx, plan)
+        schema = codec.request_schema(3, question_version)
+        topic_type = codec.nested_type(schema, "topics")
+        question = entity(
+            schema,
+            topics=tuple(
+                entity(topic_type, name=n, topic_id=ZERO_UUID)
+                for n in first_seen(t.name for t in body.topics if t.name in plan.no_create)
+            ),
+            allow_auto_topic_creation=False,
+        )
+
+        def then(answer: Any) -> Verdict:
+            client_type = self._topic_type(request)
+            plan.asked = tuple(
+                convert(t, client_type) for t in answer.topics if t.name in plan.no_create
+            )
+            plan.forwarded -= plan.no_create
+            if plan.forwarded:
+                return self._forward_named(request, ctx, plan)
+            base = convert(answer, codec.response_schema(3, version))
+            return Respond(self._rewriter(request, ctx, plan)(codec.replace(base, topics=())))
+
+        return AskFirst(question, then)
+
+    def _forward_named(self, request: Request, ctx: HandlerContext, plan: _Plan) -> Verdict:
+        """Only ``plan.forwarded`` goes up (possibly none: the broker still supplies the
+        brokers and cluster of the answer)."""
+        body: Any = request.body
+        upstream = codec.replace(
+            body, topics=tuple(t for t in body.topics if t.name in plan.forwarded)
+        )
         return Forward(request=upstream, rewrite=self._rewriter(request, ctx, plan))
 
     def _create_denied(self, request: Request, name: str) -> Any:
@@ -247,7 +293,7 @@ class MetadataHandler(ApiHandler):
             else:
                 # Only what was asked: a broker may read an empty list as "all topics" (Tansu
                 # does, even on v1+), and nothing unrequested may reach the client.
-                broker = [t for t in broker if t.name in plan.forwarded]
+                broker = [t for t in broker if t.name in plan.forwarded] + list(plan.asked)
                 for i, t in enumerate(broker):
                     if t.name in plan.no_create and t.error_code in _MISSING:
                         broker[i] = self._create_denied(request, t.name)

@@ -5,8 +5,9 @@ about topics), then the topics, as in ``KafkaApis.handleOffsetCommitRequest``,
 ``handleOffsetFetchRequest`` (``fetchOffsetsForGroup`` / ``fetchAllOffsetsForGroup``) and
 ``handleOffsetDeleteRequest``.
 
-Topic ids (OffsetCommit/OffsetFetch v10) are resolved from the proxy's id cache; an id it never
-saw is UNKNOWN_TOPIC_ID (100) and never forwarded. In an all-topics OffsetFetch v10 answer, a
+Topic ids (OffsetCommit/OffsetFetch v10) are resolved from the proxy's id cache, ids it has not
+seen by asking the broker first (``ask.py``); an id the broker does not know either is
+UNKNOWN_TOPIC_ID (100) and never forwarded. In an all-topics OffsetFetch v10 answer, a
 topic id the proxy cannot name cannot be authorized and is dropped (fail closed).
 """
 
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
+from uuid import UUID
 
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.authz import (
     TopicKey,
     authorize_topics,
@@ -65,6 +68,9 @@ class GroupTopicsHandler(GroupGateHandler):
     OffsetDelete asks the coordinator with a probe instead (:class:`OffsetDeleteHandler`)."""
 
     response_topics: ClassVar[str] = "topics"
+
+    def topic_ids(self, request: Request) -> Iterable[UUID]:
+        return listed_topic_ids(request.body, "topics")
 
     def denied_topics(
         self, request: Request, body: Any, denied: dict[TopicKey, ErrorCode]
@@ -327,6 +333,9 @@ class OffsetFetchHandler(ApiHandler):
 
     api_key = 9
     decode_request = True
+
+    def topic_ids(self, request: Request) -> Iterable[UUID]:
+        return listed_topic_ids(request.body, "groups", "topics")
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         if request.header.api_version >= _FIRST_BATCHED:

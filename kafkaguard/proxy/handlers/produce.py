@@ -5,9 +5,10 @@ Checks, in Kafka's order:
 1. If any record batch is transactional: WRITE on the request's TransactionalId (a null id is
    denied). Denied → TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) on every partition.
 2. WRITE on each topic. Denied topics get TOPIC_AUTHORIZATION_FAILED (29) on each of their
-   partitions; the rest is forwarded. Topic ids (v13) the proxy has never seen in a broker
-   response are UNKNOWN_TOPIC_ID (100), as the broker answers an unknown id before
-   authorizing (fail closed: an id the proxy cannot name is never forwarded).
+   partitions; the rest is forwarded. Topic ids (v13) are resolved first, as the broker
+   answers an unknown id before authorizing: ids the proxy has not seen are looked up with
+   the broker (``ask.py``); one the broker does not know either is UNKNOWN_TOPIC_ID (100)
+   and never forwarded.
 
 ``acks=0`` requests have no response: any denial closes the connection, as Kafka closes it
 when an acks=0 produce fails. Allowed ``acks=0`` requests take no reply slot.
@@ -18,12 +19,15 @@ records are never decoded (principle 1).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+from uuid import UUID
 
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
+from kafkaguard.proxy.handlers.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.authz import (
     TopicKey,
     authorize_topics,
@@ -73,6 +77,9 @@ def has_transactional_batches(body: Any) -> bool:
 class ProduceHandler(ApiHandler):
     api_key = 0
     decode_request = True
+
+    def topic_ids(self, request: Request) -> Iterable[UUID]:
+        return listed_topic_ids(request.body, "topic_data")
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         body: Any = request.body

@@ -12,6 +12,7 @@ request entry by entry raises :class:`BrokerMismatch` (the connection is closed)
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -41,6 +42,7 @@ ERROR_MESSAGES: Mapping[ErrorCode, str] = {
     ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
     ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
     ErrorCode.unknown_topic_id: "This server does not host this topic ID.",
+    ErrorCode.unknown_topic_or_partition: "This server does not host this topic-partition.",
     ErrorCode.inconsistent_group_protocol: (
         "The group member's supported protocols are incompatible with those of existing members "
         "or first group member tried to join with empty protocol type or empty protocol list."
@@ -50,6 +52,24 @@ ERROR_MESSAGES: Mapping[ErrorCode, str] = {
         "the message was sent to an incompatible broker. See the broker logs for more details."
     ),
 }
+
+
+def convert(value: Any, target: type[_T]) -> _T:
+    """``value``, an entity of another version of the same schema, as ``target``: fields the
+    target lacks are dropped, fields it adds take their defaults (nested entities alike)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(target):  # type: ignore[arg-type]
+        if not hasattr(value, f.name):
+            continue
+        v = getattr(value, f.name)
+        if isinstance(v, tuple) and v and dataclasses.is_dataclass(v[0]):
+            inner = codec.nested_type(target, f.name)
+            v = tuple(convert(item, inner) for item in v)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            v = convert(v, codec.nested_type(target, f.name))
+        values[f.name] = v
+    code = values.pop("error_code", ErrorCode.none)
+    return entity(target, code, **values)
 
 
 def entity(

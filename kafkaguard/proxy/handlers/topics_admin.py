@@ -8,13 +8,15 @@ and messages below follow those methods. Kafka answers them as unordered collect
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.ask import ask_which_exist, listed_topic_ids
 from kafkaguard.proxy.handlers.authz import (
     CLUSTER,
     duplicates,
@@ -147,16 +149,13 @@ class DeleteTopicsHandler(ApiHandler):
     DELETE are filtered over all names (by name or resolved from ids). Before authorization:
     duplicate names/ids, an entry with both a name and an id, or with neither → 42.
 
-    By name: no DESCRIBE → 29 without existence check. DESCRIBE without DELETE → 29.
-    Deviation: Kafka answers 3 there when the topic does not exist; the proxy cannot tell
-    without asking the broker, and asking would make the answer depend on a second round
-    trip the broker's own check does not have, so it answers 29 — the principal can
-    DESCRIBE the topic, so nothing is revealed that Metadata would not tell it.
+    By name: no DESCRIBE → 29 without existence check. DESCRIBE without DELETE: the controller
+    looks the name up between the two checks (``findTopicIds``), so a missing topic gets 3 and
+    an existing one 29 — the proxy asks the broker which of those names exist (``ask.py``).
 
-    By id (v6): with DELETE on the cluster every id is forwarded (the broker resolves it, or
-    answers 100); otherwise an id the proxy never saw in a broker response → 100 (never
-    forwarded: its name, which the checks need, is unknown — a deviation for topics whose id
-    never passed through the proxy), a known id without DELETE → 29, with the name only if
+    By id (v6): ids are resolved with the broker first (``ask.py``); with DELETE on the cluster
+    every id is forwarded (the broker answers an unknown one with 100); otherwise an id the
+    broker does not know either → 100, a known id without DELETE → 29, with the name only if
     the principal may DESCRIBE it.
     ``delete.topic.enable=false`` (73/42) is the broker's to answer for what is forwarded;
     fully denied requests get the authorization errors instead.
@@ -164,6 +163,9 @@ class DeleteTopicsHandler(ApiHandler):
 
     api_key = 20
     decode_request = True
+
+    def topic_ids(self, request: Request) -> Iterable[UUID]:
+        return listed_topic_ids(request.body, "topics")
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         body: Any = request.body
@@ -190,7 +192,36 @@ class DeleteTopicsHandler(ApiHandler):
             deletable = filter_authorized(
                 ctx, request, AclOperation.DELETE, ResourceType.TOPIC, to_check
             )
+        checked = _DeletionChecks(
+            request, items, cluster_ok, dup_names, dup_ids, resolved, describable, deletable
+        )
+        unsure = [n for n, i in items if i is None and n in describable and n not in deletable]
+        if unsure:
+            asked = ask_which_exist(ctx, first_seen(unsure), checked.verdict)
+            if asked is not None:
+                return asked
+        return checked.verdict(None)
 
+
+@dataclass(frozen=True, slots=True)
+class _DeletionChecks:
+    """What DeleteTopics decided before the controller's existence check."""
+
+    request: Request
+    items: list[tuple[str | None, UUID | None]]
+    cluster_ok: bool
+    dup_names: set[str]
+    dup_ids: set[UUID]
+    resolved: dict[UUID, str | None]
+    describable: Collection[str]
+    deletable: Collection[str]
+
+    def verdict(self, existing: Collection[str] | None) -> Verdict:
+        """``existing``: which describable, undeletable names exist (None: not asked)."""
+        request, items, resolved = self.request, self.items, self.resolved
+        body: Any = request.body
+        by_id = request.header.api_version >= 6
+        describable, deletable = self.describable, self.deletable
         schema = codec.response_schema(20, request.header.api_version)
         result_type = codec.nested_type(schema, "responses")
         answers: list[Any | None] = []  # per request item: a local entry, or None = forward
@@ -204,6 +235,7 @@ class DeleteTopicsHandler(ApiHandler):
 
         invalid = ErrorCode.invalid_request
         denied = ErrorCode.topic_authorization_failed
+        missing = ErrorCode.unknown_topic_or_partition
         for name, topic_id in items:
             if name is not None and topic_id is not None:
                 a = answer(
@@ -212,16 +244,19 @@ class DeleteTopicsHandler(ApiHandler):
             elif name is None and topic_id is None:
                 a = answer(None, None, invalid, "Neither topic name nor id were specified.")
             elif name is not None:
-                if name in dup_names:
+                if name in self.dup_names:
                     a = answer(name, None, invalid, _DUPLICATE_NAME)
-                elif name not in describable or name not in deletable:
+                elif name not in describable:
                     a = answer(name, None, denied, ERROR_MESSAGES[denied])
+                elif name not in deletable:
+                    code = denied if existing is None or name in existing else missing
+                    a = answer(name, None, code, ERROR_MESSAGES[code])
                 else:
                     a = None
-            elif topic_id in dup_ids:
+            elif topic_id in self.dup_ids:
                 a = answer(None, topic_id, invalid, "Duplicate topic id.")
             elif (known := resolved.get(topic_id or _ZERO)) is None:
-                if cluster_ok:  # every topic may be deleted: the broker resolves the id
+                if self.cluster_ok:  # every topic may be deleted: the broker resolves the id
                     a = None
                 else:
                     code = ErrorCode.unknown_topic_id

@@ -37,9 +37,12 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_request_header
 from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.handlers.ask import decide
 from kafkaguard.proxy.handlers.base import (
+    AskFirst,
     Close,
     ConnectionState,
     Forward,
@@ -47,6 +50,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.responses import entity
 from kafkaguard.proxy.session import Session
 
 
@@ -158,7 +162,11 @@ class HandlerHarness:
 
     def supported_versions(self, api_key: int) -> range:
         handler = REGISTRY.get(api_key)
-        return handler.versions if handler is not None else range(0)
+        versions = handler.versions if handler is not None else range(0)
+        broker = (self.broker_api_versions or {}).get(api_key)
+        if broker is None:
+            return versions
+        return range(max(versions.start, broker.start), min(versions.stop, broker.stop))
 
     # -- driving ---------------------------------------------------------------------------
     def send(
@@ -172,9 +180,37 @@ class HandlerHarness:
         if header.api_version not in self.supported_versions(header.api_key):
             return handler.unsupported_version(header, self)
         decoded = codec.decode_request(frame, header.api_key, header.api_version)
-        return handler.on_request(
-            Request(header, frame, decoded if handler.decode_request else None), self
+        return decide(
+            handler, Request(header, frame, decoded if handler.decode_request else None), self
         )
+
+    @staticmethod
+    def answer(verdict: Verdict, broker_answer: Any) -> Verdict:
+        """The verdict once the broker answered the proxy's question."""
+        assert isinstance(verdict, AskFirst), verdict
+        return verdict.then(broker_answer)
+
+    @classmethod
+    def answer_metadata(cls, verdict: Verdict, cluster: dict[UUID, str]) -> Verdict:
+        """Answer the proxy's Metadata question (by topic id or by name) as a broker holding
+        the topics ``cluster`` (id → name) would."""
+        assert isinstance(verdict, AskFirst), verdict
+        question: Any = verdict.question
+        assert question.__api_key__ == 3 and not question.allow_auto_topic_creation
+        schema = codec.response_schema(3, question.__version__)
+        topic_type = codec.nested_type(schema, "topics")
+        ids = {name: topic_id for topic_id, name in cluster.items()}
+        topics = []
+        for asked in question.topics:
+            name = asked.name if asked.name is not None else cluster.get(asked.topic_id)
+            if name in ids:
+                topics.append(entity(topic_type, name=name, topic_id=ids[name]))
+            elif asked.name is None:
+                topics.append(entity(topic_type, ErrorCode.unknown_topic_id, name=None))
+            else:
+                code = ErrorCode.unknown_topic_or_partition
+                topics.append(entity(topic_type, code, name=name, topic_id=UUID(int=0)))
+        return cls.answer(verdict, codec.make_entity(schema, topics=tuple(topics)))
 
     @staticmethod
     def forwarded_body(verdict: Verdict, original: Any) -> Any:

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as iac_req
 from kio.schema.incremental_alter_configs.v1 import response as iac_resp
 
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
 
 from .harness import HandlerHarness, acl
 
@@ -376,17 +376,32 @@ def test_denied_broker_address_config_is_never_sent_for_validation() -> None:
         assert codes(verdict.response.responses) == [(BROKER, "1", 31)]
 
 
-def test_denied_broker_resource_next_to_applied_changes_is_not_validated() -> None:
-    # One request cannot both apply the topic change and only validate the BROKER resource.
+def test_denied_broker_resource_next_to_applied_changes_is_validated_first() -> None:
+    # One request cannot both apply the topic change and only validate the BROKER resource:
+    # the BROKER resource is validated in a question of its own, then the change forwarded.
     h = HandlerHarness([acl(ALICE, "ALTER_CONFIGS", "TOPIC", "t")])
     body = incremental((TOPIC, "t", SET), (BROKER, "1", SET))
-    verdict = h.send(body)
-    assert isinstance(verdict, Forward)
-    forwarded = h.forwarded_body(verdict, body)
-    assert forwarded.validate_only is False
-    assert [r.resource_name for r in forwarded.resources] == ["t"]
-    response = h.complete(verdict, altered((TOPIC, "t")))
-    assert codes(response.responses) == [(TOPIC, "t", 0), (BROKER, "1", 31)]
+    asked = h.send(body)
+    assert isinstance(asked, AskFirst)
+    question: Any = asked.question
+    assert question.validate_only is True
+    assert [r.resource_name for r in question.resources] == ["1"]
+    valid = altered((BROKER, "1"))
+    invalid = replace(
+        valid,
+        responses=tuple(
+            replace(r, error_code=ErrorCode.invalid_request, error_message="bad value")
+            for r in valid.responses
+        ),
+    )
+    for answer, broker_code in ((valid, 31), (invalid, 42), (altered(), 31)):
+        verdict = h.answer(asked, answer)
+        assert isinstance(verdict, Forward)
+        forwarded = h.forwarded_body(verdict, body)
+        assert forwarded.validate_only is False
+        assert [r.resource_name for r in forwarded.resources] == ["t"]
+        response = h.complete(verdict, altered((TOPIC, "t")))
+        assert codes(response.responses) == [(TOPIC, "t", 0), (BROKER, "1", broker_code)]
     # The same request validate-only: the broker validates both.
     verdict = h.send(replace(body, validate_only=True))
     assert isinstance(verdict, Forward)

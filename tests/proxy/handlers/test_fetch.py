@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -20,7 +20,7 @@ from kio.schema.fetch.v16 import response as resp16
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import fetch
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
 
 from .harness import HandlerHarness, acl
 
@@ -158,11 +158,27 @@ def test_nothing_allowed_is_answered_without_the_broker() -> None:
     assert verdict.response.session_id == 0
 
 
-def test_topic_ids_unknown_to_the_proxy_are_100_and_never_forwarded() -> None:
+def test_unseen_topic_ids_are_resolved_by_the_broker_first() -> None:
+    """Kafka resolves ids before it authorizes: an id the proxy has not seen yet is looked up
+    with Metadata (nothing authorized or forwarded before the answer), then READ is checked
+    by name."""
+    known, unseen, other = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    h = HandlerHarness([READ_A], topic_ids={known: "a"})
+    verdict = h.send(fetch_by_id(req13, unseen, known))
+    assert isinstance(verdict, AskFirst) and h.checked() == []
+    assert [(t.topic_id, t.name) for t in cast(Any, verdict.question).topics] == [(unseen, None)]
+    decided = h.answer_metadata(verdict, {unseen: "b", known: "a", other: "c"})
+    assert h.checked() == [("READ", "TOPIC", "b", "DENIED"), ("READ", "TOPIC", "a", "ALLOWED")]
+    assert sent_parts(h.forwarded_body(decided, None)) == [(known, 0)]
+    assert h.topic_name(unseen) == "b" and h.topic_name(other) is None
+    assert not isinstance(h.send(fetch_by_id(req13, unseen)), AskFirst)  # learned: asked once
+
+
+def test_topic_ids_unknown_to_the_broker_are_100_and_never_forwarded() -> None:
     known, denied, unknown = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     h = HandlerHarness([READ_A], topic_ids={known: "a", denied: "b"})
     body = fetch_by_id(req13, unknown, denied, known)
-    verdict = h.send(body)
+    verdict = h.answer_metadata(h.send(body), {known: "a", denied: "b"})
     assert h.checked() == [("READ", "TOPIC", "b", "DENIED"), ("READ", "TOPIC", "a", "ALLOWED")]
     assert sent_parts(h.forwarded_body(verdict, None)) == [(known, 0)]
     broker = resp13.FetchResponse(
@@ -186,7 +202,7 @@ def test_topic_ids_unknown_to_the_proxy_are_100_and_never_forwarded() -> None:
     assert parts(h.complete(verdict, broker)) == [(known, 0, 0), (unknown, 0, 100), (denied, 0, 29)]
     # Unknown ids come before denied topics whatever the request order (Kafka resolves ids
     # before it authorizes).
-    verdict = h.send(fetch_by_id(req13, denied, unknown, known))
+    verdict = h.answer_metadata(h.send(fetch_by_id(req13, denied, unknown, known)), {})
     assert parts(h.complete(verdict, broker)) == [(known, 0, 0), (unknown, 0, 100), (denied, 0, 29)]
 
 

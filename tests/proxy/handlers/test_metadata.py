@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.describe_topic_partitions.v0 import request as dtp_req
 from kio.schema.describe_topic_partitions.v0 import response as dtp_resp
@@ -17,7 +17,7 @@ from kio.schema.metadata.v10 import response as resp10
 from kio.schema.metadata.v12 import request as req12
 from kio.schema.metadata.v12 import response as resp12
 
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
 
 from .harness import HandlerHarness, acl
 
@@ -135,8 +135,43 @@ def test_create_on_every_name_forwards_the_request_as_sent() -> None:
     assert isinstance(verdict, Forward) and verdict.request is None
 
 
-def test_old_version_cannot_disable_auto_creation_so_uncreatable_names_stay_local() -> None:
+def test_mixed_create_rights_ask_about_the_uncreatable_names_first() -> None:
+    """Kafka creates the missing names the principal may create, answers 29 for missing ones
+    it may not create and describes the existing ones: the uncreatable names are looked up
+    with auto-creation off first, the creatable ones forwarded with creation on."""
+    h = HandlerHarness(
+        [acl("User:alice", "DESCRIBE", "TOPIC", "*"), acl("User:alice", "CREATE", "TOPIC", "new")]
+    )
+    asked = h.send(v12("a", "new", "gone"))
+    assert isinstance(asked, AskFirst)
+    question: Any = asked.question
+    assert [t.name for t in question.topics] == ["a", "gone"]
+    assert question.__version__ == 12 and question.allow_auto_topic_creation is False
+    verdict = h.answer_metadata(asked, {IDS["a"]: "a"})
+    sent = h.forwarded_body(verdict, None)
+    assert [t.name for t in sent.topics] == ["new"] and sent.allow_auto_topic_creation
+    out = h.complete(verdict, reply12(("new", 3)))  # Kafka 4: 3 while it creates the topic
+    assert summary(out) == [("a", 0, IDS["a"]), ("new", 3, ZERO), ("gone", 29, ZERO)]
+
+
+def test_old_versions_ask_about_uncreatable_names_with_v4() -> None:
+    """v0–3 cannot switch auto-creation off: the names lacking CREATE are looked up with a v4
+    question (auto-creation off) and never forwarded; existing ones are described."""
     h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "*")])
+    body = req3.MetadataRequest(
+        topics=(req3.MetadataRequestTopic(name="a"), req3.MetadataRequestTopic(name="b"))
+    )
+    asked = h.send(body)
+    assert isinstance(asked, AskFirst) and cast(Any, asked.question).__version__ == 4
+    out = h.complete(h.answer_metadata(asked, {IDS["a"]: "b"}), None)
+    assert [(t.name, int(t.error_code)) for t in out.topics] == [("a", 29), ("b", 0)]
+    assert [(b.host, b.port) for b in out.brokers] == []
+
+
+def test_old_version_without_a_v4_broker_keeps_uncreatable_names_local() -> None:
+    h = HandlerHarness(
+        [acl("User:alice", "DESCRIBE", "TOPIC", "*")], broker_api_versions={3: range(0, 4)}
+    )
     verdict = h.send(req3.MetadataRequest(topics=(req3.MetadataRequestTopic(name="a"),)))
     assert h.forwarded_body(verdict, None).topics == ()
     out = h.complete(verdict, _reply_v3())

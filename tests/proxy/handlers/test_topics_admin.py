@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.create_partitions.v3 import request as cp_req
 from kio.schema.create_partitions.v3 import response as cp_resp
@@ -17,7 +17,7 @@ from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.delete_topics.v6 import response as dt_resp
 from kio.schema.errors import ErrorCode
 
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.base import FORWARD, AskFirst, Forward, Respond
 
 from .harness import HandlerHarness, acl
 
@@ -163,17 +163,23 @@ def test_delete_topics_by_name_partial() -> None:
         ]
     )
     body = delete_by_name("hidden", "a", "b")
-    verdict = h.send(body)
-    assert isinstance(verdict, Forward)
-    assert h.forwarded_body(verdict, body).topic_names == ("a",)
-    response = h.complete(verdict, deleted_v4("a"))
-    assert [(r.name, int(r.error_code)) for r in response.responses] == [
-        ("hidden", 29),
-        ("a", 0),
-        ("b", 29),
-    ]
+    asked = h.send(body)
+    # DESCRIBE without DELETE: the controller checks existence between the two checks.
+    assert isinstance(asked, AskFirst)
+    assert [t.name for t in cast(Any, asked.question).topics] == ["b"]
     assert h.checked()[0] == ("DELETE", "CLUSTER", "kafka-cluster", "DENIED")
     assert [op for op, _, _, _ in h.checked()[1:]] == ["DESCRIBE"] * 3 + ["DELETE"] * 3
+    for cluster, b_code in (({uuid.uuid4(): "a", uuid.uuid4(): "b"}, 29), ({}, 3)):
+        verdict = h.answer_metadata(asked, cluster)
+        assert isinstance(verdict, Forward)
+        assert h.forwarded_body(verdict, body).topic_names == ("a",)
+        response = h.complete(verdict, deleted_v4("a"))
+        assert [(r.name, int(r.error_code)) for r in response.responses] == [
+            ("hidden", 29),
+            ("a", 0),
+            ("b", b_code),
+        ]
+    assert len(h.checked()) == 7  # authorized once, whatever the answer
 
 
 def test_delete_topics_delete_on_cluster_authorizes_everything() -> None:
@@ -213,7 +219,8 @@ def test_delete_topics_by_id() -> None:
     body = delete_v6(
         (None, unknown), (None, SECRET_ID), (None, A_ID), (None, uuid.UUID(int=5)), ("n", A_ID)
     )
-    verdict = h.send(body)
+    cluster = {A_ID: "a", SECRET_ID: "secret", uuid.UUID(int=5): "shown"}
+    verdict = h.answer_metadata(h.send(body), cluster)  # the broker does not know `unknown`
     assert isinstance(verdict, Forward)
     assert [t.topic_id for t in h.forwarded_body(verdict, body).topics] == [A_ID]
     broker = dt_resp.DeleteTopicsResponse(
@@ -239,7 +246,7 @@ def test_delete_topics_by_unseen_id_with_delete_on_cluster_is_forwarded() -> Non
     # saw is not needed: the broker resolves the id (or answers 100) as Kafka's controller.
     unseen = uuid.uuid4()
     h = HandlerHarness([acl(ALICE, "DELETE", "CLUSTER", "kafka-cluster")])
-    verdict = h.send(delete_v6((None, unseen), ("n", A_ID)))
+    verdict = h.answer_metadata(h.send(delete_v6((None, unseen), ("n", A_ID))), {})
     assert isinstance(verdict, Forward)
     assert [t.topic_id for t in verdict.request.topics] == [unseen]
     broker = dt_resp.DeleteTopicsResponse(
@@ -252,6 +259,18 @@ def test_delete_topics_by_unseen_id_with_delete_on_cluster_is_forwarded() -> Non
     )
     response = h.complete(verdict, broker)
     assert [(r.name, int(r.error_code)) for r in response.responses] == [("x", 0), ("n", 42)]
+
+
+def test_delete_topics_by_an_id_the_proxy_never_saw_is_resolved_by_the_broker() -> None:
+    unseen = uuid.uuid4()
+    h = HandlerHarness([acl(ALICE, "DELETE", "TOPIC", "t"), acl(ALICE, "DESCRIBE", "TOPIC", "u")])
+    body = delete_v6((None, unseen))
+    verdict = h.answer_metadata(h.send(body), {unseen: "t"})
+    assert verdict == FORWARD and h.checked() == [
+        ("DELETE", "CLUSTER", "kafka-cluster", "DENIED"),
+        ("DESCRIBE", "TOPIC", "t", "ALLOWED"),
+        ("DELETE", "TOPIC", "t", "ALLOWED"),
+    ]
 
 
 # -- CreatePartitions ----------------------------------------------------------------------------
