@@ -6,7 +6,9 @@ its listener port stands for (the bootstrap port goes to a bootstrap server). Bo
 
 Request path: bytes → :class:`FrameBuffer` → header peek → registry lookup and version gate →
 handler verdict (synchronous) → the original frame (or a rewritten one) is queued for the
-broker; all frames completed by one read are written with one ``writelines``.
+broker; all frames completed by one read are written with one ``writelines``. A handler that
+must ask the broker first (:class:`AskFirst`) has its question sent instead; later requests are
+held until the answer has been turned into the verdict, so nothing overtakes it.
 
 Response path: bytes → frames → each claims the oldest upstream slot of the
 :class:`InflightQueue` (correlation ids must match) → the slot's transform runs only when the

@@ -51,7 +51,7 @@ class ZooKeeperServer:
     def connect(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 20.0) -> None:
+    def start(self, timeout_s: float = 60.0) -> None:
         assert self.proc is None, "already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed in stop()
@@ -83,11 +83,28 @@ class ZooKeeperServer:
                     f"ZooKeeper exited with {self.proc.returncode}: "
                     f"{self.log_path.read_text(errors='replace')[-2000:]}"
                 )
-            if self.ruok():
+            # "imok" only says the process runs; a loaded machine has been seen to take longer
+            # still to establish a session (kazoo's "socket time-out during read" in CI), so
+            # ready means: a client session was established.
+            if self.ruok() and self.serves_sessions():
                 return
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"ZooKeeper did not answer ruok within {timeout_s} s")
+        raise RuntimeError(f"ZooKeeper did not establish a session within {timeout_s} s")
+
+    def serves_sessions(self) -> bool:
+        from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        client = KazooClient(hosts=self.connect, timeout=10)
+        try:
+            client.start(timeout=10)
+            return True
+        except KazooTimeoutError:
+            return False
+        finally:
+            client.stop()
+            client.close()
 
     def ruok(self) -> bool:
         try:

@@ -69,9 +69,6 @@ class GroupTopicsHandler(GroupGateHandler):
 
     response_topics: ClassVar[str] = "topics"
 
-    def topic_ids(self, request: Request) -> Iterable[UUID]:
-        return listed_topic_ids(request.body, "topics")
-
     def denied_topics(
         self, request: Request, body: Any, denied: dict[TopicKey, ErrorCode]
     ) -> dict[TopicKey, list[Any]]:
@@ -239,6 +236,9 @@ class OffsetCommitHandler(GroupGateHandler):
     left Kafka answers without the coordinator, and so does the proxy."""
 
     api_key = 8
+
+    def topic_ids(self, request: Request) -> Iterable[UUID]:
+        return listed_topic_ids(request.body, "topics")
 
     def group_denied(self, request: Request, body: Any) -> Any:
         schema = response_type(request)

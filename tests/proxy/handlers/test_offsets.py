@@ -115,7 +115,8 @@ def test_offset_commit_v10_topic_ids() -> None:
     h = HandlerHarness(
         [READ_G, acl(ALICE, "READ", "TOPIC", "ok")], topic_ids={known: "ok", hidden: "secret"}
     )
-    verdict = h.send(commit(10, unknown, hidden, known))
+    cluster = {known: "ok", hidden: "secret"}  # the broker does not know `unknown` either
+    verdict = h.answer_metadata(h.send(commit(10, unknown, hidden, known)), cluster)
     assert isinstance(verdict, Forward)
     assert [t.topic_id for t in h.forwarded_body(verdict, None).topics] == [known]
     out = h.complete(verdict, commit_reply(10, known))
