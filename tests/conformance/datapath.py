@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from proxy.handlers.harness import acl as acl  # re-exported for the scenarios
-from proxy.proxy_raw_client import build_request, schema_module
+from proxy.proxy_raw_client import RawKafkaClient, build_request, schema_module
 
 from conformance.conftest import BLANKED, Side, differential, normalize
 from kafkaguard.protocol.codec import ErrorCode
@@ -345,3 +345,26 @@ def sorted_deep(value: Any, field: str, key: str, partitions: str, partition_key
     for entry in out[field]:
         entry[partitions] = sorted(entry[partitions], key=lambda p: p[partition_key])
     return out
+
+
+def ids_behind(upstream_bootstrap: str, *names: str) -> dict[str, UUID]:
+    """The topics' ids straight from the upstream (``host:port``), never through the proxy;
+    waits until the upstream's metadata knows every one of them."""
+    host, port = upstream_bootstrap.rsplit(":", 1)
+    mod = entities(3, 12)
+    request = build_request(
+        3,
+        12,
+        topics=tuple(mod.MetadataRequestTopic(name=n, topic_id=UUID(int=0)) for n in names),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        with RawKafkaClient(host, int(port), timeout_s=TIMEOUT_S) as upstream:
+            _, answer = upstream.request(request)
+        ids = {t.name: t.topic_id for t in answer.topics if t.error_code == ErrorCode.none}
+        if set(names) <= ids.keys():
+            return ids
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.1)

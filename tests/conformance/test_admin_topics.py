@@ -14,7 +14,6 @@ from uuid import UUID
 
 import pytest
 from kafka_fixture import KafkaBroker
-from proxy.proxy_raw_client import RawKafkaClient
 
 from conformance.admin_steps import (
     ALICE,
@@ -22,12 +21,10 @@ from conformance.admin_steps import (
     CLUSTER,
     CREATE_TOPICS,
     DELETE_TOPICS,
-    METADATA,
     NO_ID,
     TIMEOUT,
     UNKNOWN_ID,
     acl,
-    build,
     call,
     codes,
     ensure_topics,
@@ -38,8 +35,7 @@ from conformance.admin_steps import (
     wait_until_gone,
 )
 from conformance.conftest import Side, ck_admin, differential, scenario_name
-from conformance.datapath import ids_to_names
-from kafkaguard.protocol import codec
+from conformance.datapath import ids_behind, ids_to_names
 
 pytestmark = pytest.mark.kafka
 
@@ -350,17 +346,10 @@ def test_delete_topics_by_an_id_kafkaguard_never_saw(
     upstream = ck_admin.AdminClient(kafka_upstream.admin_config())
     for future in upstream.create_topics([ck_admin.NewTopic(name, 1, 1)]).values():
         future.result(15)
-    with RawKafkaClient("127.0.0.1", kafka_upstream.port, timeout_s=15) as direct:
-        wanted = build(
-            codec.request_schema(METADATA, 12),
-            {
-                "topics": [{"name": name, "topic_id": NO_ID}],
-                "allow_auto_topic_creation": False,
-                "include_topic_authorized_operations": False,
-            },
-        )
-        (described,) = direct.request(wanted)[1].topics
-    ids = {"referee": topic_ids(referee, name)[name], "kafkaguard": described.topic_id}
+    ids = {
+        "referee": topic_ids(referee, name)[name],
+        "kafkaguard": ids_behind(kafka_upstream.bootstrap, name)[name],
+    }
     set_acls(
         sides,
         [

@@ -20,7 +20,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import KafkaBroker
-from proxy.proxy_raw_client import RawKafkaClient, build_request
 
 from conformance.conftest import Side, scenario_name
 from conformance.datapath import (
@@ -31,7 +30,6 @@ from conformance.datapath import (
     JOIN_GROUP,
     LEAVE_GROUP,
     LIST_OFFSETS,
-    METADATA,
     OFFSET_COMMIT,
     OFFSET_DELETE,
     OFFSET_FETCH,
@@ -45,6 +43,7 @@ from conformance.datapath import (
     coordinator_ready,
     create_topics,
     entities,
+    ids_behind,
     ids_to_names,
     kafka_error,
     record_batch,
@@ -181,7 +180,10 @@ def test_fetch_by_topic_ids_the_proxy_never_saw(
     behind = AdminClient({"bootstrap.servers": kafka_upstream.bootstrap})
     for future in behind.create_topics([NewTopic(t, 1, 1), NewTopic(u, 1, 1)]).values():
         future.result(TIMEOUT_S)
-    ids = {"referee": topic_ids(referee, [t, u]), "kafkaguard": ids_behind(kafka_upstream, t, u)}
+    ids = {
+        "referee": topic_ids(referee, [t, u]),
+        "kafkaguard": ids_behind(kafka_upstream.bootstrap, t, u),
+    }
     unknown = uuid.uuid4()
 
     def run(side: Side) -> Any:
@@ -196,34 +198,6 @@ def test_fetch_by_topic_ids_the_proxy_never_saw(
         ("<uuid>", "unknown_topic_id"),
         (f"id:{u}", "topic_authorization_failed"),
     ]
-
-
-def ids_behind(kafka_upstream: KafkaBroker, *names: str) -> dict[str, uuid.UUID]:
-    """The topics' ids straight from the upstream, never through the proxy."""
-    host, port = kafka_upstream.bootstrap.rsplit(":", 1)
-    mod = entities(METADATA, 12)
-    deadline = time.monotonic() + TIMEOUT_S
-    ids: dict[str, uuid.UUID] = {}
-    for name in names:
-        while True:
-            with RawKafkaClient(host, int(port), timeout_s=TIMEOUT_S) as upstream:
-                _, answer = upstream.request(metadata_request(mod, name))
-            if answer.topics and answer.topics[0].error_code == ErrorCode.none:
-                ids[name] = answer.topics[0].topic_id
-                break
-            assert time.monotonic() < deadline, answer
-            time.sleep(0.1)
-    return ids
-
-
-def metadata_request(mod: Any, topic: str) -> Any:
-    return build_request(
-        METADATA,
-        12,
-        topics=(mod.MetadataRequestTopic(name=topic, topic_id=uuid.UUID(int=0)),),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
 
 
 def test_list_offsets_and_leader_epochs_need_describe(sides: list[Side]) -> None:

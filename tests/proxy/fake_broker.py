@@ -29,6 +29,7 @@ from kafkaguard.protocol.framing import FrameBuffer, frame
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
 from kafkaguard.proxy.config import BrokerPorts, HostPort, LimitsConfig
 from kafkaguard.proxy.server import ProxyServer
+from proxy.handlers.harness import described_topics
 
 Action = str | float
 """``"close"`` (drop the connection instead of answering), ``"garbage"`` (unframeable bytes),
@@ -256,12 +257,13 @@ class FakeBroker:
             return set_fields(body, api_keys=api_keys)
         if key == 3:
             brokers = self._entries(schema, "brokers", "node_id")
+            asked = self._decode(header, raw).topics or ()
             return set_fields(
                 body,
                 brokers=brokers,
                 controller_id=self.node_ids[0],
                 cluster_id=self.cluster_id,
-                topics=self._described(schema, self._decode(header, raw).topics or ()),
+                topics=described_topics(schema, asked, self.topics),
             )
         if key == 60:
             brokers = self._entries(schema, "brokers", "broker_id")
@@ -280,21 +282,6 @@ class FakeBroker:
                 body, node_endpoints=self._entries(schema, "node_endpoints", "node_id")
             )
         return body
-
-    def _described(self, schema: type[Any], asked: Iterable[Any]) -> tuple[Any, ...]:
-        topic_type = codec.nested_type(schema, "topics")
-        ids = {name: topic_id for topic_id, name in self.topics.items()}
-        described = []
-        for topic in asked:
-            name = topic.name or self.topics.get(getattr(topic, "topic_id", None) or UUID(int=0))
-            if name in ids:
-                described.append(make(topic_type, name=name, topic_id=ids[name]))
-            elif topic.name is None:
-                described.append(make(topic_type, error_code=ErrorCode.unknown_topic_id))
-            else:
-                code = ErrorCode.unknown_topic_or_partition
-                described.append(make(topic_type, name=topic.name, error_code=code))
-        return tuple(described)
 
     def _trickle_body(self, header: RequestHeaderInfo) -> Any:
         schema = codec.response_schema(header.api_key, header.api_version)

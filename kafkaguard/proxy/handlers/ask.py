@@ -99,11 +99,11 @@ def _described(answer: Any) -> dict[str, UUID | None]:
 
 def decide(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verdict:
     """``handler``'s verdict, once the names of the topic ids its request lists are known."""
-    unseen = list(dict.fromkeys(i for i in handler.topic_ids(request) if not ctx.topic_name(i)))
-    question = (
-        _metadata_question(ctx, _BY_ID_SINCE, [{"topic_id": i, "name": None} for i in unseen])
-        if unseen
-        else None
+    unseen = [i for i in handler.topic_ids(request) if ctx.topic_name(i) is None]
+    if not unseen:  # every request of every API passes here: nothing more on this path
+        return handler.on_request(request, ctx)
+    question = _metadata_question(
+        ctx, _BY_ID_SINCE, [{"topic_id": i, "name": None} for i in dict.fromkeys(unseen)]
     )
     if question is None:
         return handler.on_request(request, ctx)

@@ -198,19 +198,8 @@ class HandlerHarness:
         question: Any = verdict.question
         assert question.__api_key__ == 3 and not question.allow_auto_topic_creation
         schema = codec.response_schema(3, question.__version__)
-        topic_type = codec.nested_type(schema, "topics")
-        ids = {name: topic_id for topic_id, name in cluster.items()}
-        topics = []
-        for asked in question.topics:
-            name = asked.name if asked.name is not None else cluster.get(asked.topic_id)
-            if name in ids:
-                topics.append(entity(topic_type, name=name, topic_id=ids[name]))
-            elif asked.name is None:
-                topics.append(entity(topic_type, ErrorCode.unknown_topic_id, name=None))
-            else:
-                code = ErrorCode.unknown_topic_or_partition
-                topics.append(entity(topic_type, code, name=name, topic_id=UUID(int=0)))
-        return cls.answer(verdict, codec.make_entity(schema, topics=tuple(topics)))
+        topics = described_topics(schema, question.topics, cluster)
+        return cls.answer(verdict, codec.make_entity(schema, topics=topics))
 
     @staticmethod
     def forwarded_body(verdict: Verdict, original: Any) -> Any:
@@ -244,3 +233,25 @@ class HandlerHarness:
             )
             for a, r in self.checks
         ]
+
+
+def described_topics(
+    schema: type[Any], asked: Iterable[Any], cluster: dict[UUID, str]
+) -> tuple[Any, ...]:
+    """Metadata ``schema``'s topic entries for the ``asked`` request topics (by id or by
+    name), as a broker holding the topics ``cluster`` (id → name) answers them."""
+    topic_type = codec.nested_type(schema, "topics")
+    ids = {name: topic_id for topic_id, name in cluster.items()}
+    topics = []
+    for asked_topic in asked:
+        name = asked_topic.name
+        if name is None:
+            name = cluster.get(getattr(asked_topic, "topic_id", None) or UUID(int=0))
+        if name in ids:
+            topics.append(entity(topic_type, name=name, topic_id=ids[name]))
+        elif asked_topic.name is None:
+            topics.append(entity(topic_type, ErrorCode.unknown_topic_id, name=None))
+        else:
+            code = ErrorCode.unknown_topic_or_partition
+            topics.append(entity(topic_type, code, name=name, topic_id=UUID(int=0)))
+    return tuple(topics)
