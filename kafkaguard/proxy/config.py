@@ -91,6 +91,8 @@ class ListenerConfig:
     """The ``sasl:`` section: set for SASL_PLAINTEXT and SASL_SSL listeners, None otherwise."""
     enforcement: str | None = None
     """``enforce`` | ``log_only`` for this listener; None: the top-level ``enforcement``."""
+    limits: LimitsConfig | None = None
+    """The listener's ``limits:`` merged over the top-level ones; None: the top-level ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +106,43 @@ class UpstreamConfig:
     """``upstream.sasl:`` (the proxy authenticates to the brokers), None for none."""
 
 
+INT_MAX: Final = 2**31 - 1
+"""Kafka's "no limit" default for connection quotas (``Int.MaxValue``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
+    """``limits:``, each key overridable per listener (a listener's own ``limits:``).
+    Names and defaults are Kafka's broker settings (docs/security.md lists them)."""
+
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    """``socket.request.max.bytes``."""
     max_inflight_requests: int = 100
     max_connections: int = 10_000
+    """``max.connections`` (per listener here)."""
+    connections_max_idle_ms: int = 600_000
+    """``connections.max.idle.ms``: a client connection with nothing in flight and nothing
+    received for this long is closed."""
+    max_connections_per_ip: int = INT_MAX
+    """``max.connections.per.ip``."""
+    max_connections_per_ip_overrides: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """``max.connections.per.ip.overrides``: ``"host:count,..."``, host an IP address."""
+    max_connection_creation_rate: int = INT_MAX
+    """``max.connection.creation.rate``: new connections per second on the listener."""
+    authentication_timeout_ms: int = 10_000
+    """A connection that has not completed TLS and SASL by then is closed."""
+    authentication_threads: int = 1
+    """Worker threads hashing passwords (PLAIN, SCRAM) off the event loop, for all listeners:
+    a storm of attempts never takes more than this many cores."""
+    authentication_queue_size: int = 32
+    """Attempts waiting for an authentication thread; beyond it new attempts are refused at
+    once (SASL_AUTHENTICATION_FAILED)."""
+
+    def max_connections_for(self, host: str) -> int:
+        """``max.connections.per.ip`` for ``host``, its override if one is set."""
+        return self.max_connections_per_ip_overrides.get(host, self.max_connections_per_ip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +154,9 @@ class ProxyConfig:
     """Authorizer and ACL store. Without an ``authorizer`` section: Kafka's StandardAuthorizer
     with no ACLs and no super users, i.e. every request is denied (fail closed)."""
     log_level: str = "INFO"
+    shutdown_timeout_ms: int = 30_000
+    """On SIGTERM/SIGINT: how long in-flight requests may take to finish before the proxy
+    closes every connection (a second signal closes at once)."""
     enforcement: str = ENFORCE
     """Top-level ``enforcement`` (issue 7): ``log_only`` authorizes and audits every request
     but handles it as if allowed; a listener may override it."""
@@ -130,9 +167,69 @@ class ProxyConfig:
     section: ConfigSection | None = None
     """The parsed tree, for parsers of other parts (authorizer, stores) that own their keys."""
 
+    def listener_limits(self, listener: ListenerConfig) -> LimitsConfig:
+        """The listener's limits: its own ``limits:`` keys over the top-level ones."""
+        return listener.limits or self.limits
+
     def listener_enforcement(self, listener: ListenerConfig) -> str:
         """The listener's enforcement mode: its own ``enforcement`` key, else the global one."""
         return listener.enforcement or self.enforcement
+
+
+def _ip_overrides(section: ConfigSection, text: str) -> Mapping[str, int]:
+    """Kafka's ``max.connections.per.ip.overrides`` format: ``"host:count,host:count"``."""
+    overrides: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        host = host.strip("[]")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            host = ""
+        if not sep or not host or not count.isdigit():
+            raise section.error(
+                "max_connections_per_ip_overrides",
+                f"must be 'ip:count,ip:count' (IP addresses), got {item!r}",
+            )
+        overrides[host] = int(count)
+    return MappingProxyType(overrides)
+
+
+def parse_limits(section: ConfigSection, base: LimitsConfig = LimitsConfig()) -> LimitsConfig:
+    """A ``limits:`` section; keys it lacks keep their value in ``base``."""
+    overrides = section.get_str("max_connections_per_ip_overrides", None)
+    limits = LimitsConfig(
+        max_frame_bytes=section.get_int("max_frame_bytes", base.max_frame_bytes, minimum=1024),
+        max_inflight_requests=section.get_int(
+            "max_inflight_requests", base.max_inflight_requests, minimum=1
+        ),
+        max_connections=section.get_int("max_connections", base.max_connections, minimum=1),
+        connections_max_idle_ms=section.get_int(
+            "connections_max_idle_ms", base.connections_max_idle_ms, minimum=1
+        ),
+        max_connections_per_ip=section.get_int(
+            "max_connections_per_ip", base.max_connections_per_ip, minimum=0
+        ),
+        max_connections_per_ip_overrides=(
+            base.max_connections_per_ip_overrides
+            if overrides is None
+            else _ip_overrides(section, overrides)
+        ),
+        max_connection_creation_rate=section.get_int(
+            "max_connection_creation_rate", base.max_connection_creation_rate, minimum=1
+        ),
+        authentication_timeout_ms=section.get_int(
+            "authentication_timeout_ms", base.authentication_timeout_ms, minimum=1
+        ),
+        authentication_threads=section.get_int(
+            "authentication_threads", base.authentication_threads, minimum=1
+        ),
+        authentication_queue_size=section.get_int(
+            "authentication_queue_size", base.authentication_queue_size, minimum=0
+        ),
+    )
+    section.reject_unknown()
+    return limits
 
 
 def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
@@ -150,7 +247,9 @@ def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
     return BrokerPorts(base if base is not None else listener_port + 1, MappingProxyType({}))
 
 
-def _listener(section: ConfigSection, base_dir: Path | None = None) -> ListenerConfig:
+def _listener(
+    section: ConfigSection, base_dir: Path | None = None, limits: LimitsConfig = LimitsConfig()
+) -> ListenerConfig:
     name = section.get_str("name", REQUIRED)
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise section.error("name", f"must be a listener name like EXTERNAL, got {name!r}")
@@ -185,15 +284,26 @@ def _listener(section: ConfigSection, base_dir: Path | None = None) -> ListenerC
     elif "sasl" in section:
         raise section.error("sasl", f"is only for SASL_PLAINTEXT and SASL_SSL, not {protocol}")
     # --- end SASL ---
-    enforcement = section.choice("enforcement", ENFORCEMENT_MODES, None)  # issue 7
+    enforcement = section.choice("enforcement", ENFORCEMENT_MODES, None)
+    own_limits = parse_limits(section.section("limits"), limits) if "limits" in section else None
     section.reject_unknown()
     return ListenerConfig(
-        name, protocol, bind_host, port, advertised, ports, tls, sasl=sasl, enforcement=enforcement
+        name,
+        protocol,
+        bind_host,
+        port,
+        advertised,
+        ports,
+        tls,
+        sasl=sasl,
+        enforcement=enforcement,
+        limits=own_limits,
     )
 
 
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
-    listeners = tuple(_listener(s, base_dir) for s in root.sections("listeners"))
+    limits = parse_limits(root.section("limits"))
+    listeners = tuple(_listener(s, base_dir, limits) for s in root.sections("listeners"))
     if not listeners:
         raise root.error("listeners", "at least one listener is required")
     names = [ls.name for ls in listeners]
@@ -215,16 +325,10 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         servers, up.get_float("connect_timeout_s", 10.0), ssl=up_tls, sasl=up_sasl
     )
     up.reject_unknown()
-    lim = root.section("limits")
-    limits = LimitsConfig(
-        max_frame_bytes=lim.get_int("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES, minimum=1024),
-        max_inflight_requests=lim.get_int("max_inflight_requests", 100, minimum=1),
-        max_connections=lim.get_int("max_connections", 10_000, minimum=1),
-    )
-    lim.reject_unknown()
     logging_section = root.section("logging")
     log_level = logging_section.choice("level", ("DEBUG", "INFO", "WARNING", "ERROR"), "INFO")
     logging_section.reject_unknown()
+    shutdown_timeout_ms = root.get_int("shutdown_timeout_ms", 30_000, minimum=0)
     policy = parse_policy_config(root)
     # --- enforcement mode and audit trail (kafkaguard/audit) ---
     enforcement = root.choice("enforcement", ENFORCEMENT_MODES, ENFORCE)
@@ -237,6 +341,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         limits=limits,
         policy=policy,
         log_level=log_level,
+        shutdown_timeout_ms=shutdown_timeout_ms,
         enforcement=enforcement,
         audit=audit,
         source=root.file,

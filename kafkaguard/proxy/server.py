@@ -56,7 +56,7 @@ class ProxyServer:
             ListenerRuntime(
                 listener,
                 self.cluster,
-                config.limits,
+                config.listener_limits(listener),
                 self.authorizer,
                 log_only=modes[listener.name] == LOG_ONLY,
             )
