@@ -149,12 +149,19 @@ _EXPLAIN_RESOURCES: tuple[tuple[str, ResourceType], ...] = (
     ("user", ResourceType.USER),
 )
 _EXPLAIN_LOAD_TIMEOUT_S = 60.0
+_EXPLAIN_ANY_HOST = "0.0.0.0"
+"""The host ``explain`` assumes without ``--host``: no client has it, so only ACLs whose host is
+``*`` match it (most ACLs are)."""
 
 
 def _add_explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="the proxy's configuration")
     parser.add_argument("--principal", required=True, help="e.g. User:alice")
-    parser.add_argument("--host", required=True, help="the client's IP address")
+    parser.add_argument(
+        "--host",
+        default=None,
+        help=f"the client's IP address (default {_EXPLAIN_ANY_HOST}: only ACLs for host * match)",
+    )
     parser.add_argument("--listener", help="listener name (default: the first configured)")
     parser.add_argument("--operation", required=True, help="e.g. READ, WRITE, DescribeConfigs")
     resource = parser.add_mutually_exclusive_group(required=True)
@@ -184,7 +191,10 @@ def _explain_request(
         (kind, getattr(args, attr)) for attr, kind in _EXPLAIN_RESOURCES if getattr(args, attr)
     )
     context = decision_context(
-        args.principal, args.host, listener.name, SecurityProtocol(listener.security_protocol)
+        args.principal,
+        args.host or _EXPLAIN_ANY_HOST,
+        listener.name,
+        SecurityProtocol(listener.security_protocol),
     )
     return listener, context, Action(operation, ResourcePattern(resource_type, name))
 
@@ -222,6 +232,10 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         for line in render_text(explanation, context, action, config.policy.authorizer):
             print(line)  # noqa: T201
+        if args.host is None:
+            print(  # noqa: T201
+                f"No --host given: assumed {_EXPLAIN_ANY_HOST}, which only ACLs for host * match"
+            )
         if enforcement == LOG_ONLY:
             print(  # noqa: T201
                 f"Listener {listener.name} is in log_only mode: the proxy forwards the request "

@@ -1,4 +1,4 @@
-"""The audit trail (issue 7): decisions in, counters and JSON-lines files out.
+"""The audit trail: decisions in, counters and JSON-lines files out.
 
 :class:`AuditTrail` is the ``StandardAuthorizer`` decision listener the proxy installs when
 ``audit.enabled`` is true or a listener runs in ``log_only``. On the event loop it only

@@ -105,7 +105,7 @@ class Entry(NamedTuple):
     network: Network | None  # only with the host_cidr extension
 
 
-class Verdict(enum.IntEnum):
+class AclMatch(enum.IntEnum):
     """Why ``match`` decided as it did; maps onto Kafka's audit-log rule names (spec §9)."""
 
     DENY_ACL = 0  # MatchingAcl with a DENY
@@ -199,11 +199,11 @@ def _rank(entry: Entry, name: str) -> int:
     return 0 if pattern.name == name else sys.maxsize
 
 
-_DENY_ACL = Verdict.DENY_ACL
-_ALLOW_ACL = Verdict.ALLOW_ACL
+_DENY_ACL = AclMatch.DENY_ACL
+_ALLOW_ACL = AclMatch.ALLOW_ACL
 _ANY_ADDRESS = ipaddress.IPv4Address(0)  # for scans where every host is '*'
-_NO_ACL: tuple[Verdict, None] = (Verdict.NO_ACL, None)
-_NO_MATCH: tuple[Verdict, None] = (Verdict.NO_MATCHING_ACL, None)
+_NO_ACL: tuple[AclMatch, None] = (AclMatch.NO_ACL, None)
+_NO_MATCH: tuple[AclMatch, None] = (AclMatch.NO_MATCHING_ACL, None)
 _STEM: tuple[Entry, ...] = ()  # a walk entry that is only a stem of longer prefixes (falsy)
 
 
@@ -550,7 +550,7 @@ class AclIndex:
         resource_type: ResourceType,
         name: str,
         need_applicable: bool = True,
-    ) -> tuple[Verdict, Entry | None]:
+    ) -> tuple[AclMatch, Entry | None]:
         """Kafka's ``findAclRule`` + ``findResult`` for one LITERAL resource (spec §2.2).
 
         Returns the verdict and the deciding entry (the first DENY in scan order, or the first

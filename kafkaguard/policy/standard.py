@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from kafkaguard.policy.acl_index import (
     USER_WILDCARD_KEY,
     AclIndex,
+    AclMatch,
     Entry,
-    Verdict,
     principal_key,
 )
 from kafkaguard.policy.audit_log import (
@@ -65,9 +65,9 @@ from kafkaguard.policy.stores.base import AclStore
 
 ALLOWED = AuthorizationResult.ALLOWED
 DENIED = AuthorizationResult.DENIED
-_ALLOW_ACL = Verdict.ALLOW_ACL
-_DENY_ACL = Verdict.DENY_ACL
-_NO_ACL = Verdict.NO_ACL
+_ALLOW_ACL = AclMatch.ALLOW_ACL
+_DENY_ACL = AclMatch.DENY_ACL
+_NO_ACL = AclMatch.NO_ACL
 _FULL_REBUILD_RATIO = 0.05  # above 5% changed, rebuilding beats patching buckets
 DecisionListener = Callable[[DecisionEvent], None]
 
@@ -242,7 +242,7 @@ class StandardAuthorizer:
         reason: DecisionReason,
         entry: Entry | None,
         listener: DecisionListener | None,
-        verdict: Verdict | None = None,
+        verdict: AclMatch | None = None,
     ) -> None:
         acl = entry.binding if entry is not None else None
         log_decision(context, action, result, reason, acl)
@@ -253,7 +253,7 @@ class StandardAuthorizer:
             )
             listener(
                 DecisionEvent(
-                    context, action, result, reason, acl, implied, verdict is not Verdict.NO_ACL
+                    context, action, result, reason, acl, implied, verdict is not AclMatch.NO_ACL
                 )
             )
 

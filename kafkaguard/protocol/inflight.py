@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame
@@ -157,14 +156,3 @@ class InflightQueue:
             assert response is not None
             out.append(response)
         return out
-
-    def describe(self) -> list[dict[str, Any]]:
-        """A snapshot for logs when a connection closes with requests outstanding."""
-        return [
-            {
-                "correlation_id": s.correlation_id,
-                "api_key": s.api_key,
-                "ready": s.response is not None,
-            }
-            for s in self._slots
-        ]

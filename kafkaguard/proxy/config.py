@@ -33,7 +33,6 @@ from kafkaguard.proxy.sasl.client import UpstreamSaslConfig, parse_upstream_sasl
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, parse_sasl_config
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_SECURITY_PROTOCOLS: Final = ("SSL", "SASL_SSL")
 """Listeners of these protocols need an ``ssl:`` section (kafkaguard/certs/tls.py)."""
 SASL_SECURITY_PROTOCOLS: Final = ("SASL_PLAINTEXT", "SASL_SSL")
@@ -254,8 +253,6 @@ def _listener(
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise section.error("name", f"must be a listener name like EXTERNAL, got {name!r}")
     protocol = section.choice("security_protocol", SECURITY_PROTOCOLS, "PLAINTEXT")
-    if protocol not in IMPLEMENTED_SECURITY_PROTOCOLS:
-        raise section.error("security_protocol", f"{protocol} is not available in this build")
     bind_host = section.get_str("bind_host", "127.0.0.1")
     port = section.get_int("port", REQUIRED, minimum=1)
     if port > 65535:

@@ -249,8 +249,9 @@ def describe_topic_partitions(
     only: list[str] | None = None,
 ) -> Callable[[Side], Any]:
     """DescribeTopicPartitions v0 of ``names`` (empty: all topics; then only those in
-    ``only`` are compared). Kafka's order is defined here — by name, denied topics last —
-    so it is compared as it is."""
+    ``only`` are compared). Kafka sorts the described topics by name and puts denied ones
+    last, in hash-set order among themselves (docs/deviations.md); with at most one denied
+    name per request the answer is compared as it is."""
 
     def run(side: Side) -> Any:
         response = call(

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_helpers import authorizer, ctx
 
-from kafkaguard.policy.acl_index import USER_WILDCARD_KEY, AclIndex, Verdict, principal_key
+from kafkaguard.policy.acl_index import USER_WILDCARD_KEY, AclIndex, AclMatch, principal_key
 from kafkaguard.policy.authorizer import (
     Action,
     RequestContext,
@@ -99,17 +99,17 @@ def _result(a: AclBinding, principal: tuple[str, str], host: str, op: AclOperati
     return "ALLOWED" if allow else "DENIED"
 
 
-def reference_verdict(acls, principal, host, op, rtype, name) -> tuple[Verdict, set[AclBinding]]:
+def reference_verdict(acls, principal, host, op, rtype, name) -> tuple[AclMatch, set[AclBinding]]:
     """Spec §2.2 by scan: the verdict class and the bindings that may be reported for it."""
     applicable = [a for a in acls if _applies(a, rtype, name)]
     results = {a: _result(a, principal, host, op) for a in applicable}
     denies = {a for a, r in results.items() if r == "DENIED"}
     if denies:
-        return Verdict.DENY_ACL, denies
+        return AclMatch.DENY_ACL, denies
     allows = {a for a, r in results.items() if r == "ALLOWED"}
     if allows:
-        return Verdict.ALLOW_ACL, allows
-    return (Verdict.NO_MATCHING_ACL if applicable else Verdict.NO_ACL), set()
+        return AclMatch.ALLOW_ACL, allows
+    return (AclMatch.NO_MATCHING_ACL if applicable else AclMatch.NO_ACL), set()
 
 
 def _match(index: AclIndex, request, need_applicable: bool = True):
@@ -134,7 +134,7 @@ def test_match_equals_reference_verdict_and_entry(acls, request) -> None:
         assert entry is None
     # Without the applicability question, NO_ACL may fold into NO_MATCHING_ACL; nothing else.
     quick, quick_entry = _match(index, request, need_applicable=False)
-    assert quick == expected or (expected, quick) == (Verdict.NO_ACL, Verdict.NO_MATCHING_ACL)
+    assert quick == expected or (expected, quick) == (AclMatch.NO_ACL, AclMatch.NO_MATCHING_ACL)
     assert quick_entry == entry
 
 

@@ -91,6 +91,20 @@ def test_super_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "Deciding ACL" not in "\n".join(out)
 
 
+def test_without_host_only_wildcard_host_acls_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from_one_host = acl("User:bob", Op.READ, name="orders", host="10.1.2.3")
+    config = write_config(tmp_path, [ALLOW_ALICE_READ, from_one_host])
+    args = ["explain", "--config", str(config), "--principal", "User:alice"]
+    assert main([*args, "--operation", "READ", *ORDERS]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ALLOWED: User:alice READ Topic:LITERAL:orders from host 0.0.0.0 ")
+    assert out[-1] == "No --host given: assumed 0.0.0.0, which only ACLs for host * match"
+    bob = ["explain", "--config", str(config), "--principal", "User:bob"]
+    assert main([*bob, "--operation", "READ", *ORDERS]) == 1
+
+
 def test_deny_acl_wins_over_a_matching_allow(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -65,7 +65,6 @@ def test_claim_returns_the_slot_with_its_transform() -> None:
     slot = q.claim(7)
     assert (slot.api_key, slot.api_version, slot.transform) == (10, 4, transform)
     assert "corr=7" in repr(slot) and "waiting" in repr(slot)
-    assert q.describe() == [{"correlation_id": 7, "api_key": 10, "ready": False}]
 
 
 @given(st.lists(st.booleans(), max_size=40))
