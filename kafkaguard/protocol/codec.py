@@ -11,6 +11,7 @@ Nothing here performs I/O.
 from __future__ import annotations
 
 import io
+import struct
 import typing
 import uuid
 from collections.abc import Mapping
@@ -29,8 +30,9 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
-from kio.static.protocol import RequestPayload, ResponsePayload
+from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
+from kafkaguard.protocol import guard
 from kafkaguard.protocol.errors import MalformedFrame, UnknownApiKey, UnsupportedVersion
 from kafkaguard.protocol.framing import Frame
 
@@ -54,6 +56,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=Entity)
 
 API_NAMES: Final[Mapping[int, str]] = api_key_map
 """Every API key kio knows, to its snake_case name (``3 -> "metadata"``)."""
@@ -104,16 +107,67 @@ def response_header_version(api_key: int, version: int) -> int:
     return int(response_schema(api_key, version).__header_schema__.__version__)
 
 
+def _decode(frame: Frame, header_type: type[Any], schema: type[_E], *, request: bool) -> _E:
+    """Guard, then decode: kio's reader only ever sees frames whose every length and count
+    fits in the bytes present, and handlers never see a request with a null array the schema
+    does not allow (see :mod:`guard`)."""
+    try:
+        negatives = guard.check_frame(frame, header_type, schema, refuse_null_arrays=request)
+    except MalformedFrame as exc:
+        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
+    data = _zero_timestamps(frame, negatives) if negatives else frame
+    try:
+        _, header_size = entity_reader(header_type)(data, 4)
+        body: _E = entity_reader(schema)(data, 4 + header_size)[0]
+    except Exception as exc:
+        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
+    for offset, path in negatives:
+        body = _put(body, path, _timestamp(frame, offset, schema.__name__))
+    return body
+
+
+# -- timestamps kio refuses --------------------------------------------------------------------
+# kio reads datetime_i64 only as non-negative (or -1 for null where the field is nullable), yet
+# Kafka sends other values: DescribeTransactionsResponse.transaction_start_time_ms is -1 for an
+# Empty transaction. Such fields are zeroed in a copy of the frame for kio, then set to the
+# exact pre-epoch datetime, which kio's writer encodes back to the same int64
+# (round(timestamp() * 1000) is exact for every millisecond from year 1 on).
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_INT64: Final = struct.Struct(">q")
+
+
+def _zero_timestamps(frame: Frame, negatives: list[guard.NegativeTimestamp]) -> bytes:
+    data = bytearray(frame)
+    for offset, _ in negatives:
+        data[offset : offset + 8] = bytes(8)
+    return bytes(data)
+
+
+def _timestamp(frame: Frame, offset: int, schema_name: str) -> datetime:
+    millis: int = _INT64.unpack_from(frame, offset)[0]
+    try:
+        return _EPOCH + timedelta(milliseconds=millis)
+    except OverflowError as exc:
+        raise MalformedFrame(
+            f"cannot decode {schema_name}: timestamp {millis} out of range"
+        ) from exc
+
+
+def _put(node: Any, path: guard.Path, value: Any) -> Any:
+    """A copy of ``node`` (entity or tuple) with ``value`` at ``path`` (kio entities are frozen)."""
+    key = path[0]
+    if isinstance(key, int):
+        child = value if len(path) == 1 else _put(node[key], path[1:], value)
+        return (*node[:key], child, *node[key + 1 :])
+    child = value if len(path) == 1 else _put(getattr(node, key), path[1:], value)
+    return replace(node, **{key: child})
+
+
 def decode_request(frame: Frame, api_key: int, version: int) -> RequestPayload:
     """Decode the body of a whole request frame whose header was already peeked."""
     schema = request_schema(api_key, version)
-    header_type = _request_header_type(api_key, version)
-    try:
-        _, header_size = entity_reader(header_type)(frame, 4)
-        body, _ = entity_reader(schema)(frame, 4 + header_size)
-    except Exception as exc:
-        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
-    return body
+    return _decode(frame, _request_header_type(api_key, version), schema, request=True)
 
 
 def encode_request(body: RequestPayload, correlation_id: int, client_id: str | None) -> bytes:
@@ -142,12 +196,7 @@ def decode_response(frame: Frame, api_key: int, version: int) -> ResponsePayload
     header_type = (
         ResponseHeaderV0 if response_header_version(api_key, version) == 0 else (ResponseHeaderV1)
     )
-    try:
-        _, header_size = entity_reader(header_type)(frame, 4)
-        body, _ = entity_reader(schema)(frame, 4 + header_size)
-    except Exception as exc:
-        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
-    return body
+    return _decode(frame, header_type, schema, request=False)
 
 
 def encode_response(body: ResponsePayload, correlation_id: int) -> bytes:
@@ -172,7 +221,8 @@ _ZERO: Final[dict[str, Any]] = {
     "float64": 0.0,
     "timedelta_i32": timedelta(0),
     "timedelta_i64": timedelta(0),
-    # Kafka writes -1 here; kio cannot represent negative timestamps, so the epoch it is.
+    # 0, the default of Kafka's generated int64 fields. Some error responses carry -1 instead
+    # (CreateDelegationTokenResponse.prepareResponse): datetime.fromtimestamp(-0.001, UTC).
     "datetime_i64": datetime.fromtimestamp(0, UTC),
     "records": None,
 }

@@ -12,6 +12,7 @@ fields are withheld — is compared.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -252,3 +253,28 @@ def test_producers_and_transactions(sides: list[Side]) -> None:
     finally:
         for producer in producers:
             producer.abort_transaction(TIMEOUT_S)
+
+
+def test_describe_empty_transaction(sides: list[Side]) -> None:
+    """DescribeTransactions of an Empty transactional id (its producer only called
+    init_transactions): Kafka answers transaction_start_time_ms = -1, which kafkaguard must
+    relay (and merge with a denied id) instead of closing the connection."""
+    tx = scenario_name("gt-empty")
+    for side in sides:
+        side.set_acls([acl("User:alice", "DESCRIBE", "TRANSACTIONAL_ID", tx)])
+        coordinator_ready(side, tx, 1)
+    for side in sides:
+        producer = Producer(
+            side.client_config("admin", **{"transactional.id": tx, "transaction.timeout.ms": 60000})
+        )
+        producer.init_transactions(TIMEOUT_S)
+    for ids in ((tx,), ("gt-none-" + tx, tx)):
+        answer = compare(
+            sides,
+            lambda s, ids=ids: call(s, "alice", DESCRIBE_TRANSACTIONS, 0, transactional_ids=ids),
+            producer_id="<pid>",
+            producer_epoch=0,
+        )
+        empty = next(s for s in answer["transaction_states"] if s["transactional_id"] == tx)
+        assert empty["transaction_state"] == "Empty"
+        assert empty["transaction_start_time"] == datetime.fromtimestamp(-0.001, UTC)

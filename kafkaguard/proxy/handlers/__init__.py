@@ -7,6 +7,10 @@ Rules (principle 2, fail closed):
 * A version outside ``handler.versions ∩ kio ∩ broker`` is answered with the API's
   UNSUPPORTED_VERSION error (or the connection closed when no reply can be built).
 * ApiVersions advertises exactly that intersection.
+* A request with a null array where the schema allows none never reaches its handler: the
+  codec refuses it and the connection is closed, as Kafka's request parser does
+  (``protocol/guard.py``). Nulls the schema allows are each handler's to interpret, as its
+  ``KafkaApis.handleXxx`` does.
 
 Broker-internal APIs (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown,
 WriteTxnMarkers, the Raft quorum and registration APIs, Envelope, AlterPartition,

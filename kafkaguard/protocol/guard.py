@@ -1,0 +1,442 @@
+"""Bounds-check a whole frame against its schema before kio's reader sees it.
+
+Why: kio's native reader trusts every count it reads. An array count is turned into a
+preallocation of that many slots *before* a single element is read, so a 20-byte Metadata v12
+request whose topics array claims 2^32 elements aborts the whole process (the allocation fails
+inside native code, no Python exception). kio is a pinned dependency, so the frame is walked
+here first, by the same structure kio will follow, and refused with :class:`MalformedFrame`
+as soon as a length, count or size read from the wire does not fit in the bytes present.
+
+How: each entity class is compiled once (``functools.cache``) into one straight-line Python
+function (generated source: nested loops for nested arrays, runs of fixed-size fields merged
+into one skip, arrays of fixed-size elements skipped in one step). The walk runs on every
+decoded request, Produce included, next to kio's native reader, so per-field closure calls
+cost several times the decode itself; generated code keeps it to a fraction. A walker reads
+only lengths, counts, tags and the few values it must inspect: record batches and strings are
+skipped by length, never looked into, and nothing is allocated in proportion to a claimed
+size. An array's count is checked against the remaining bytes divided by the element's
+minimum encoded size before any element is walked. The generated source holds only names
+and sizes taken from kio's schema classes, never bytes from the wire.
+
+The walk follows kio's reader exactly, so that what kio reads afterwards is what was checked:
+
+* the wire formats are those of ``org.apache.kafka.common.protocol.types.Type`` (int16/int32
+  lengths and counts, -1 null) and, for flexible versions (KIP-482), the compact forms
+  (unsigned varint N+1, 0 null) plus a tagged-field section ending every struct;
+* ``RequestHeader.client_id`` is always a legacy nullable string (as in Kafka's
+  ``RequestHeader.json``);
+* a nullable struct (KIP-893) is an int8 marker, -1 for null, then the struct;
+* a known tagged field must fill exactly its declared size (kio reads it in place, ignoring
+  the size); an unknown one is skipped by its size (kio then refuses it);
+* varints are at most 5 bytes (``ByteUtils.readUnsignedVarint``).
+
+Trailing bytes after the body are not an error: Kafka's ``RequestContext.parseRequest`` and
+``AbstractResponse.parseResponse`` do not check for them, and neither does kio, so refusing
+them would break requests the proxy accepts today.
+
+The walk also reports where ``datetime_i64`` fields hold values kio refuses (negative,
+below -1 for nullable ones), so :mod:`codec` can decode them anyway (Kafka sends -1 for
+``DescribeTransactionsResponse.transaction_start_time_ms`` of an Empty transaction).
+
+Sans-I/O: only bytes in, offsets out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import typing
+from collections.abc import Callable
+from functools import cache
+from types import NoneType, UnionType
+from typing import Any, Final, TypeAlias
+
+from kafkaguard.protocol.errors import MalformedFrame
+
+__all__ = ["NegativeTimestamp", "Path", "check_frame"]
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+Path: TypeAlias = tuple[str | int, ...]
+NegativeTimestamp: TypeAlias = tuple[int, Path]
+"""Offset in the frame of a ``datetime_i64`` kio refuses, and its path in the decoded body:
+field names and array indices (``("transaction_states", 0, "transaction_start_time")``)."""
+
+Walker: TypeAlias = Callable[[Buffer, int, int, list[NegativeTimestamp], Path], int]
+"""``walk(buf, pos, end, out, path) -> new pos``; may run past ``end`` (checked by callers)."""
+
+_FIXED: Final[dict[str, int]] = {
+    "int8": 1,
+    "bool": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "timedelta_i64": 8,
+    "float64": 8,
+    "uuid": 16,
+}
+"""Encoded sizes of ``org.apache.kafka.common.protocol.types.Type``'s fixed-size types."""
+
+_MAX_VARINT_BYTES: Final = 5
+
+
+# -- helpers called by the generated walkers ---------------------------------------------------
+
+
+def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """``ByteUtils.readUnsignedVarint``: at most 5 bytes; returns (value, new position)."""
+    value = 0
+    for i in range(_MAX_VARINT_BYTES):
+        byte = buf[pos + i]
+        value |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return value, pos + i + 1
+    raise MalformedFrame(f"varint longer than {_MAX_VARINT_BYTES} bytes")
+
+
+def _count_error(name: str, count: int, remaining: int) -> MalformedFrame:
+    return MalformedFrame(
+        f"{name}: array of {count} elements in {max(remaining, 0)} remaining bytes"
+    )
+
+
+def _length_error(name: str, length: int) -> MalformedFrame:
+    return MalformedFrame(f"{name}: invalid length {length}")
+
+
+def _null_error(name: str) -> MalformedFrame:
+    # The message of Kafka's generated XxxRequestData.read.
+    return MalformedFrame(f"non-nullable field {name} was serialized as null")
+
+
+def _tagged_fields(
+    buf: Buffer,
+    pos: int,
+    end: int,
+    out: list[NegativeTimestamp],
+    path: Path,
+    known: dict[int, tuple[str, Walker]],
+) -> int:
+    """A KIP-482 tagged-field section: uvarint count, then per field uvarint tag, uvarint size
+    and the data. A known field must fill its size exactly; an unknown one is skipped."""
+    count, pos = _uvarint(buf, pos)
+    if count * 2 > end - pos:
+        raise MalformedFrame(f"{count} tagged fields in {max(end - pos, 0)} remaining bytes")
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        stop = pos + size
+        if stop > end:
+            raise MalformedFrame(
+                f"tagged field {tag} of {size} bytes in {end - pos} remaining bytes"
+            )
+        field = known.get(tag)
+        if field is not None and field[1](buf, pos, stop, out, path) != stop:
+            raise MalformedFrame(f"{field[0]}: tagged field {tag} does not fill its {size} bytes")
+        pos = stop
+    return pos
+
+
+_HELPERS: Final[dict[str, Any]] = {
+    "_uv": _uvarint,
+    "_tags": _tagged_fields,
+    "_count": _count_error,
+    "_length": _length_error,
+    "_null": _null_error,
+    "_h": struct.Struct(">h").unpack_from,
+    "_i": struct.Struct(">i").unpack_from,
+    "_q": struct.Struct(">q").unpack_from,
+}
+
+
+# -- code generation ----------------------------------------------------------------------------
+
+
+def _flexible(entity: type) -> bool:
+    flexible: Any = entity
+    return bool(flexible.__flexible__)
+
+
+def _optional(hint: Any) -> tuple[Any, bool]:
+    """(inner type, nullable) of a field's type hint, as ``kio.serial._introspect`` reads it."""
+    if typing.get_origin(hint) in (UnionType, typing.Union) and NoneType in typing.get_args(hint):
+        return next(a for a in typing.get_args(hint) if a is not NoneType), True
+    return hint, False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    """One field of an entity, classified the way kio's native reader classifies it."""
+
+    name: str
+    kafka_type: str
+    """A primitive's kafka type, or ``"struct"``."""
+    entity: type | None
+    flexible: bool
+    """Compact encodings (KIP-482) for strings, bytes and arrays."""
+    array: bool
+    nullable: bool
+    tag: int | None
+
+
+@cache
+def _fields(entity: type) -> tuple[_Field, ...]:
+    hints = typing.get_type_hints(entity)
+    flexible = _flexible(entity)
+    result = []
+    for field in dataclasses.fields(entity):
+        raw_tag = field.metadata.get("tag")
+        tag = None if raw_tag is None else int(raw_tag)
+        hint, nullable = _optional(hints[field.name])
+        array = typing.get_origin(hint) is tuple
+        if array:
+            hint = typing.get_args(hint)[0]
+        if entity.__name__ == "RequestHeader" and field.name == "client_id":
+            # Always a legacy nullable string (Kafka's RequestHeader.json).
+            result.append(_Field(field.name, "string", None, False, False, True, None))
+        elif dataclasses.is_dataclass(hint):
+            struct_type = typing.cast(type, hint)
+            result.append(_Field(field.name, "struct", struct_type, flexible, array, nullable, tag))
+        else:
+            # kio reads a tagged primitive as non-nullable: an absent tag is its null.
+            kafka_type = field.metadata["kafka_type"]
+            nullable = nullable and tag is None
+            result.append(_Field(field.name, kafka_type, None, flexible, array, nullable, tag))
+    return tuple(result)
+
+
+def _value_min(field: _Field, nullable: bool) -> int:
+    """Fewest bytes one value of ``field`` (one element, for an array) takes on the wire."""
+    if field.entity is not None:
+        return _min_size(field.entity, nullable)
+    if field.kafka_type in _FIXED:
+        return _FIXED[field.kafka_type]
+    if field.kafka_type == "datetime_i64":
+        return 8
+    if field.flexible:
+        return 1
+    return 2 if field.kafka_type == "string" else 4
+
+
+def _field_min(field: _Field) -> int:
+    if field.array:
+        return 1 if field.flexible else 4
+    return _value_min(field, field.nullable)
+
+
+@cache
+def _min_size(entity: type, nullable: bool) -> int:
+    """Fewest bytes an instance of ``entity`` takes (KIP-893 marker included if nullable)."""
+    if nullable:
+        return 1
+    size = sum(_field_min(f) for f in _fields(entity) if f.tag is None)
+    return size + 1 if _flexible(entity) else size
+
+
+def _fixed_size(field: _Field, nullable: bool) -> int | None:
+    """The exact size of one value of ``field`` if every encoding has it, else None."""
+    if field.entity is not None:
+        return _fixed_entity_size(field.entity) if not nullable else None
+    return _FIXED.get(field.kafka_type)
+
+
+@cache
+def _fixed_entity_size(entity: type) -> int | None:
+    if _flexible(entity):
+        return None  # the tagged-field section varies
+    size = 0
+    for field in _fields(entity):
+        fixed = None if field.array else _fixed_size(field, field.nullable)
+        if fixed is None:
+            return None
+        size += fixed
+    return size
+
+
+class _Source:
+    """The source of one walker function and the constants it refers to."""
+
+    def __init__(self, refuse_null_arrays: bool) -> None:
+        self.refuse_null_arrays = refuse_null_arrays
+        """Requests: a null array where the schema allows none is malformed (kio would read it
+        as ``None``, which no handler expects)."""
+        self.lines: list[str] = []
+        self.constants: dict[str, Any] = {}
+        self.depth = 0
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+    def constant(self, value: Any) -> str:
+        name = f"_k{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def varint(self, indent: int, target: str) -> None:
+        """Read a uvarint into ``target``; one- and two-byte values (counts, names, record
+        batches under 16 KiB) inline."""
+        self.emit(indent, f"{target} = buf[p]")
+        self.emit(indent, f"if {target} < 128:")
+        self.emit(indent + 1, "p += 1")
+        self.emit(indent, "elif buf[p + 1] < 128:")
+        self.emit(indent + 1, f"{target} = ({target} & 127) | buf[p + 1] << 7")
+        self.emit(indent + 1, "p += 2")
+        self.emit(indent, "else:")
+        self.emit(indent + 1, f"{target}, p = _uv(buf, p)")
+
+    def entity(self, entity: type, indent: int, path: list[str]) -> None:
+        """Walk a (non-null) instance of ``entity``."""
+        pending = 0
+        for field in _fields(entity):
+            if field.tag is not None:
+                continue
+            fixed = None if field.array else _fixed_size(field, field.nullable)
+            if fixed is not None:
+                pending += fixed  # runs of fixed-size fields become one skip
+                continue
+            if pending:
+                self.emit(indent, f"p += {pending}")
+                pending = 0
+            self.field(field, indent, path)
+        if pending:
+            self.emit(indent, f"p += {pending}")
+        if _flexible(entity):
+            known = {
+                f.tag: (f.name, _field_walker(entity, f.name, self.refuse_null_arrays))
+                for f in _fields(entity)
+                if f.tag is not None
+            }
+            self.emit(indent, "if buf[p]:")
+            self.emit(
+                indent + 1,
+                f"p = _tags(buf, p, end, out, ({', '.join(path)},), {self.constant(known)})",
+            )
+            self.emit(indent, "else:")
+            self.emit(indent + 1, "p += 1")
+
+    def field(self, field: _Field, indent: int, path: list[str]) -> None:
+        name = repr(field.name)
+        if field.array:
+            self.array(field, indent, path)
+        elif field.entity is None:
+            self.primitive(field, field.nullable, indent, path)
+        elif field.nullable:
+            self.emit(indent, "p += 1")  # the KIP-893 marker, -1 for null
+            self.emit(indent, "if buf[p - 1] != 255:")
+            self.entity(field.entity, indent + 1, [*path, name])
+        else:
+            self.entity(field.entity, indent, [*path, name])
+
+    def array(self, field: _Field, indent: int, path: list[str]) -> None:
+        """``Type.ARRAY`` (int32 count, -1 null) or ``CompactArrayOf`` (uvarint N+1, 0 null):
+        the count is checked against the bytes left before any element is walked."""
+        name = repr(field.name)
+        self.depth += 1
+        n, i = f"n{self.depth}", f"i{self.depth}"
+        if field.flexible:
+            self.varint(indent, n)
+            self.emit(indent, f"{n} -= 1")
+        else:
+            self.emit(indent, f"{n} = _i(buf, p)[0]")
+            self.emit(indent, "p += 4")
+            self.emit(indent, f"if {n} < -1:")
+            self.emit(indent + 1, f"raise _length({name}, {n})")
+        if self.refuse_null_arrays and not field.nullable:
+            self.emit(indent, f"if {n} == -1:")
+            self.emit(indent + 1, f"raise _null({name})")
+        self.emit(indent, f"if {n} > 0:")
+        size = max(_value_min(field, False), 1)
+        self.emit(indent + 1, f"if {n} * {size} > end - p:")
+        self.emit(indent + 2, f"raise _count({name}, {n}, end - p)")
+        fixed = _fixed_size(field, False)
+        if fixed is not None:
+            self.emit(indent + 1, f"p += {n} * {fixed}")
+        else:
+            self.emit(indent + 1, f"for {i} in range({n}):")
+            if field.entity is not None:
+                self.entity(field.entity, indent + 2, [*path, name, i])
+            else:
+                self.primitive(field, False, indent + 2, path)
+        self.depth -= 1
+
+    def primitive(self, field: _Field, nullable: bool, indent: int, path: list[str]) -> None:
+        name = repr(field.name)
+        kafka_type = field.kafka_type
+        if kafka_type == "datetime_i64":
+            # kio refuses negative timestamps (-1 is null where nullable): report them.
+            self.emit(indent, f"if _q(buf, p)[0] < {-1 if nullable else 0}:")
+            self.emit(indent + 1, f"out.append((p, ({', '.join([*path, name])},)))")
+            self.emit(indent, "p += 8")
+        elif kafka_type in _FIXED:
+            self.emit(indent, f"p += {_FIXED[kafka_type]}")
+        elif field.flexible:  # COMPACT_STRING / COMPACT_BYTES / COMPACT_RECORDS: N+1, 0 null
+            # Prefix and data together: 1 + (b - 1) bytes, or 1 for null (b = 0).
+            self.emit(indent, "b = buf[p]")
+            self.emit(indent, "if b < 128:")
+            self.emit(indent + 1, "p += b or 1")
+            self.emit(indent, "elif buf[p + 1] < 128:")
+            self.emit(indent + 1, "p += 1 + ((b & 127) | buf[p + 1] << 7)")
+            self.emit(indent, "else:")
+            self.emit(indent + 1, "b, p = _uv(buf, p)")
+            self.emit(indent + 1, "if b > 1:")
+            self.emit(indent + 2, "p += b - 1")
+        else:  # STRING: int16 length; BYTES / RECORDS: int32 length; -1 null
+            read, width = ("_h", 2) if kafka_type == "string" else ("_i", 4)
+            self.emit(indent, f"b = {read}(buf, p)[0]")
+            self.emit(indent, f"p += {width}")
+            self.emit(indent, "if b > 0:")
+            self.emit(indent + 1, "p += b")
+            self.emit(indent, "elif b < -1:")
+            self.emit(indent + 1, f"raise _length({name}, b)")
+
+    def compile(self, label: str) -> Walker:
+        source = "def walk(buf, p, end, out, path):\n" + "\n".join(self.lines) + "\n    return p\n"
+        namespace = {**_HELPERS, **self.constants}
+        exec(compile(source, f"<guard {label}>", "exec"), namespace)
+        return typing.cast(Walker, namespace["walk"])
+
+
+@cache
+def _frame_walker(header: type, body: type, refuse_null_arrays: bool) -> Walker:
+    """One function for header and body (one call per frame)."""
+    source = _Source(refuse_null_arrays)
+    source.entity(header, 1, ["*path"])
+    source.entity(body, 1, ["*path"])
+    return source.compile(body.__name__)
+
+
+@cache
+def _field_walker(entity: type, name: str, refuse_null_arrays: bool) -> Walker:
+    """The walker of one tagged field, called on its data by ``_tagged_fields``."""
+    source = _Source(refuse_null_arrays)
+    source.field(next(f for f in _fields(entity) if f.name == name), 1, ["*path"])
+    return source.compile(f"{entity.__name__}.{name}")
+
+
+def check_frame(
+    frame: Buffer, header: type, body: type, *, refuse_null_arrays: bool = False
+) -> list[NegativeTimestamp]:
+    """Walk a whole frame (size prefix included): ``header`` (request header v1/v2 or response
+    header v0/v1), then ``body``. ``refuse_null_arrays`` (requests): a null array the schema
+    does not allow is malformed, as Kafka's request parser has it (``RequestContext.parseRequest``
+    closes the connection); responses keep kio's leniency.
+
+    Returns the negative timestamps kio would refuse (usually none); raises
+    :class:`MalformedFrame` if any length, count or size does not fit in the frame.
+    """
+    out: list[NegativeTimestamp] = []
+    end = len(frame)
+    try:
+        pos = _frame_walker(header, body, refuse_null_arrays)(frame, 4, end, out, ())
+    except (IndexError, struct.error):
+        pos = end + 1
+    # The walkers read past ``end`` only into bytes they then treat as overrun: positions
+    # only grow, so one check at the end covers every fixed-size and length-prefixed field.
+    if pos > end:
+        raise MalformedFrame(f"a length or field runs past the end of the {end - 4}-byte frame")
+    return out

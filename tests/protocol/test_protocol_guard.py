@@ -1,0 +1,253 @@
+"""guard: the schema-driven bounds check that runs before kio's reader.
+
+The sweep builds, for every API key and version kio knows, requests and responses with
+empty and non-empty arrays, strings and tagged fields, then truncates and mutates every
+length/count position it could hold. kio preallocates claimed array sizes in native code
+(an allocation failure aborts the process), so the hostile part of the sweep runs in a
+subprocess under ``RLIMIT_AS``: an abort or a huge allocation fails the test instead of
+killing pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import resource
+import subprocess
+import sys
+import typing
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Any
+
+import pytest
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.static.primitive import Records
+
+from kafkaguard.protocol import codec, guard
+from kafkaguard.protocol.errors import MalformedFrame
+
+HOSTILE_METADATA = bytes.fromhex("00000010 0003 000c 00000001 ffff 00 ffffffff0f".replace(" ", ""))
+"""Metadata v12 whose topics compact array claims 2^32 - 2 elements (20 bytes in all)."""
+
+
+def _value(hint: Any, kafka_type: str | None, n: int) -> Any:
+    if typing.get_origin(hint) in (UnionType, typing.Union):
+        hint = next(a for a in typing.get_args(hint) if a is not NoneType)
+    if typing.get_origin(hint) is tuple:
+        return tuple(_value(typing.get_args(hint)[0], kafka_type, n) for _ in range(n))
+    if dataclasses.is_dataclass(hint):
+        return sample(typing.cast(type[Any], hint), n)
+    return {
+        "string": "ab",
+        "bytes": b"xy",
+        "records": Records(b"xyz"),
+        "bool": True,
+        "uuid": uuid.UUID(int=0x0123456789ABCDEF),
+        "float64": 1.5,
+        "timedelta_i32": timedelta(milliseconds=7),
+        "timedelta_i64": timedelta(milliseconds=9),
+        "datetime_i64": datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=UTC),
+        "error_code": codec.ErrorCode.none,
+    }.get(kafka_type or "") or hint(1)
+
+
+def sample(entity_type: type[Any], n: int) -> Any:
+    """An instance with every array of ``n`` elements and every other field (tagged ones
+    included) set to a non-default value."""
+    hints = typing.get_type_hints(entity_type)
+    return entity_type(
+        **{
+            f.name: _value(hints[f.name], f.metadata.get("kafka_type"), n)
+            for f in dataclasses.fields(entity_type)
+        }
+    )
+
+
+def all_versions() -> Iterator[tuple[int, int]]:
+    for api_key in sorted(codec.API_NAMES):
+        for version in codec.codec_versions(api_key):
+            yield api_key, version
+
+
+def frames(
+    api_key: int, version: int, sizes: tuple[int, ...] = (1, 2)
+) -> Iterator[tuple[bool, bytes, Any]]:
+    """(is_request, frame, body) for an empty body and one with arrays of each of ``sizes``
+    elements, each direction."""
+    for is_request in (True, False):
+        schema = (codec.request_schema if is_request else codec.response_schema)(api_key, version)
+        for body in (codec.make_entity(schema), *(sample(schema, n) for n in sizes)):
+            if is_request:
+                yield True, codec.encode_request(body, 7, "client-1"), body
+            else:
+                yield False, codec.encode_response(body, 7), body
+
+
+def header_type(is_request: bool, api_key: int, version: int) -> type[Any]:
+    if is_request:
+        return (
+            RequestHeaderV2
+            if codec.request_schema(api_key, version).__header_schema__.__version__ == 2
+            else RequestHeaderV1
+        )
+    return ResponseHeaderV1 if codec.response_header_version(api_key, version) else ResponseHeaderV0
+
+
+def decode(is_request: bool, frame: bytes, api_key: int, version: int) -> Any:
+    if is_request:
+        return codec.decode_request(frame, api_key, version)
+    return codec.decode_response(frame, api_key, version)
+
+
+_U32 = (b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00", b"\xff\xff\xff\xfe")
+_U16 = (b"\x80\x00", b"\xff\xfe", b"\x7f\xff")
+_VARINTS = (b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\x07", b"\xfe\xff\xff\xff\x0f")
+
+
+def mutations(frame: bytes) -> Iterator[bytes]:
+    """Every truncation, and huge or negative values written at every offset as int32,
+    int16 and 5-byte varint (overwritten, and inserted in place of one byte)."""
+    for cut in range(4, len(frame)):
+        yield (cut - 4).to_bytes(4, "big") + frame[4:cut]
+    for offset in range(4, len(frame)):
+        for value in (*_U32, *_U16, *_VARINTS):
+            body = bytearray(frame[4:])
+            body[offset - 4 : offset - 4 + len(value)] = value
+            yield len(body).to_bytes(4, "big") + bytes(body)
+        for value in _VARINTS:
+            body = bytearray(frame[4:])
+            body[offset - 4 : offset - 3] = value
+            yield len(body).to_bytes(4, "big") + bytes(body)
+
+
+def hostile_sweep() -> int:
+    """Decode every mutation of every sample frame; only MalformedFrame may come out.
+
+    Run in a subprocess by the test (``RLIMIT_AS``): returns how many frames were tried, and
+    fails if the resident set grew by 100 MB or more.
+    """
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tried = 0
+    for api_key, version in all_versions():
+        for is_request, frame, _ in frames(api_key, version, sizes=(1,)):
+            for mutated in mutations(frame):
+                tried += 1
+                with contextlib.suppress(MalformedFrame):
+                    decode(is_request, mutated, api_key, version)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 100 * 1024, f"decoding grew the resident set by {grown_kib} KiB"
+    return tried
+
+
+# -- tests ---------------------------------------------------------------------------------------
+
+
+def test_hostile_metadata_frame_is_refused_by_the_guard() -> None:
+    assert len(HOSTILE_METADATA) == 20
+    with pytest.raises(MalformedFrame, match="topics: array of 4294967294 elements in 0 remaining"):
+        guard.check_frame(HOSTILE_METADATA, RequestHeaderV2, codec.request_schema(3, 12))
+    with pytest.raises(MalformedFrame, match="cannot decode MetadataRequest: topics: array of"):
+        codec.decode_request(HOSTILE_METADATA, 3, 12)
+    with pytest.raises(MalformedFrame, match="topics: array of"):
+        codec.decode_request(memoryview(HOSTILE_METADATA), 3, 12)
+
+
+def test_every_api_and_version_passes_the_guard_and_decodes() -> None:
+    checked = 0
+    for api_key, version in all_versions():
+        for is_request, frame, body in frames(api_key, version):
+            schema = type(body)
+            assert guard.check_frame(frame, header_type(is_request, api_key, version), schema) == []
+            assert decode(is_request, frame, api_key, version) == body
+            assert decode(is_request, memoryview(frame), api_key, version) == body
+            checked += 1
+    assert checked >= 6 * 300
+
+
+def test_trailing_bytes_are_tolerated_like_kafka() -> None:
+    body = sample(codec.request_schema(3, 12), 1)
+    frame = codec.encode_request(body, 7, "c")
+    padded = (len(frame) - 4 + 3).to_bytes(4, "big") + frame[4:] + b"\0\1\2"
+    assert codec.decode_request(padded, 3, 12) == body
+
+
+@pytest.mark.parametrize(
+    ("hex_body", "reason"),
+    [
+        # ApiVersions v3 request: header v2, then client_software_name compact string of 2^31.
+        ("0012 0003 00000001 ffff 00 8080808008", "runs past the end"),
+        # Metadata v4 (legacy): topics int32 count 0x7fffffff.
+        ("0003 0004 00000001 ffff 7fffffff", "topics: array of 2147483647 elements"),
+        # Metadata v4: a negative, non-null array count.
+        ("0003 0004 00000001 ffff fffffffe", "topics: invalid length -2"),
+        # Metadata v12: header tagged fields claiming 2^32 entries.
+        ("0003 000c 00000001 ffff ffffffff0f", "tagged fields in 0 remaining bytes"),
+        # Metadata v12: a 6-byte varint.
+        ("0003 000c 00000001 ffff 00 8080808080 01", "varint longer than 5 bytes"),
+        # Metadata v4: a string length of -2.
+        ("0003 0004 00000001 ffff 00000001 fffe", "name: invalid length -2"),
+    ],
+)
+def test_hand_built_hostile_requests(hex_body: str, reason: str) -> None:
+    body = bytes.fromhex(hex_body.replace(" ", ""))
+    frame = len(body).to_bytes(4, "big") + body
+    api_key, version = int.from_bytes(body[0:2], "big"), int.from_bytes(body[2:4], "big")
+    with pytest.raises(MalformedFrame, match=reason):
+        codec.decode_request(frame, api_key, version)
+
+
+def test_known_tagged_field_must_fill_its_size() -> None:
+    # ApiVersions v3 response: tagged field 1 is finalized_features_epoch, an int64.
+    schema = codec.response_schema(18, 3)
+    frame = codec.encode_response(codec.make_entity(schema, finalized_features_epoch=5), 7)
+    assert frame.endswith(bytes.fromhex("01 01 08 0000000000000005".replace(" ", "")))
+    assert guard.check_frame(frame, ResponseHeaderV0, schema) == []
+    grown = frame[:-9] + b"\x09" + frame[-8:] + b"\x00"  # size 9, one byte more
+    grown = (len(grown) - 4).to_bytes(4, "big") + grown[4:]
+    with pytest.raises(MalformedFrame, match="finalized_features_epoch: tagged field 1 does not"):
+        guard.check_frame(grown, ResponseHeaderV0, schema)
+
+
+def test_unknown_tagged_field_is_skipped_by_size_then_refused_by_kio() -> None:
+    # Metadata v12 request, topics null, allow_auto_topic_creation, include_topic_authorized_
+    # operations, then one tagged field with unknown tag 9 of 3 bytes.
+    body = bytes.fromhex("0003 000c 00000001 ffff 00 00 01 00 01 09 03 616263".replace(" ", ""))
+    frame = len(body).to_bytes(4, "big") + body
+    assert guard.check_frame(frame, RequestHeaderV2, codec.request_schema(3, 12)) == []
+    with pytest.raises(MalformedFrame, match="Unknown tagged field"):
+        codec.decode_request(frame, 3, 12)
+    # Claiming more bytes than present is the guard's to refuse.
+    lying = frame[:-4] + b"\x7f" + frame[-3:]
+    with pytest.raises(MalformedFrame, match="tagged field 9 of 127 bytes"):
+        guard.check_frame(lying, RequestHeaderV2, codec.request_schema(3, 12))
+
+
+def test_hostile_sweep_never_reaches_kio_with_oversized_claims() -> None:
+    """Every truncation and length/count mutation of every sample frame, requests and
+    responses, in a subprocess limited to 2 GB of address space."""
+    script = (
+        "import importlib.util, resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        f"spec = importlib.util.spec_from_file_location('sweep', {str(Path(__file__))!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "print(module.hostile_sweep())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.strip()) > 100_000
