@@ -68,7 +68,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from kafkaguard.proxy.config import HostPort  # noqa: E402
-from kafkaguard.tansu import TansuBroker, free_port  # noqa: E402
+from kafkaguard.tansu import TansuBroker, free_base, free_port  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # The byte-relay baseline (runs in its own process: ``proxy_bench.py --serve-relay``).
@@ -249,7 +249,7 @@ class Env:
             "  - name: PLAINTEXT\n"
             "    bind_host: 127.0.0.1\n"
             f"    port: {port}\n"
-            f"    broker_ports: {{base: {free_port()}}}\n"
+            f"    broker_ports: {{base: {free_base()}}}\n"
             f"upstream:\n  bootstrap_servers: ['{upstream}']\n"
             "logging:\n  level: WARNING\n" + (AUTHZ_SUPER if args.authz == "super" else AUTHZ_ACLS)
         )

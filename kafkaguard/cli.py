@@ -87,6 +87,9 @@ async def _serve(config: ProxyConfig) -> None:
                 f"{HostPort(listener.config.advertised_host, listener.bootstrap_port)}",
                 flush=True,
             )
+        # Until SIGTERM/SIGINT, then the graceful drain (requests in flight answered for up to
+        # shutdown_timeout_ms; a second signal cuts it short). close() then flushes the audit
+        # trail; the process exits 0.
         await server.serve_forever()
     finally:
         await server.close()

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterable
 from types import TracebackType
 
 from kafkaguard.proxy.cluster import fetch_api_versions
@@ -24,6 +26,33 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+NODE_ID = 111
+"""The node id the embedded Tansu broker gives itself."""
+
+
+def free_base(node_ids: Iterable[int] = (NODE_ID,)) -> int:
+    """A base port such that ``base + id`` is free for every node id (checked by binding).
+
+    Chosen below Linux's ephemeral range (32768+), so an outgoing connection of the test
+    itself cannot take a node port between this check and the proxy binding it.
+    """
+    ids = list(node_ids)
+    for _ in range(100):
+        base = random.randrange(20000, 32000 - max(ids, default=0))
+        socks: list[socket.socket] = []
+        try:
+            for node_id in ids:
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", base + node_id))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port range")
 
 
 def tansu_binary() -> str:

@@ -7,8 +7,6 @@ tests use unique topic names (``unique_name``) and delete what they create in lo
 from __future__ import annotations
 
 import asyncio
-import random
-import socket
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -30,37 +28,14 @@ from kafkaguard.proxy.config import (
     UpstreamConfig,
 )
 from kafkaguard.proxy.server import ProxyServer
-from kafkaguard.tansu import TansuBroker, free_port
+from kafkaguard.tansu import NODE_ID, TansuBroker, free_base, free_port
 
 ALLOW_ALL = PolicyConfig(authorizer=AuthorizerConfig(super_users=frozenset({"User:ANONYMOUS"})))
 
-TANSU_NODE_ID = 111
+TANSU_NODE_ID = NODE_ID
 
 SESSION_TIMEOUT_MS = 6000
 """Tansu finishes a group join after about half of session.timeout.ms."""
-
-
-def free_base(node_ids: Iterable[int]) -> int:
-    """A base port such that ``base + id`` is free for every node id (checked by binding).
-
-    Chosen below Linux's ephemeral range (32768+), so an outgoing connection of the test
-    itself cannot take a node port between this check and the proxy binding it.
-    """
-    ids = list(node_ids)
-    for _ in range(100):
-        base = random.randrange(20000, 32000 - max(ids, default=0))
-        socks: list[socket.socket] = []
-        try:
-            for node_id in ids:
-                socks.append(socket.socket())
-                socks[-1].bind(("127.0.0.1", base + node_id))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free port range")
 
 
 def unique_name(prefix: str = "t") -> str:

@@ -1,8 +1,9 @@
 """What the proxy knows about the upstream cluster, shared by all listeners and connections.
 
 Why shared: a node id learned from one client's Metadata response is where every later client
-connecting to that node's proxy port must be sent; and the API versions the broker supports
-bound what every client may use.
+connecting to that node's proxy port must be sent; the API versions the broker supports bound
+what every client may use; and the broker's latest ApiVersions response is what a client not
+yet authenticated on a SASL listener is answered from (it has no broker connection).
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
-
 from kafkaguard.certs.tls import UpstreamTlsConfig, build_client_context
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode, codec_versions
 from kafkaguard.protocol.errors import ProtocolError
-from kafkaguard.protocol.framing import FrameBuffer
+from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.sasl.authenticator import API_VERSIONS
 from kafkaguard.proxy.sasl.client import (
     SASL_AUTHENTICATE,
     UpstreamAuthenticationError,
@@ -58,6 +59,8 @@ class UpstreamCluster:
         self._nodes: dict[int, HostPort] = {}
         self._broker_versions: Mapping[int, range] | None = None
         self._supported: dict[int, range] = {}
+        self._api_versions: dict[int, Any] = {}
+        """The broker's latest error-free ApiVersions response of each version seen."""
         self.topic_names: dict[UUID, str] = {}
         """Topic ids seen in broker responses; an id never seen is unknown (fail closed)."""
 
@@ -77,10 +80,26 @@ class UpstreamCluster:
                 self.topic_names[topic_id] = name
 
     # -- versions --------------------------------------------------------------------------
-    def record_broker_api_versions(self, versions: Mapping[int, range]) -> None:
+    def record_broker_api_versions(self, response: Any) -> None:
+        """Keep an error-free ApiVersions response of the broker: its ranges bound
+        :meth:`supported_versions`; later clients may be answered from it
+        (:meth:`latest_api_versions`)."""
+        versions = _version_ranges(response)
         if versions != self._broker_versions:
-            self._broker_versions = dict(versions)
+            self._broker_versions = versions
             self._supported.clear()
+            self._api_versions.clear()  # the broker changed: answers of other versions are stale
+        self._api_versions[int(response.__version__)] = response
+
+    def latest_api_versions(self, version: int) -> Any | None:
+        """The broker's latest ApiVersions response to answer a ``version`` request from: of
+        that version, else the nearest newer one (every field of ``version`` can be derived from
+        it), else the newest older one; None before any."""
+        seen = self._api_versions
+        if not seen:
+            return None
+        newer = [v for v in seen if v >= version]
+        return seen[min(newer) if newer else max(seen)]
 
     def supported_versions(self, api_key: int) -> range:
         """handler ∩ kio ∩ broker (the broker part once known; kio ∩ handler before)."""
@@ -109,7 +128,8 @@ class UpstreamCluster:
 
     async def probe(self) -> HostPort:
         """Ask a bootstrap server for its API versions (over TLS and after SASL
-        authentication when configured); returns the server that answered.
+        authentication when configured) and keep its whole response; returns the server that
+        answered.
 
         Raises ``OSError`` when no bootstrap server answers, and
         :class:`UpstreamAuthenticationError` at once when one refuses the proxy's SASL
@@ -118,14 +138,14 @@ class UpstreamCluster:
         last: Exception | None = None
         for server in self.bootstrap_servers:
             try:
-                versions = await asyncio.wait_for(
+                response = await asyncio.wait_for(
                     fetch_api_versions(server, ssl_context=self.ssl_context, sasl=self.sasl),
                     timeout=self.connect_timeout_s,
                 )
             except (OSError, TimeoutError, ProtocolError) as exc:
                 last = exc
                 continue
-            self.record_broker_api_versions(versions)
+            self.record_broker_api_versions(response)
             return server
         raise OSError(f"no upstream bootstrap server answered: {last}")
 
@@ -135,10 +155,14 @@ async def fetch_api_versions(
     *,
     ssl_context: ssl.SSLContext | None = None,
     sasl: UpstreamSasl | None = None,
-) -> dict[int, range]:
-    """One ApiVersions round trip on a fresh connection (startup probe); with ``sasl``, the
-    connection then authenticates (SaslHandshake + SaslAuthenticate), so bad credentials are
-    found at start. Raises :class:`UpstreamAuthenticationError` when they are refused."""
+) -> Any:
+    """The broker's ApiVersions response on a fresh connection (startup probe), error-free and
+    of the newest version both sides know: v3 first (every broker since Kafka 2.4), then the
+    newest shared one if that is newer, because ApiVersionsResponse v4 also lists features
+    whose minimum version is 0, which v0-3 leave out (older answers derive from a newer one,
+    not the reverse). With ``sasl``, the connection then authenticates (SaslHandshake +
+    SaslAuthenticate), so bad credentials are found at start. Raises
+    :class:`UpstreamAuthenticationError` when they are refused."""
     reader, writer = await asyncio.open_connection(
         server.host,
         server.port,
@@ -146,22 +170,31 @@ async def fetch_api_versions(
         server_hostname=server.host if ssl_context is not None else None,
     )
     try:
-        request = ApiVersionsRequest(
-            client_software_name="kafkaguard", client_software_version="0.1.0"
-        )
-        writer.write(codec.encode_request(request, 0, "kafkaguard-probe"))
         frames = FrameBuffer()
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                raise OSError("upstream closed the connection during the probe")
-            got = frames.feed(data)
-            if got:
-                break
-        response: Any = codec.decode_response(got[0], 18, 3)
-        versions = {
-            int(e.api_key): range(e.min_version, e.max_version + 1) for e in response.api_keys
-        }
+
+        async def ask(version: int) -> Any:
+            request = codec.make_entity(
+                codec.request_schema(API_VERSIONS, version),
+                client_software_name="kafkaguard",
+                client_software_version="0.1.0",
+            )
+            writer.write(codec.encode_request(request, version, "kafkaguard-probe"))
+            got: list[Frame] = []
+            while not got:
+                data = await reader.read(65536)
+                if not data:
+                    raise OSError("upstream closed the connection during the probe")
+                got = frames.feed(data)
+            response: Any = codec.decode_response(got[0], API_VERSIONS, version)
+            if response.error_code != ErrorCode.none:
+                raise ProtocolError(f"ApiVersions v{version} answered {response.error_code!r}")
+            return response
+
+        response = await ask(3)
+        versions = _version_ranges(response)
+        newest = min(versions.get(API_VERSIONS, range(0)).stop, codec_versions(API_VERSIONS).stop)
+        if newest - 1 > 3:
+            response = await ask(newest - 1)
         if sasl is not None:
             exchange = sasl.exchange(versions.get(SASL_AUTHENTICATE))
             try:
@@ -172,6 +205,10 @@ async def fetch_api_versions(
                     f"({sasl.describe()}): {exc}"
                 ) from None
             log.info("authenticated to upstream %s with %s", server, sasl.describe())
-        return versions
+        return response
     finally:
         writer.close()
+
+
+def _version_ranges(response: Any) -> dict[int, range]:
+    return {int(e.api_key): range(e.min_version, e.max_version + 1) for e in response.api_keys}

@@ -194,8 +194,19 @@ def _ip_overrides(section: ConfigSection, text: str) -> Mapping[str, int]:
     return MappingProxyType(overrides)
 
 
-def parse_limits(section: ConfigSection, base: LimitsConfig = LimitsConfig()) -> LimitsConfig:
-    """A ``limits:`` section; keys it lacks keep their value in ``base``."""
+_PROCESS_LIMITS: Final = ("authentication_threads", "authentication_queue_size")
+"""Limits of the whole process, not of one listener."""
+
+
+def parse_limits(section: ConfigSection, base: LimitsConfig | None = None) -> LimitsConfig:
+    """The top-level ``limits:`` section, or with ``base`` (the top-level limits) a listener's
+    own, whose keys override those of ``base``."""
+    if base is None:
+        base = LimitsConfig()
+    else:
+        for key in _PROCESS_LIMITS:
+            if key in section:
+                raise section.error(key, "is a top-level limit (one pool for every listener)")
     overrides = section.get_str("max_connections_per_ip_overrides", None)
     limits = LimitsConfig(
         max_frame_bytes=section.get_int("max_frame_bytes", base.max_frame_bytes, minimum=1024),
@@ -238,16 +249,17 @@ def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
     if raw is not None:
         if base is not None:
             raise section.error("map", "give either base or map, not both")
+        # The configuration reader keeps mapping keys as text: "0" is node 0.
         if not isinstance(raw, dict) or not all(
-            isinstance(k, int) and isinstance(v, int) and 0 < v < 65536 for k, v in raw.items()
+            str(k).isdigit() and isinstance(v, int) and 0 < v < 65536 for k, v in raw.items()
         ):
             raise section.error("map", "must map node ids (integers) to ports")
-        return BrokerPorts(None, MappingProxyType(dict(raw)))
+        return BrokerPorts(None, MappingProxyType({int(k): v for k, v in raw.items()}))
     return BrokerPorts(base if base is not None else listener_port + 1, MappingProxyType({}))
 
 
 def _listener(
-    section: ConfigSection, base_dir: Path | None = None, limits: LimitsConfig = LimitsConfig()
+    section: ConfigSection, limits: LimitsConfig, base_dir: Path | None = None
 ) -> ListenerConfig:
     name = section.get_str("name", REQUIRED)
     if not name or not name.replace("_", "").replace("-", "").isalnum():
@@ -300,7 +312,7 @@ def _listener(
 
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
     limits = parse_limits(root.section("limits"))
-    listeners = tuple(_listener(s, base_dir, limits) for s in root.sections("listeners"))
+    listeners = tuple(_listener(s, limits, base_dir) for s in root.sections("listeners"))
     if not listeners:
         raise root.error("listeners", "at least one listener is required")
     names = [ls.name for ls in listeners]

@@ -3,6 +3,10 @@
 Theory of operation. A client connection owns exactly one upstream connection, to the broker
 its listener port stands for (the bootstrap port goes to a bootstrap server). Both sides are
 ``asyncio.Protocol`` objects (no stream wrappers: fewer copies and tasks on the hot path).
+The upstream connection is opened when the first request must go to the broker: at once on
+PLAINTEXT/SSL listeners, and on SASL listeners only after the client authenticated (before,
+the proxy answers ApiVersions and SASL itself), so an anonymous client never makes the proxy
+connect to a broker and a storm of failed logins costs no broker connection.
 
 Request path: bytes → :class:`FrameBuffer` → header peek → registry lookup and version gate →
 handler verdict (synchronous) → the original frame (or a rewritten one) is queued for the
@@ -20,7 +24,14 @@ Flow control: client reads pause while the in-flight queue is full (checked afte
 so the cap is exceeded by at most one read's worth of requests) or while the broker side's
 write buffer is over its high-water mark; broker reads pause while the client's write buffer is
 full. Any protocol error closes this connection only, with one log line naming the peer and the
-reason (principle 5).
+reason (principle 5); every close has a :class:`~kafkaguard.proxy.quotas.CloseCause`, counted
+by the listener, whose lines are rate-limited per (listener, cause) so a flood of bad clients
+cannot flood the log.
+
+Limits and shutdown (the listener drives them): reads and writes mark the connection's
+:class:`~kafkaguard.proxy.quotas.Liveness` active for the listener's idle sweep;
+:meth:`ClientConnection.drain` stops reading and closes once the requests in flight are
+answered.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
@@ -53,6 +65,7 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.principal_mapping import NoMatchingRuleError
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ResponsePayload
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
@@ -71,7 +84,9 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
+from kafkaguard.proxy.quotas import CloseCause, Liveness
+from kafkaguard.proxy.sasl.authenticator import SASL_AUTHENTICATE, SaslAuthenticator
+from kafkaguard.proxy.sasl.authenticator import State as SaslState
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSaslExchange
 from kafkaguard.proxy.session import Session, peer_address
 
@@ -91,21 +106,40 @@ _PAUSE_CONNECTING = "connecting"
 _PAUSE_INFLIGHT = "inflight"
 _PAUSE_UPSTREAM_FULL = "upstream-full"
 _PAUSE_CLOSING = "closing"
+_PAUSE_DRAINING = "draining"
 _CLOSE_GRACE_S = 0.5
 """After the last response before a close (e.g. a failed SASL authentication) is written, how
 long the client has to read it and close first. Nothing is read meanwhile."""
 
 
+_INTERNAL_ERROR = Close("internal error while authorizing the request")
+"""The verdict standing for a fault in a handler (closed as INTERNAL_ERROR, not BAD_REQUEST)."""
+
+
+class _Traceback:
+    """The current exception's traceback, formatted only if the rate-limited line is written."""
+
+    __slots__ = ("_exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self._exc = exc
+
+    def __str__(self) -> str:
+        return "".join(traceback.format_exception(self._exc)).rstrip()
+
+
 class ClientConnection(asyncio.Protocol):
     """The client side; also the :class:`HandlerContext` its handlers see."""
 
-    def __init__(self, listener: ListenerRuntime, node_id: int | None) -> None:
+    def __init__(self, listener: ListenerRuntime, node_id: int | None, accepted_at: float) -> None:
         self._listener = listener
         self._node_id = node_id
         self._frames = FrameBuffer(listener.limits.max_frame_bytes)
         self._inflight = InflightQueue(listener.limits.max_inflight_requests)
         self._transport: asyncio.Transport | None = None
         self._upstream: UpstreamConnection | None = None
+        self._upstream_opening = False
+        """The upstream connection is being opened, or open (it is opened once)."""
         self._paused: set[str] = set()
         self._held: deque[Frame] = deque()
         """Requests received but not yet handled because the in-flight queue is full."""
@@ -128,9 +162,19 @@ class ClientConnection(asyncio.Protocol):
         self._closing: str | None = None
         """Set by :meth:`close_after_responses`: close once pending responses are written."""
         self._close_scheduled = False
+        self._sasl_answers: set[asyncio.Task[None]] = set()
+        """Pending SaslAuthenticate answers: abandoned with the connection, so that a password
+        hash still waiting for the executor never runs for a client that left."""
         # --- end SASL ---
         self._upstream_refused = False
         """The upstream connection being set up must not be used (upstream SASL)."""
+        # --- limits and shutdown (kafkaguard/proxy/quotas.py, ListenerRuntime) ---
+        self.liveness = Liveness(accepted_at)
+        """Idle and authentication deadlines, checked by the listener's sweep."""
+        self.quota_host: str | None = None
+        """The address the listener's ConnectionQuotas counted; cleared when released."""
+        self._draining = False
+        # --- end limits and shutdown ---
 
     # -- HandlerContext --------------------------------------------------------------------
     @property
@@ -143,8 +187,15 @@ class ClientConnection(asyncio.Protocol):
     def advertised_node(self, node_id: int) -> tuple[str, int] | None:
         return self._listener.advertised_node(node_id)
 
-    def record_broker_api_versions(self, versions: dict[int, range]) -> None:
-        self._listener.cluster.record_broker_api_versions(versions)
+    @property
+    def upstream_deferred(self) -> bool:
+        return not self.authenticated
+
+    def record_broker_api_versions(self, response: ResponsePayload) -> None:
+        self._listener.cluster.record_broker_api_versions(response)
+
+    def latest_api_versions(self, version: int) -> ResponsePayload | None:
+        return self._listener.cluster.latest_api_versions(version)
 
     def supported_versions(self, api_key: int) -> range:
         return self._listener.cluster.supported_versions(api_key)
@@ -213,23 +264,26 @@ class ClientConnection(asyncio.Protocol):
             self._listener.config.name, self._listener.security_protocol, peer_address(peer)
         )
         self._listener.connections.add(self)
-        if len(self._listener.connections) > self._listener.limits.max_connections:
-            self.close(
-                f"listener is at its limit of {self._listener.limits.max_connections} connections"
-            )
-            return
         # --- TLS: principal from the client certificate (kafkaguard/certs) ---
         tls = self._listener.tls
         if tls is not None and self._listener.config.security_protocol == "SSL":
             try:
                 self.session.principal = tls.authenticate(transport.get_extra_info("ssl_object"))
             except NoMatchingRuleError as exc:
-                self.close(f"SSL authentication failed: {exc}")
+                self.close(
+                    f"SSL authentication failed: {exc}", cause=CloseCause.AUTHENTICATION_FAILED
+                )
                 return
             log.debug("%s: authenticated as %s", self.peer, self.session.principal)
         # --- end TLS ---
         if self._listener.sasl is not None:  # SASL: authenticate before anything else
             self.sasl = SaslAuthenticator(self._listener.sasl, self.session)
+        else:
+            self._open_upstream()
+
+    def _open_upstream(self) -> None:
+        """Start connecting to the broker; requests wait in ``_backlog`` meanwhile."""
+        self._upstream_opening = True
         self._pause(_PAUSE_CONNECTING)
         self._listener.spawn(self._connect_upstream())
 
@@ -242,7 +296,9 @@ class ClientConnection(asyncio.Protocol):
             address = cluster.node_address(self._node_id)
             targets = [address] if address is not None else []
         if not targets:
-            self.close(f"no known address for upstream node {self._node_id}")
+            self.close(
+                f"no known address for upstream node {self._node_id}", cause=CloseCause.UPSTREAM
+            )
             return
         error: BaseException | None = None
         tls = cluster.ssl_context  # upstream.ssl
@@ -280,7 +336,10 @@ class ClientConnection(asyncio.Protocol):
                 self._backlog = []
             self._resume(_PAUSE_CONNECTING)
             return
-        self.close(f"cannot connect upstream ({', '.join(map(str, targets))}): {error}")
+        self.close(
+            f"cannot connect upstream ({', '.join(map(str, targets))}): {error}",
+            cause=CloseCause.UPSTREAM,
+        )
 
     # --- upstream SASL (kafkaguard/proxy/sasl/client.py) ---
     async def _authenticate_upstream(
@@ -304,6 +363,7 @@ class ClientConnection(asyncio.Protocol):
             self.close(
                 f"upstream {target} refused the proxy's SASL authentication "
                 f"({cluster.sasl.describe()}): {exc}",
+                cause=CloseCause.UPSTREAM,
                 level=logging.ERROR,
             )
             return None
@@ -318,12 +378,13 @@ class ClientConnection(asyncio.Protocol):
     # --- end upstream SASL ---
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self._closed or self._draining:  # shutting down: no new request is started
             return
+        self.liveness.active = True
         try:
             self._held.extend(self._frames.feed(data))
         except ProtocolError as exc:
-            self.close(f"bad request: {exc}")
+            self.close(f"bad request: {exc}", cause=CloseCause.BAD_REQUEST)
             return
         # --- SASL: refuse an oversized request before authentication before buffering it ---
         if self.sasl is not None and not self.sasl.complete:
@@ -331,7 +392,8 @@ class ClientConnection(asyncio.Protocol):
             if pending > self.sasl.server.config.max_receive_size:
                 self.close(
                     f"request of {pending} bytes during SASL authentication exceeds "
-                    f"max_receive_size {self.sasl.server.config.max_receive_size}"
+                    f"max_receive_size {self.sasl.server.config.max_receive_size}",
+                    cause=CloseCause.BAD_REQUEST,
                 )
                 return
         # --- end SASL ---
@@ -345,20 +407,30 @@ class ClientConnection(asyncio.Protocol):
         while held and not self._closed:
             outgoing: list[Frame] = []
             try:
-                while held and not self._inflight.full and not self._asking:
+                while held and not self._inflight.full and not self._waiting:
                     if not self._on_request(held.popleft(), outgoing):
                         return
             except ProtocolError as exc:
-                self.close(f"bad request: {exc}")
+                self.close(f"bad request: {exc}", cause=CloseCause.BAD_REQUEST)
                 return
             self._send(outgoing)
             self._write_ready()
-            if self._inflight.full or self._asking:
+            if self._inflight.full or self._waiting:
                 break
+        # A SASL step alone leaves reading on: a client leaving meanwhile is seen at once.
         if held or self._inflight.full or self._asking:
             self._pause(_PAUSE_INFLIGHT)
         else:
             self._resume(_PAUSE_INFLIGHT)
+
+    @property
+    def _waiting(self) -> bool:
+        """Later requests must wait: for the broker's answer to a question (AskFirst), or for
+        a SASL token's evaluation, whose outcome decides whether they may pass the gate at all
+        (SaslServerAuthenticator reads the next request only once a token is handled, so a
+        request pipelined right after the last SaslAuthenticate is the first authenticated
+        one)."""
+        return self._asking or (self.sasl is not None and self.sasl.state is SaslState.STEPPING)
 
     def _send(self, outgoing: list[Frame]) -> None:
         if outgoing:
@@ -366,6 +438,8 @@ class ClientConnection(asyncio.Protocol):
                 self._upstream.send(outgoing)
             else:
                 self._backlog += outgoing
+                if not self._upstream_opening:  # SASL: the first request after authentication
+                    self._open_upstream()
 
     def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
         """Route one request; returns False when the connection was closed."""
@@ -377,19 +451,25 @@ class ClientConnection(asyncio.Protocol):
         if self.sasl is not None:
             refused = self.sasl.check(header.api_key, len(frame), time.monotonic())
             if refused is not None:
-                self.close(f"{refused} (correlation id {header.correlation_id})")
+                self.close(
+                    f"{refused} (correlation id {header.correlation_id})",
+                    cause=CloseCause.AUTHENTICATION_FAILED,
+                )
                 return False
         # --- end SASL ---
         handler = REGISTRY.get(header.api_key)
         if handler is None:
             self.close(
                 f"api key {header.api_key} is not served by the proxy "
-                f"(correlation id {header.correlation_id})"
+                f"(correlation id {header.correlation_id})",
+                cause=CloseCause.BAD_REQUEST,
             )
             return False
         verdict: Verdict
         if header.api_version not in self.supported_versions(header.api_key):
-            log.info(
+            self._listener.rate_log.log(
+                (self.listener_name, "unsupported_version"),
+                logging.INFO,
                 "%s: %s v%d is not supported (correlation id %d)",
                 self.peer,
                 codec.API_NAMES.get(header.api_key, header.api_key),
@@ -414,14 +494,18 @@ class ClientConnection(asyncio.Protocol):
             return run()
         except ProtocolError:
             raise
-        except Exception:
-            log.exception(
-                "%s: handler for %s failed (correlation id %d)",
+        except Exception as exc:  # noqa: BLE001 - a bug: traceback, at most 1 line/s per API
+            api = codec.API_NAMES.get(header.api_key, header.api_key)
+            self._listener.rate_log.log(
+                (self.listener_name, CloseCause.INTERNAL_ERROR, api),
+                logging.ERROR,
+                "%s: handler for %s failed (correlation id %d)\n%s",
                 self.peer,
-                codec.API_NAMES.get(header.api_key),
+                api,
                 header.correlation_id,
+                _Traceback(exc),
             )
-            return Close("internal error while authorizing the request")
+            return _INTERNAL_ERROR
 
     def _answered(
         self, ask: AskFirst, header: RequestHeaderInfo, frame: Frame, answer_frame: Frame
@@ -437,7 +521,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             verdict = self._decide(header, partial(ask.then, answer))
         except ProtocolError as exc:
-            self.close(f"bad request: {exc}")
+            self.close(f"bad request: {exc}", cause=CloseCause.BAD_REQUEST)
             return False
         if not self._apply(verdict, header, frame, outgoing):
             return False
@@ -477,13 +561,24 @@ class ClientConnection(asyncio.Protocol):
                     response = await verdict.response()
                     slot.response = codec.encode_response(response, header.correlation_id)
                     self._flush()  # may handle held requests: a fault there closes too
-                except Exception:
-                    log.exception(
-                        "%s: answering correlation id %d failed", self.peer, slot.correlation_id
+                except Exception as exc:  # noqa: BLE001 - a bug: traceback, rate-limited
+                    self._listener.rate_log.log(
+                        (self.listener_name, CloseCause.INTERNAL_ERROR, header.api_key),
+                        logging.ERROR,
+                        "%s: answering correlation id %d failed\n%s",
+                        self.peer,
+                        slot.correlation_id,
+                        _Traceback(exc),
                     )
-                    self.close("internal error while answering the request")
+                    self.close(
+                        "internal error while answering the request",
+                        cause=CloseCause.INTERNAL_ERROR,
+                    )
 
-            self._listener.spawn(answer())
+            task = self._listener.spawn(answer())
+            if header.api_key == SASL_AUTHENTICATE:
+                self._sasl_answers.add(task)
+                task.add_done_callback(self._sasl_answers.discard)
             return True
         if isinstance(verdict, AskFirst):
             question = verdict.question
@@ -497,7 +592,8 @@ class ClientConnection(asyncio.Protocol):
             self._asking = True
             return True
         assert isinstance(verdict, Close)
-        self.close(verdict.reason)
+        cause = CloseCause.INTERNAL_ERROR if verdict is _INTERNAL_ERROR else CloseCause.BAD_REQUEST
+        self.close(verdict.reason, cause=cause)
         return False
 
     def _write_ready(self) -> None:
@@ -505,12 +601,23 @@ class ClientConnection(asyncio.Protocol):
             return
         ready = self._inflight.take_ready()
         if ready and self._transport is not None and not self._closed:
+            self.liveness.active = True
             self._transport.writelines(ready)
         if self._closing is not None and not len(self._inflight) and not self._close_scheduled:
             # Let the client read the answer before the FIN reaches it: some clients
             # (kafka-python) drop data that arrives together with the end of the stream.
             self._close_scheduled = True
-            asyncio.get_running_loop().call_later(_CLOSE_GRACE_S, self.close, self._closing)
+            asyncio.get_running_loop().call_later(
+                _CLOSE_GRACE_S,
+                partial(
+                    self.close,
+                    self._closing,
+                    cause=CloseCause.AUTHENTICATION_FAILED,
+                    level=logging.INFO,
+                ),
+            )
+        elif self._draining and not self.busy:  # shutdown: every response written
+            self.close(cause=CloseCause.SHUTDOWN)
 
     def close_after_responses(self, reason: str) -> None:
         """Read nothing more; close once every pending response has been written (a failed
@@ -522,7 +629,7 @@ class ClientConnection(asyncio.Protocol):
     def _flush(self) -> None:
         """Write the responses now due; a freed slot lets held requests proceed."""
         self._write_ready()
-        if _PAUSE_INFLIGHT in self._paused and not self._inflight.full and not self._asking:
+        if _PAUSE_INFLIGHT in self._paused and not self._inflight.full and not self._waiting:
             self._process()
 
     # -- responses from the broker -----------------------------------------------------------
@@ -543,11 +650,13 @@ class ClientConnection(asyncio.Protocol):
         assert self._transport is not None
         self._inflight.claim_for_stream()
         self._streaming = True
+        self.liveness.active = True
         self._transport.writelines(chunks)
 
     def stream(self, data: bytes | memoryview, done: bool) -> None:
         if self._closed or self._transport is None:
             return
+        self.liveness.active = True
         self._transport.write(data)
         if done:
             self._streaming = False
@@ -565,7 +674,7 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     slot.response = frame if slot.transform is None else slot.transform(frame)
         except Exception as exc:  # noqa: BLE001 - a bad response must close only this pair
-            self.close(f"cannot relay the broker's response: {exc!r}")
+            self.close(f"cannot relay the broker's response: {exc!r}", cause=CloseCause.UPSTREAM)
             return
         self._flush()
 
@@ -594,46 +703,89 @@ class ClientConnection(asyncio.Protocol):
         if self._upstream is not None:
             self._upstream.resume_reading()
 
+    # -- limits and shutdown (driven by ListenerRuntime) --------------------------------------
+    @property
+    def busy(self) -> bool:
+        """Requests in flight (a long-poll Fetch at the broker is not idle) or a response
+        being streamed."""
+        return bool(len(self._inflight)) or self._streaming
+
+    @property
+    def authenticated(self) -> bool:
+        """TLS (done before the connection exists) and SASL, if the listener has it, completed
+        at least once (a KIP-368 re-authentication in progress counts as authenticated)."""
+        sasl = self.sasl
+        return sasl is None or sasl.complete or sasl.reauthenticating
+
+    @property
+    def unanswered(self) -> int:
+        return len(self._inflight) + len(self._held)
+
+    def drain(self) -> tuple[int, int]:
+        """Shutdown: read nothing more and start nothing new; close once every request in
+        flight is answered and its response written. Returns (requests in flight, requests
+        received but not started, which are dropped)."""
+        if self._closed:
+            return 0, 0
+        self._draining = True
+        self._pause(_PAUSE_DRAINING)
+        dropped = len(self._held)
+        self._held.clear()
+        waiting = len(self._inflight)
+        if not self.busy and self._closing is None:
+            self.close(cause=CloseCause.SHUTDOWN)
+        return waiting, dropped
+
     # -- closing ---------------------------------------------------------------------------
-    def close(self, reason: str | None = None, *, level: int = logging.WARNING) -> None:
+    def close(
+        self, reason: str | None = None, *, cause: CloseCause, level: int = logging.WARNING
+    ) -> None:
+        """Close both sides. Counted under ``cause``; ``reason`` is logged (rate-limited per
+        listener and cause), None logs nothing."""
         if self._closed:
             return
         self._closed = True
+        message = None
         if reason is not None:
-            log.log(
-                level,
-                "closing connection from %s on listener %s: %s (%d requests unanswered)",
-                self.peer,
-                self.listener_name,
-                reason,
-                len(self._inflight) + len(self._held),
+            message = (
+                f"closing connection from {self.peer} on listener {self.listener_name}: "
+                f"{reason} ({self.unanswered} requests unanswered)"
             )
         if self._transport is not None:
             self._transport.close()
         if self._upstream is not None:
             self._upstream.close()
-        self._listener.connections.discard(self)
+        for task in self._sasl_answers:
+            task.cancel()
+        self._listener.connection_closed(self, cause, message, level)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._closed:
             return
         if self._closing is not None:  # the client left after its last answer (SASL failure)
-            self.close(self._closing)
+            self.close(self._closing, cause=CloseCause.AUTHENTICATION_FAILED, level=logging.INFO)
             return
         partial = self._frames.pending_bytes
         if partial:
-            self.close(f"client disconnected mid-request ({partial} bytes of an unfinished one)")
+            self.close(
+                f"client disconnected mid-request ({partial} bytes of an unfinished one)",
+                cause=CloseCause.CLIENT_CLOSED,
+            )
         elif len(self._inflight) or self._held:
             # Normal for consumers: closing while a long-poll Fetch is outstanding.
-            self.close("client disconnected with requests unanswered", level=logging.INFO)
+            self.close(
+                "client disconnected with requests unanswered",
+                cause=CloseCause.CLIENT_CLOSED,
+                level=logging.INFO,
+            )
         else:
             log.debug("client %s disconnected", self.peer)
-            self.close()
+            self.close(cause=CloseCause.CLIENT_CLOSED)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
             detail = f": {exc}" if exc else ""
-            self.close(f"the broker closed the connection{detail}")
+            self.close(f"the broker closed the connection{detail}", cause=CloseCause.UPSTREAM)
 
 
 def _transform(
@@ -736,7 +888,9 @@ class UpstreamConnection(asyncio.Protocol):
         try:
             frames = self._frames.feed(data)
         except ProtocolError as exc:
-            self._client.close(f"bad response from broker {self._target}: {exc}")
+            self._client.close(
+                f"bad response from broker {self._target}: {exc}", cause=CloseCause.UPSTREAM
+            )
             return
         if frames:
             self._client.on_responses(frames)

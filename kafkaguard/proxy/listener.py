@@ -5,6 +5,15 @@ response is given ``advertised_host:port_for(N)``; connecting there reaches node
 address. A node's port is bound the first time the node appears. The socket is bound and
 listening *before* the rewritten response leaves the proxy, so a client that connects at once
 lands in the backlog instead of being refused.
+
+Accepting: each port has its own accept loop (``sock_accept``) so that Kafka's
+``ConnectionQuotas`` checks (:mod:`kafkaguard.proxy.quotas`) run on the bare socket, before
+any TLS handshake, upstream connection or protocol object exists; a refused connection costs
+one ``accept`` and one ``close``. The TLS handshake is bounded by ``authentication_timeout_ms``
+(Kafka: ``SocketServer`` plus the ``Selector``'s authentication deadline), and one periodic
+sweep per listener closes idle and unauthenticated connections (``connections.max.idle.ms``).
+Refusals and closes are counted per cause in :attr:`ListenerRuntime.counters`; their log lines
+are rate-limited per cause (:class:`~kafkaguard.proxy.log_limit.RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -20,13 +29,24 @@ from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
 from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
 from kafkaguard.proxy.connection import ClientConnection
+from kafkaguard.proxy.log_limit import RateLimitedLog
+from kafkaguard.proxy.quotas import CloseCause, ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.sasl.authenticator import SaslServer
 from kafkaguard.proxy.sasl.credentials import LiveCredentialStore, build_credential_store
+from kafkaguard.proxy.sasl.executor import AuthExecutor
 
 log = logging.getLogger("kafkaguard.proxy")
 
-_TLS_HANDSHAKE_TIMEOUT_S = 10.0
-"""A client that has not finished its TLS handshake by then is dropped."""
+_ACCEPT_RETRY_S = 0.1
+"""After a failed ``accept`` (out of file descriptors): wait before the next, not spin."""
+_REFUSAL_DETAIL = {
+    CloseCause.MAX_CONNECTIONS: "the listener holds its max_connections ({limits.max_connections})",
+    CloseCause.MAX_CONNECTIONS_PER_IP: "{host} holds its max_connections_per_ip ({per_ip})",
+    CloseCause.CONNECTION_RATE: (
+        "more than max_connection_creation_rate ({limits.max_connection_creation_rate}) "
+        "new connections per second"
+    ),
+}
 
 
 class NodePortUnavailable(RuntimeError):
@@ -44,6 +64,7 @@ class ListenerRuntime:
         authorizer: Authorizer,
         *,
         log_only: bool = False,
+        auth_executor: AuthExecutor | None = None,
     ) -> None:
         self.config = config
         self.authorizer = authorizer
@@ -54,7 +75,21 @@ class ListenerRuntime:
         self.cluster = cluster
         self.limits = limits
         self.connections: set[ClientConnection] = set()
-        self._servers: list[asyncio.Server] = []
+        """Connections past their TLS handshake and not yet closed."""
+        self.quotas = ConnectionQuotas(limits)
+        """Open connections by address, creation rate (handshakes in progress included)."""
+        self.counters: dict[str, int] = dict.fromkeys(map(str, CloseCause), 0)
+        """Connections refused or closed since start, by :class:`CloseCause` value (plain
+        ints: exported by whoever reads them)."""
+        self.rate_log = RateLimitedLog(log)
+        """Per-connection log lines, at most one a second per (listener, cause)."""
+        self._sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self.draining = False
+        """Shutdown: accepting stopped, connections close once their requests are answered."""
+        self._drained: asyncio.Event | None = None
         self._node_ports: dict[int, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.bootstrap_port: int = config.port
@@ -64,18 +99,21 @@ class ListenerRuntime:
         """SSL/SASL_SSL listeners: the TLS context every port of the listener serves with
         (files reloaded for new connections when they change)."""
         self.sasl: SaslServer | None = (
-            SaslServer(config.sasl, store=build_credential_store(config.sasl))
+            SaslServer(
+                config.sasl, store=build_credential_store(config.sasl), executor=auth_executor
+            )
             if config.sasl is not None
             else None
         )
         """SASL_PLAINTEXT/SASL_SSL listeners: mechanisms, credentials and failure delays
         shared by the listener's connections (kafkaguard/proxy/sasl)."""
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run a connection-scoped coroutine, keeping a reference so it is not collected."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def start(self) -> None:
         # SASL credentials kept in ZooKeeper: first full load before the port opens.
@@ -83,7 +121,8 @@ class ListenerRuntime:
             await self.sasl.store.start()
         sock = self._bind(self.config.port)
         self.bootstrap_port = sock.getsockname()[1]
-        await self._serve(sock, None)
+        self._serve(sock, None)
+        self._schedule_sweep()
         log.info(
             "listener %s (%s) ready on %s:%d, advertised as %s",
             self.config.name,
@@ -106,18 +145,161 @@ class ListenerRuntime:
             raise
         return sock
 
-    async def _serve(self, sock: socket.socket, node_id: int | None) -> None:
-        server = await asyncio.get_running_loop().create_server(
-            lambda: self._accept(node_id),
-            sock=sock,
-            ssl=self.tls.context if self.tls is not None else None,
-            ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S if self.tls is not None else None,
-        )
-        self._servers.append(server)
+    def _serve(self, sock: socket.socket, node_id: int | None) -> None:
+        self._sockets.append(sock)
+        task = asyncio.get_running_loop().create_task(self._accept_loop(sock, node_id))
+        self._acceptors.append(task)
 
-    def _accept(self, node_id: int | None) -> ClientConnection:
-        return ClientConnection(self, node_id)
+    # -- accepting (Kafka's Acceptor + ConnectionQuotas) -------------------------------------
+    async def _accept_loop(self, sock: socket.socket, node_id: int | None) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, address = await loop.sock_accept(sock)
+            except OSError as exc:  # e.g. EMFILE: keep the port, retry shortly
+                self.rate_log.log(
+                    (self.config.name, "accept"),
+                    logging.ERROR,
+                    "listener %s cannot accept a connection: %s",
+                    self.config.name,
+                    exc,
+                )
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            connection = self._admit(conn, address, node_id, loop.time())
+            if connection is None:
+                continue
+            if self.tls is None:  # no handshake: completes within this loop iteration
+                await self._open(conn, connection)
+            else:  # a handshake must not hold up the next accept
+                task = loop.create_task(self._open(conn, connection))
+                self._handshakes.add(task)
+                task.add_done_callback(self._handshakes.discard)
 
+    def _admit(
+        self, conn: socket.socket, address: Any, node_id: int | None, now: float
+    ) -> ClientConnection | None:
+        """ConnectionQuotas at accept: count the connection, or close it at once."""
+        host = str(address[0]) if isinstance(address, tuple) else str(address)
+        cause = self.quotas.admit(host, now)
+        if cause is not None:
+            conn.close()
+            self.counters[cause] += 1
+            limits = self.limits
+            detail = _REFUSAL_DETAIL[cause].format(
+                limits=limits, host=host, per_ip=limits.max_connections_for(host)
+            )
+            port = address[1] if isinstance(address, tuple) else "?"
+            self.rate_log.log(
+                (self.config.name, cause),
+                logging.WARNING,
+                "refused connection from %s:%s on listener %s: %s",
+                host,
+                port,
+                self.config.name,
+                detail,
+            )
+            return None
+        try:
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # the client already left: the transport will report it
+        connection = ClientConnection(self, node_id, now)
+        connection.quota_host = host
+        connection.peer = f"{host}:{address[1]}" if isinstance(address, tuple) else host
+        return connection
+
+    async def _open(self, conn: socket.socket, connection: ClientConnection) -> None:
+        """Hand the accepted socket to its connection, through the TLS handshake if any."""
+        loop = asyncio.get_running_loop()
+        if self.tls is None:
+            try:
+                await loop.connect_accepted_socket(lambda: connection, conn)
+            except OSError as exc:
+                conn.close()
+                connection.close(f"connection failed: {exc}", cause=CloseCause.CLIENT_CLOSED)
+            except asyncio.CancelledError:
+                conn.close()
+                connection.close(cause=CloseCause.SHUTDOWN)
+                raise
+            return
+        try:
+            timeout_s = self.limits.authentication_timeout_ms / 1000
+            async with asyncio.timeout(timeout_s):
+                await loop.connect_accepted_socket(
+                    lambda: connection,
+                    conn,
+                    ssl=self.tls.context,
+                    ssl_handshake_timeout=timeout_s + 1.0,  # the timeout above decides
+                )
+        except TimeoutError:
+            conn.close()
+            connection.close(
+                "TLS handshake not completed within "
+                f"{self.limits.authentication_timeout_ms} ms (authentication_timeout_ms)",
+                cause=CloseCause.AUTHENTICATION_TIMEOUT,
+            )
+        except OSError as exc:  # ssl.SSLError is an OSError
+            conn.close()
+            connection.close(f"TLS handshake failed: {exc}", cause=CloseCause.AUTHENTICATION_FAILED)
+        except asyncio.CancelledError:
+            conn.close()
+            connection.close(cause=CloseCause.SHUTDOWN)
+            raise
+
+    def connection_closed(
+        self, connection: ClientConnection, cause: CloseCause, message: str | None, level: int
+    ) -> None:
+        """Bookkeeping of a closing connection: counters, quota, one rate-limited line."""
+        self.counters[cause] += 1
+        self.connections.discard(connection)
+        host = connection.quota_host
+        if host is not None:
+            connection.quota_host = None
+            self.quotas.release(host)
+        if message is not None:
+            self.rate_log.log((self.config.name, cause), level, "%s", message)
+        if self._drained is not None and not self.connections:
+            self._drained.set()
+
+    # -- idle and authentication deadlines (Kafka's Selector) --------------------------------
+    def _schedule_sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.call_later(sweep_interval(self.limits), self._sweep)
+
+    def _sweep(self) -> None:
+        """Close connections idle for ``connections_max_idle_ms`` (nothing read or written,
+        nothing in flight) or not authenticated within ``authentication_timeout_ms``."""
+        limits = self.limits
+        idle_s = limits.connections_max_idle_ms / 1000
+        auth_s = limits.authentication_timeout_ms / 1000
+        now = asyncio.get_running_loop().time()
+        try:
+            for connection in list(self.connections):
+                cause = connection.liveness.check(
+                    now,
+                    busy=connection.busy,
+                    authenticated=connection.authenticated,
+                    idle_s=idle_s,
+                    auth_s=auth_s,
+                )
+                if cause is CloseCause.IDLE:
+                    connection.close(
+                        f"idle for {limits.connections_max_idle_ms} ms (connections_max_idle_ms)",
+                        cause=cause,
+                        level=logging.INFO,
+                    )
+                elif cause is CloseCause.AUTHENTICATION_TIMEOUT:
+                    connection.close(
+                        "authentication not completed within "
+                        f"{limits.authentication_timeout_ms} ms (authentication_timeout_ms)",
+                        cause=cause,
+                    )
+        finally:  # one faulty connection must not end the sweeps of the listener
+            self._schedule_sweep()
+
+    # -- node ports ----------------------------------------------------------------------------
     def advertise_node(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """Learn node ``node_id`` at ``host:port``; return the proxy address that stands for it."""
         self.cluster.learn_node(node_id, host, port)
@@ -150,16 +332,66 @@ class ListenerRuntime:
             self.config.bind_host,
             port,
         )
-        self.spawn(self._serve(sock, node_id))
+        if self.draining:  # shutting down: the port is reserved, never served
+            sock.close()
+        else:
+            self._serve(sock, node_id)
         return port
 
-    async def close(self) -> None:
-        for server in self._servers:
-            server.close()
+    # -- shutdown ------------------------------------------------------------------------------
+    def stop_accepting(self) -> None:
+        """Close every listening socket; abandon TLS handshakes in progress."""
+        for task in self._acceptors:
+            task.cancel()
+        self._acceptors.clear()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
+        for task in list(self._handshakes):
+            task.cancel()
+
+    def drain(self) -> tuple[int, int, int]:
+        """Shutdown, first step: stop accepting and reading; each connection closes once its
+        requests in flight are answered. Returns (connections, requests in flight, requests
+        received but not started: dropped)."""
+        self.draining = True
+        self.stop_accepting()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._drained = asyncio.Event()
+        connections = len(self.connections)
+        in_flight = dropped = 0
         for connection in list(self.connections):
-            connection.close()
-        for server in self._servers:
-            await server.wait_closed()
+            waiting, not_started = connection.drain()
+            in_flight += waiting
+            dropped += not_started
+        if not self.connections:
+            self._drained.set()
+        return connections, in_flight, dropped
+
+    async def drained(self) -> None:
+        """Wait until every connection :meth:`drain` left open has closed."""
+        if self._drained is not None:
+            await self._drained.wait()
+
+    def cut(self) -> tuple[int, int]:
+        """Shutdown, last step: close what is still open. Returns (connections, requests left
+        unanswered)."""
+        connections = len(self.connections)
+        unanswered = 0
+        for connection in list(self.connections):
+            unanswered += connection.unanswered
+            connection.close(cause=CloseCause.SHUTDOWN)
+        return connections, unanswered
+
+    async def close(self) -> None:
+        self.stop_accepting()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for connection in list(self.connections):
+            connection.close(cause=CloseCause.SHUTDOWN)
         for task in list(self._tasks):
             task.cancel()
         if self.sasl is not None and isinstance(self.sasl.store, LiveCredentialStore):

@@ -3,6 +3,13 @@
 Start order matters: the upstream is probed first (its API versions bound what clients may
 use), then every listener is opened. A listener never accepts a connection before the proxy
 can make decisions for it.
+
+Shutdown (SIGTERM, SIGINT) is graceful: listening sockets close, clients are no longer read,
+requests already in flight get their responses for up to ``shutdown_timeout_ms``, then every
+connection is closed, the authorizer stopped and the audit queue flushed. A producer with
+acks=all therefore sees each of its requests either acknowledged or failed by a disconnect,
+never acknowledged-and-lost. A second signal ends the wait at once (Kafka's broker, by
+contrast, has no such drain: ``SocketServer.shutdown`` closes its processors).
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import asyncio
 import logging
 import resource
 import signal
+import time
+from typing import Any
 
 from kafkaguard.audit import AuditTrail
 from kafkaguard.audit.config import LOG_ONLY
@@ -19,6 +28,7 @@ from kafkaguard.policy.config import build_authorizer
 from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import ProxyConfig
 from kafkaguard.proxy.listener import ListenerRuntime
+from kafkaguard.proxy.sasl.executor import AuthExecutor
 
 log = logging.getLogger("kafkaguard.proxy")
 
@@ -52,6 +62,10 @@ class ProxyServer:
         self.authorizer = authorizer or build_authorizer(
             config.policy, decision_listener=self.audit.on_decision if self.audit.active else None
         )
+        self.auth_executor = AuthExecutor(
+            config.limits.authentication_threads, config.limits.authentication_queue_size
+        )
+        """Password hashing for every SASL listener: a bounded share of the CPU."""
         self.listeners = [
             ListenerRuntime(
                 listener,
@@ -59,10 +73,13 @@ class ProxyServer:
                 config.listener_limits(listener),
                 self.authorizer,
                 log_only=modes[listener.name] == LOG_ONLY,
+                auth_executor=self.auth_executor,
             )
             for listener in config.listeners
         ]
         self._stopped = asyncio.Event()
+        self._hurry = asyncio.Event()
+        """A second stop signal: end the drain at once."""
 
     async def start(self, probe_attempts: int = 30) -> None:
         for attempt in range(1, probe_attempts + 1):
@@ -97,6 +114,12 @@ class ProxyServer:
         return f"{listener.config.advertised_host}:{listener.bootstrap_port}"
 
     def stop(self) -> None:
+        """First call: stop (a graceful drain follows in :meth:`serve_forever`); any later
+        call: end that drain at once."""
+        if self._stopped.is_set():
+            if not self._hurry.is_set():
+                log.warning("second stop signal: closing every connection now")
+            self._hurry.set()
         self._stopped.set()
 
     def reload(self) -> None:
@@ -108,15 +131,69 @@ class ProxyServer:
             request_reload()
 
     async def serve_forever(self) -> None:
+        """Serve until SIGTERM/SIGINT, then drain (:meth:`drain`); the signal handlers stay
+        installed meanwhile, so a second signal cuts the drain short. :meth:`close` follows."""
         loop = asyncio.get_running_loop()
         handlers = {signal.SIGINT: self.stop, signal.SIGTERM: self.stop, signal.SIGHUP: self.reload}
         for sig, handler in handlers.items():
             loop.add_signal_handler(sig, handler)
         try:
             await self._stopped.wait()
+            await self.drain()
         finally:
             for sig in handlers:
                 loop.remove_signal_handler(sig)
+
+    async def drain(self, timeout_s: float | None = None) -> tuple[int, int]:
+        """Graceful shutdown, before :meth:`close`: stop accepting and reading, wait up to
+        ``timeout_s`` (default ``shutdown_timeout_ms``) or a second :meth:`stop` for the
+        requests in flight to be answered, then close what is left. One log line at the start
+        and one at the end. Returns (connections cut, requests they left unanswered)."""
+        timeout = self.config.shutdown_timeout_ms / 1000 if timeout_s is None else timeout_s
+        started = time.monotonic()
+        connections = in_flight = dropped = 0
+        for listener in self.listeners:
+            counts = listener.drain()
+            connections += counts[0]
+            in_flight += counts[1]
+            dropped += counts[2]
+        log.info(
+            "shutting down: stopped accepting; %d connections with %d requests in flight get "
+            "up to %.1f s to be answered (%d requests received but not started are dropped; "
+            "a second signal stops at once)",
+            connections,
+            in_flight,
+            timeout,
+            dropped,
+        )
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(listener.drained()) for listener in self.listeners
+        ]
+        waits.append(asyncio.ensure_future(self._hurry.wait()))
+        try:
+            everything: asyncio.Future[Any] = asyncio.gather(*waits[:-1])
+            await asyncio.wait(
+                {everything, waits[-1]}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for future in waits:
+                future.cancel()
+        cut = unanswered = 0
+        for listener in self.listeners:
+            left, lost = listener.cut()
+            cut += left
+            unanswered += lost
+        log.info(
+            "shutdown drain finished in %.2f s: %d of %d connections closed in time, "
+            "%d cut with %d requests unanswered%s",
+            time.monotonic() - started,
+            connections - cut,
+            connections,
+            cut,
+            unanswered,
+            " (second signal)" if self._hurry.is_set() else "",
+        )
+        return cut, unanswered
 
     async def serve_forever_until_stopped(self) -> None:
         """Wait for :meth:`stop` without installing signal handlers (embedding, tests)."""
@@ -125,6 +202,7 @@ class ProxyServer:
     async def close(self) -> None:
         for listener in self.listeners:
             await listener.close()
+        self.auth_executor.close()
         try:
             await self.authorizer.close()
         finally:

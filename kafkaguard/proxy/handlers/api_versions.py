@@ -5,6 +5,12 @@ finalized features matter to KIP-848 consumers), but the ``api_keys`` list is na
 intersection of what the broker advertises, what kio can decode and what the proxy has a
 handler for. A version the proxy cannot parse is never advertised (principle 2).
 
+A client on a SASL listener that has not authenticated yet has no broker connection (nothing
+it sends may make the proxy connect to a broker), so its ApiVersions is answered by the proxy:
+from the broker's latest ApiVersions response (the start-up probe's, refreshed by every
+forwarded one), at the client's version, narrowed the same way, throttle time 0. Kafka's
+``SaslServerAuthenticator`` likewise answers ApiVersions itself before authentication.
+
 An ApiVersions request of a version the proxy does not know is answered, as Kafka does
 (``KafkaApis.handleApiVersionsRequest``), with a v0-shaped UNSUPPORTED_VERSION response that
 lists the supported versions, so the client can retry with one it shares.
@@ -12,14 +18,23 @@ lists the supported versions, so the client can retry with one it shares.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.static.primitive import i16
 
-from kafkaguard.protocol.codec import API_NAMES, ErrorCode, nested_type, replace
+from kafkaguard.protocol.codec import (
+    API_NAMES,
+    ErrorCode,
+    make_entity,
+    nested_type,
+    replace,
+    response_schema,
+)
 from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
@@ -30,23 +45,22 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 
+_ALL_FEATURES_VERSION = 4
+"""ApiVersionsResponse v0-3 leave out supported features whose minimum version is 0."""
+
 
 class ApiVersionsHandler(ApiHandler):
     api_key = 18
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        if ctx.upstream_deferred:
+            return Respond(_narrowed(ctx, _from_broker(ctx, request.header.api_version)))
+
         def rewrite(response: Any) -> Any:
             if response.error_code != ErrorCode.none:
                 return response
-            ctx.record_broker_api_versions(
-                {e.api_key: range(e.min_version, e.max_version + 1) for e in response.api_keys}
-            )
-            entry_type = nested_type(type(response), "api_keys")
-            broker_keys = {int(e.api_key) for e in response.api_keys}
-            # APIs the proxy answers itself (ACL admin, …) are advertised whether or not the
-            # broker has them; everything else is what the broker offers, narrowed.
-            entries = _advertised(ctx, entry_type, broker_keys | set(API_NAMES))
-            return replace(response, api_keys=entries)
+            ctx.record_broker_api_versions(response)
+            return _narrowed(ctx, response)
 
         return Forward(rewrite=rewrite)
 
@@ -55,6 +69,52 @@ class ApiVersionsHandler(ApiHandler):
         return Respond(
             ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=entries)
         )
+
+
+def _narrowed(ctx: HandlerContext, response: Any) -> Any:
+    """``response`` with the API list the proxy advertises."""
+    entry_type = nested_type(type(response), "api_keys")
+    broker_keys = {int(e.api_key) for e in response.api_keys}
+    # APIs the proxy answers itself (ACL admin, …) are advertised whether or not the broker
+    # has them; everything else is what the broker offers, narrowed.
+    return replace(response, api_keys=_advertised(ctx, entry_type, broker_keys | set(API_NAMES)))
+
+
+def _from_broker(ctx: HandlerContext, version: int) -> Any:
+    """The broker's answer to an ApiVersions ``version`` request, derived from its latest one
+    the way ``ApiVersionsResponse`` builds each version (before any probe: no broker API)."""
+    schema = response_schema(ApiVersionsHandler.api_key, version)
+    broker = ctx.latest_api_versions(version)
+    if broker is None:
+        return make_entity(schema)
+    response = _as_version(broker, schema)
+    names = _field_names(schema)
+    changes: dict[str, Any] = {}
+    if "throttle_time" in names:
+        changes["throttle_time"] = timedelta(0)
+    if "supported_features" in names and version < _ALL_FEATURES_VERSION:
+        features = response.supported_features
+        changes["supported_features"] = tuple(f for f in features if f.min_version >= 1)
+    return replace(response, **changes)
+
+
+def _as_version(entity: Any, schema: type[Any]) -> Any:
+    """``entity`` as a ``schema`` (the same message at another version): the fields both have,
+    nested entities converted too; fields only ``schema`` has keep their defaults."""
+    values: dict[str, Any] = {}
+    for name in _field_names(schema):
+        if not hasattr(entity, name):
+            continue
+        value = getattr(entity, name)
+        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            item = nested_type(schema, name)
+            value = tuple(_as_version(v, item) for v in value)
+        values[name] = value
+    return make_entity(schema, **values)
+
+
+def _field_names(schema: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(schema))
 
 
 def _advertised(

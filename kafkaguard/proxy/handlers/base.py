@@ -186,7 +186,22 @@ class HandlerContext(Protocol):
         """The proxy address of a node learned earlier, ``None`` if unknown."""
         ...
 
-    def record_broker_api_versions(self, versions: dict[int, range]) -> None: ...
+    @property
+    def upstream_deferred(self) -> bool:
+        """True while the connection has no broker connection by design: a SASL listener's
+        client that has not authenticated yet, whose requests must not reach a broker (what
+        would be forwarded is answered by the proxy)."""
+        ...
+
+    def record_broker_api_versions(self, response: ResponsePayload) -> None:
+        """Keep the broker's error-free ApiVersions ``response``: its ranges bound
+        :meth:`supported_versions`, and later clients may be answered from it."""
+        ...
+
+    def latest_api_versions(self, version: int) -> ResponsePayload | None:
+        """The broker's latest ApiVersions response to build a ``version`` answer from (that
+        version's if seen, else a newer one's, else an older one's); None before any."""
+        ...
 
     def supported_versions(self, api_key: int) -> range:
         """What the proxy advertises: handler ∩ codec ∩ broker."""

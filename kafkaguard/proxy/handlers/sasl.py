@@ -14,10 +14,15 @@ security), so these requests are the proxy's own, as in Kafka they are the netwo
   the proxy's framing layer cannot tell from Kafka requests. Every current client uses v1 +
   SaslAuthenticate.
 * A failed step is answered SASL_AUTHENTICATION_FAILED (58) after a per-address delay that
-  doubles with consecutive failures (bounded), then the connection is closed. An unsupported
-  mechanism is answered UNSUPPORTED_SASL_MECHANISM (33) with the enabled list, then closed.
-* Mechanism steps that are CPU-bound (PLAIN's PBKDF2) run in a worker thread; the gate refuses
-  any other request while a step is being evaluated.
+  doubles with consecutive failures (bounded), then the connection is closed. The delay is
+  also a window: until it ends, a credential check from the same address (any connection) is
+  refused without computing anything and answered when the window ends (``FailureThrottle``).
+  An unsupported mechanism is answered UNSUPPORTED_SASL_MECHANISM (33) with the enabled list,
+  then closed.
+* Mechanism steps that are CPU-bound (PLAIN's PBKDF2) run on the process's bounded
+  authentication executor, one at a time per address; a full executor refuses the attempt at
+  once (SASL_AUTHENTICATION_FAILED). The gate refuses any other request while a step is being
+  evaluated. Delays are ``asyncio.sleep`` in the response, never blocking the event loop.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import asyncio
 import logging
 import time
 from datetime import timedelta
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from kafkaguard.protocol import codec
@@ -38,9 +44,14 @@ from kafkaguard.proxy.handlers.base import (
     RespondLater,
     Verdict,
 )
+from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.sasl.authenticator import AuthenticateOutcome, SaslAuthenticator
+from kafkaguard.proxy.sasl.executor import AuthExecutorBusy
+from kafkaguard.proxy.sasl.mechanism import SaslMechanismServer, StepResult
 
 log = logging.getLogger("kafkaguard.sasl")
+_failures = RateLimitedLog(log)
+"""Failed authentications: one line per second per listener, under attack too."""
 
 _AFTER_SUCCESS = "SaslAuthenticate request received after successful authentication"
 
@@ -104,31 +115,32 @@ class SaslAuthenticateHandler(ApiHandler):
             refused = AuthenticateOutcome(ErrorCode.illegal_sasl_state, _AFTER_SUCCESS)
             return Respond(_response(version, refused))
         auth, conn = found
-        begun = auth.begin_step(version)
+        reauthenticating = auth.reauthenticating
+        begun = auth.begin_step(version, time.monotonic())
         body: Any = request.body
         token = bytes(body.auth_bytes)
         host = ctx.session.client_host
 
         async def evaluate() -> Any:
-            reauthenticating = auth.reauthenticating
             if isinstance(begun, AuthenticateOutcome):
                 outcome = begun
             else:
-                if getattr(begun, "blocking", False):
-                    result = await asyncio.to_thread(begun.step, token)
-                else:
-                    result = begun.step(token)
-                outcome = auth.finish_step(
-                    result, time.monotonic(), int(auth.server.wall_clock() * 1000)
-                )
+                outcome = await _step(auth, begun, token)
             if outcome.close_reason is not None:
                 conn.close_after_responses(outcome.close_reason)
                 if outcome.error_code == ErrorCode.sasl_authentication_failed:
-                    delay = auth.server.throttle.failure(host, time.monotonic())
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+                    _failures.log(
+                        (ctx.listener_name, "auth-failure"),
+                        logging.INFO,
+                        "%s on listener %s: %s (answered in %d ms)",
+                        host,
+                        ctx.listener_name,
+                        outcome.close_reason,
+                        round(outcome.delay_s * 1000),
+                    )
+                if outcome.delay_s > 0:
+                    await asyncio.sleep(outcome.delay_s)
             elif outcome.authenticated is not None:
-                auth.server.throttle.success(host)
                 log.info(
                     "%s on listener %s: %s as %s (session lifetime %s)",
                     host,
@@ -142,6 +154,40 @@ class SaslAuthenticateHandler(ApiHandler):
             return _response(version, outcome)
 
         return RespondLater(evaluate)
+
+
+async def _step(
+    auth: SaslAuthenticator, mechanism: SaslMechanismServer, token: bytes
+) -> AuthenticateOutcome:
+    """Evaluate one token: inline when cheap; a password hash on the executor, one at a time
+    per address. The failure window is decided again right before the hash: a check of the
+    same address may have failed since :meth:`SaslAuthenticator.begin_step`, or while this
+    attempt waited for it."""
+    server = auth.server
+    if not mechanism.blocking:
+        return _finish(auth, mechanism.step(token))
+    host = auth.session.client_host
+    while True:
+        refused = auth.refuse_if_throttled(time.monotonic())
+        if refused is not None:
+            return refused
+        previous = server.checks_in_flight.get(host)
+        if previous is None:
+            break
+        await previous.wait()
+    done = server.checks_in_flight[host] = asyncio.Event()
+    try:
+        result = await server.executor.run(partial(mechanism.step, token))
+        return _finish(auth, result)  # before the next attempt of the address wakes up
+    except AuthExecutorBusy as exc:
+        return auth.refuse_busy(str(exc))
+    finally:
+        del server.checks_in_flight[host]
+        done.set()
+
+
+def _finish(auth: SaslAuthenticator, result: StepResult) -> AuthenticateOutcome:
+    return auth.finish_step(result, time.monotonic(), int(auth.server.wall_clock() * 1000))
 
 
 def _response(version: int, outcome: AuthenticateOutcome) -> Any:

@@ -3,7 +3,8 @@
 Two objects:
 
 * :class:`SaslServer` — one per listener: enabled mechanisms, the credential store, the JWT
-  validator, principal mapping, and the per-address failure delay (:class:`FailureThrottle`).
+  validator, principal mapping, the per-address failure window (:class:`FailureThrottle`),
+  outcome counters, and a reference to the process's password-hashing executor.
 * :class:`SaslAuthenticator` — one per client connection::
 
       HANDSHAKE ──SaslHandshake ok──▶ AUTHENTICATE ──Success──▶ COMPLETE
@@ -26,6 +27,7 @@ Time is passed in: ``now`` is ``time.monotonic()`` seconds, ``wall_ms`` epoch mi
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import secrets
@@ -41,6 +43,7 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.sasl import oauthbearer, plain, scram
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import CredentialStore, FileCredentialStore
+from kafkaguard.proxy.sasl.executor import AuthExecutor, default_executor
 from kafkaguard.proxy.sasl.mechanism import (
     Challenge,
     Failure,
@@ -58,9 +61,18 @@ SASL_AUTHENTICATE: Final = 36
 
 
 class FailureThrottle:
-    """Delay before answering a failed authentication, per client address: ``base`` for the
-    first failure, doubling for each further one, at most ``maximum``; forgotten after
-    ``forget_after_s`` without failures or on a success. Bounded memory (LRU)."""
+    """Kafka's ``connection.failed.authentication.delay.ms`` as a window per client address.
+
+    Kafka delays the answer to a failed authentication (``SaslServerAuthenticator`` fails,
+    the ``Selector`` closes the channel only after the delay) but a client that hangs up and
+    reconnects pays nothing, and each of its attempts costs a password hash. Here a failure
+    opens a window for its address of ``base`` seconds, doubling with each further failure up
+    to ``maximum``; inside it the address's credential checks are refused *before* any work
+    (:meth:`remaining`), answered when the window ends. The failure's own answer is also sent
+    when the window ends, so a client that waits for its answer is never refused by its own
+    failure: only one that does not wait (reconnects at once, or tries on parallel
+    connections) is. Forgotten after ``forget_after_s`` without failures or on a success.
+    Bounded memory (LRU)."""
 
     def __init__(
         self,
@@ -73,20 +85,25 @@ class FailureThrottle:
         self._max = maximum_ms / 1000
         self._forget = forget_after_s
         self._cap = max_addresses
-        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._failures: OrderedDict[str, tuple[int, float, float]] = OrderedDict()
+        """address → (consecutive failures, time of the last, end of its window)."""
 
     def failure(self, address: str, now: float) -> float:
-        """Record a failure; the seconds to wait before answering it."""
-        count, last = self._failures.pop(address, (0, now))
+        """Record a failure; the seconds its window lasts (and its answer waits)."""
+        count, last, _ = self._failures.pop(address, (0, now, now))
         if now - last > self._forget:
             count = 0
         count += 1
-        self._failures[address] = (count, now)
+        delay = 0.0 if self._base <= 0 else min(self._base * 2 ** min(count - 1, 30), self._max)
+        self._failures[address] = (count, now, now + delay)
         while len(self._failures) > self._cap:
             self._failures.popitem(last=False)
-        if self._base <= 0:
-            return 0.0
-        return float(min(self._base * 2 ** min(count - 1, 30), self._max))
+        return float(delay)
+
+    def remaining(self, address: str, now: float) -> float:
+        """Seconds left in ``address``'s failure window; 0 outside one."""
+        entry = self._failures.get(address)
+        return 0.0 if entry is None else max(0.0, entry[2] - now)
 
     def success(self, address: str) -> None:
         self._failures.pop(address, None)
@@ -101,8 +118,12 @@ class SaslServer:
         *,
         store: CredentialStore | None = None,
         wall_clock: Callable[[], float] = time.time,
+        executor: AuthExecutor | None = None,
     ) -> None:
         self.config = config
+        self.executor = executor or default_executor()
+        """Runs ``blocking`` steps (password hashes); shared by every listener of the
+        process (:mod:`kafkaguard.proxy.sasl.executor`)."""
         self.mechanisms = config.enabled_mechanisms
         if store is None and config.credentials_file is not None:
             store = FileCredentialStore(config.credentials_file)
@@ -129,8 +150,21 @@ class SaslServer:
         self.throttle = FailureThrottle(
             config.failed_authentication_delay_ms, config.max_failed_authentication_delay_ms
         )
+        self.checks_in_flight: dict[str, asyncio.Event] = {}
+        """Addresses with a credential check on the executor, set when it ends. The asyncio
+        shell lets one address have one check at a time, so the window a failure opens is
+        decided before the next attempt from the same address hashes anything."""
         self.wall_clock = wall_clock
         self._unknown_user_secret = secrets.token_bytes(32)
+        # Authentication outcomes on this listener (attempts = the other four added up).
+        self.attempts = 0
+        self.successes = 0
+        self.failures = 0
+        """Evaluated and failed: wrong credentials, malformed tokens, wrong states."""
+        self.throttled = 0
+        """Refused inside the address's failure window, nothing computed."""
+        self.refused_queue_full = 0
+        """Refused because the authentication executor was full, nothing computed."""
 
     def new_mechanism(self, mechanism: str) -> SaslMechanismServer:
         if mechanism == plain.MECHANISM:
@@ -185,6 +219,8 @@ class AuthenticateOutcome:
     """Set on failure: answer, then close."""
     authenticated: KafkaPrincipal | None = None
     """Set when this step completed (re-)authentication."""
+    delay_s: float = 0.0
+    """Seconds to wait before answering (a failure: the end of the address's window)."""
 
 
 class SaslAuthenticator:
@@ -276,9 +312,11 @@ class SaslAuthenticator:
         return HandshakeOutcome(ErrorCode.none, enabled)
 
     # -- SaslAuthenticate --------------------------------------------------------------------
-    def begin_step(self, version: int) -> SaslMechanismServer | AuthenticateOutcome:
-        """Start evaluating one SaslAuthenticate: the mechanism to ``step`` (the caller may do
-        so in a worker thread, then must call :meth:`finish_step`), or an immediate outcome."""
+    def begin_step(self, version: int, now: float) -> SaslMechanismServer | AuthenticateOutcome:
+        """Start evaluating one SaslAuthenticate: the mechanism to ``step`` (on the executor
+        when it is ``blocking``, then :meth:`finish_step`), or an immediate outcome: a step
+        that would check a credential from an address inside its failure window is refused
+        here, before anything is computed."""
         if self.state is State.COMPLETE:
             # KafkaApis.handleSaslAuthenticateRequest on an authenticated connection.
             return AuthenticateOutcome(
@@ -288,17 +326,53 @@ class SaslAuthenticator:
         if self.state is not State.AUTHENTICATE:
             self.state = State.FAILED
             return self._failed(
-                "SaslAuthenticate in the wrong state", "Unexpected SaslAuthenticate"
+                "SaslAuthenticate in the wrong state", "Unexpected SaslAuthenticate", now
             )
         if version > 0:
             self.client_supports_reauth = True
         if self._bad_reauth_mechanism is not None:
             message = self._bad_reauth_mechanism
             self.state = State.FAILED
-            return self._failed(message, message)
+            return self._failed(message, message, now)
         assert self._mechanism is not None
         self.state = State.STEPPING
-        return self._mechanism
+        return self.refuse_if_throttled(now) or self._mechanism
+
+    def refuse_if_throttled(self, now: float) -> AuthenticateOutcome | None:
+        """While a step is pending: if it checks a credential and the address is inside its
+        failure window, fail it (nothing computed), to be answered when the window ends."""
+        assert self.state is State.STEPPING and self._mechanism is not None
+        if not self._mechanism.checks_credential:
+            return None
+        remaining = self.server.throttle.remaining(self.session.client_host, now)
+        if remaining <= 0:
+            return None
+        self.state = State.FAILED
+        self.server.attempts += 1
+        self.server.throttled += 1
+        return AuthenticateOutcome(
+            ErrorCode.sasl_authentication_failed,
+            f"Authentication failed: too many failed {self._what()}s from this address, "
+            "retry later",
+            close_reason=(
+                f"SASL {self._what()} refused without checking credentials: "
+                f"{remaining * 1000:.0f} ms left in the address's failure window "
+                "(failed_authentication_delay_ms)"
+            ),
+            delay_s=remaining,
+        )
+
+    def refuse_busy(self, detail: str) -> AuthenticateOutcome:
+        """The executor is full: fail the pending step at once, nothing computed."""
+        assert self.state is State.STEPPING
+        self.state = State.FAILED
+        self.server.attempts += 1
+        self.server.refused_queue_full += 1
+        return AuthenticateOutcome(
+            ErrorCode.sasl_authentication_failed,
+            "Authentication failed: the server is busy, retry later",
+            close_reason=f"SASL {self._what()} refused: {detail}",
+        )
 
     def finish_step(self, result: StepResult, now: float, wall_ms: int) -> AuthenticateOutcome:
         assert self.state is State.STEPPING and self._mechanism_name is not None
@@ -307,7 +381,7 @@ class SaslAuthenticator:
             message = result.client_message
             if self.reauthenticating and message == invalid_credentials(self._mechanism_name):
                 message = invalid_credentials(self._mechanism_name, reauthenticating=True)
-            return self._failed(result.reason, message)
+            return self._failed(result.reason, message, now)
         if isinstance(result, Challenge):
             self.state = State.AUTHENTICATE
             return AuthenticateOutcome(ErrorCode.none, None, result.data)
@@ -318,6 +392,7 @@ class SaslAuthenticator:
             return self._failed(
                 f"no principal mapping rule applies: {exc}",
                 invalid_credentials(self._mechanism_name, self.reauthenticating),
+                now,
             )
         if self._previous is not None and self._previous[1] != principal:
             old = self._previous[1]
@@ -326,13 +401,16 @@ class SaslAuthenticator:
                 f"{old.principal_type}.{old.name}: {principal.principal_type}.{principal.name}"
             )
             self.state = State.FAILED
-            return self._failed(message, message)
+            return self._failed(message, message, now)
         lifetime_ms = self._session_lifetime_ms(result.credential_expiry_ms, wall_ms)
         self.session_expiry = None if lifetime_ms is None else now + lifetime_ms / 1000
         self.session.principal = principal
         self.state = State.COMPLETE
         self._previous = None
         self._mechanism = None
+        self.server.throttle.success(self.session.client_host)
+        self.server.attempts += 1
+        self.server.successes += 1
         return AuthenticateOutcome(
             ErrorCode.none,
             None,
@@ -350,9 +428,13 @@ class SaslAuthenticator:
         remaining = max(0, credential_expiry_ms - wall_ms)
         return remaining if max_reauth <= 0 else min(remaining, max_reauth)
 
-    def _failed(self, reason: str, message: str) -> AuthenticateOutcome:
+    def _failed(self, reason: str, message: str, now: float) -> AuthenticateOutcome:
+        """A failed exchange: counted, and a window opened for the address."""
+        self.server.attempts += 1
+        self.server.failures += 1
         return AuthenticateOutcome(
             ErrorCode.sasl_authentication_failed,
             message,
             close_reason=f"SASL {self._what()} failed: {reason}",
+            delay_s=self.server.throttle.failure(self.session.client_host, now),
         )

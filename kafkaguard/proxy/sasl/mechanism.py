@@ -51,6 +51,19 @@ class SaslMechanismServer(Protocol):
     @property
     def mechanism(self) -> str: ...
 
+    @property
+    def checks_credential(self) -> bool:
+        """True when the next token is the one checked against a credential (PLAIN's only
+        token, SCRAM's client-final proof, OAUTHBEARER's token): the step a per-address
+        failure window refuses before any work is done for it."""
+        ...
+
+    @property
+    def blocking(self) -> bool:
+        """True when the next step costs milliseconds of CPU (a password hash): the shell
+        runs it on the bounded authentication executor, never on the event loop."""
+        ...
+
     def step(self, token: bytes) -> StepResult:
         """Evaluate one client token. After a :class:`Success` or :class:`Failure` the
         exchange is over; a further call returns :class:`Failure`."""

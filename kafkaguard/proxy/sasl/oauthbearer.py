@@ -226,6 +226,13 @@ class OAuthBearerServer(ExchangeOver):
     def mechanism(self) -> str:
         return MECHANISM
 
+    @property
+    def checks_credential(self) -> bool:
+        return not self._done and self._error is None
+
+    blocking = False
+    """One signature check (RS256 ~35 µs, ES256 ~80 µs) costs less than a thread hop."""
+
     def step(self, token: bytes) -> StepResult:
         if self._done:
             return self._over(MECHANISM)

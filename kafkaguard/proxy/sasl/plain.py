@@ -6,9 +6,10 @@ the proxy never stores a password. A PLAIN credential is::
     algorithm=pbkdf2-sha512,salt=<base64>,hash=<base64>,iterations=<n>
 
 with ``hash = PBKDF2-HMAC-SHA512(password, salt, n)``, written by ``kafkaguard users add
---mechanism PLAIN``. Checking one costs ``n`` hash iterations, so the proxy runs PLAIN steps off
-the event loop. An unknown user costs the same work against a dummy credential, so timing does
-not tell whether the user exists either.
+--mechanism PLAIN``. Checking one costs ``n`` hash iterations, so the proxy runs PLAIN steps
+on its bounded authentication executor (:mod:`kafkaguard.proxy.sasl.executor`), and not at all
+for an address inside its failure window. An unknown user costs the same work against a dummy
+credential, so timing does not tell whether the user exists either.
 
 Messages follow ``PlainSaslServer.evaluateResponse`` exactly.
 """
@@ -94,7 +95,8 @@ class PlainServer(ExchangeOver):
     """One PLAIN exchange: a single ``authzid NUL authcid NUL passwd`` token."""
 
     blocking = True
-    """Checking a hash is CPU-bound: the shell runs :meth:`step` in a worker thread."""
+    """Checking a hash is CPU-bound: the shell runs :meth:`step` on the authentication
+    executor."""
 
     def __init__(self, lookup: PlainLookup) -> None:
         self._lookup = lookup
@@ -102,6 +104,10 @@ class PlainServer(ExchangeOver):
     @property
     def mechanism(self) -> str:
         return MECHANISM
+
+    @property
+    def checks_credential(self) -> bool:
+        return not self._done
 
     def step(self, token: bytes) -> StepResult:
         if self._done:

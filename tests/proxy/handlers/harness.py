@@ -9,8 +9,11 @@ tests can assert Kafka's check order and log flags.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import typing
 from collections.abc import Awaitable, Iterable, Sequence
+from types import NoneType, UnionType
 from typing import Any
 from uuid import UUID
 
@@ -103,6 +106,11 @@ class HandlerHarness:
         self.checks: list[tuple[Action, AuthorizationResult]] = []
         self.advertised: dict[int, tuple[str, int]] = {}
         self.broker_api_versions = broker_api_versions
+        self.api_versions_response: Any = None
+        """The last ApiVersions response recorded (the proxy answers a deferred client's
+        ApiVersions from the broker's latest)."""
+        self.upstream_deferred = False
+        """True: a SASL listener's client before authentication (no broker connection)."""
         self.connection_state = ConnectionState()
 
     # -- HandlerContext --------------------------------------------------------------------
@@ -157,8 +165,14 @@ class HandlerHarness:
     def advertised_node(self, node_id: int) -> tuple[str, int] | None:
         return self.advertised.get(node_id)
 
-    def record_broker_api_versions(self, versions: dict[int, range]) -> None:
-        self.broker_api_versions = versions
+    def record_broker_api_versions(self, response: Any) -> None:
+        self.broker_api_versions = {
+            int(e.api_key): range(e.min_version, e.max_version + 1) for e in response.api_keys
+        }
+        self.api_versions_response = response
+
+    def latest_api_versions(self, version: int) -> Any:
+        return self.api_versions_response
 
     def supported_versions(self, api_key: int) -> range:
         handler = REGISTRY.get(api_key)
@@ -255,3 +269,22 @@ def described_topics(
             code = ErrorCode.unknown_topic_or_partition
             topics.append(entity(topic_type, code, name=name, topic_id=UUID(int=0)))
     return tuple(topics)
+
+
+def non_null(hint: Any) -> tuple[Any, bool]:
+    """A kio field's type hint without ``| None``, and whether it had it (nullable field)."""
+    if typing.get_origin(hint) in (UnionType, typing.Union) and NoneType in typing.get_args(hint):
+        return next(a for a in typing.get_args(hint) if a is not NoneType), True
+    return hint, False
+
+
+def every_null(schema: type[Any]) -> Any:
+    """A request of ``schema`` with every array and every nullable field null — whatever the
+    schema allows: on the wire any array may arrive null (length −1) — and the rest zero."""
+    hints = typing.get_type_hints(schema)
+    nulls: dict[str, None] = {}
+    for f in dataclasses.fields(schema):
+        hint, nullable = non_null(hints[f.name])
+        if nullable or typing.get_origin(hint) is tuple:
+            nulls[f.name] = None
+    return codec.make_entity(schema, **nulls)

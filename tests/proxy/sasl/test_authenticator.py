@@ -53,7 +53,7 @@ def make(config: SaslListenerConfig | None = None) -> SaslAuthenticator:
 
 
 def login(auth: SaslAuthenticator, token: bytes, now: float = 0.0) -> object:
-    mechanism = auth.begin_step(2)
+    mechanism = auth.begin_step(2, now)
     assert not isinstance(mechanism, type(None))
     result = mechanism.step(token)  # type: ignore[union-attr]
     return auth.finish_step(result, now, 1_000_000)
@@ -81,7 +81,7 @@ def test_gate_before_and_after_authentication() -> None:
 def test_stepping_state_admits_nothing() -> None:
     auth = make()
     auth.handshake("PLAIN")
-    auth.begin_step(2)
+    auth.begin_step(2, 0.0)
     assert auth.state is State.STEPPING
     for key in (18, 17, 36, 0):
         assert auth.check(key, 100, 0) is not None
@@ -120,16 +120,16 @@ def test_principal_mapping_rules() -> None:
 def test_session_lifetime_is_bounded_by_the_credential() -> None:
     auth = make(SaslListenerConfig(("PLAIN",), connections_max_reauth_ms=60_000))
     auth.handshake("PLAIN")
-    auth.begin_step(1)
+    auth.begin_step(1, 0.0)
     outcome = auth.finish_step(Success("alice", b"", credential_expiry_ms=1_005_000), 0, 1_000_000)
     assert outcome.session_lifetime_ms == 5000
     auth = make(SaslListenerConfig(("PLAIN",)))  # no max reauth: the token alone bounds it
     auth.handshake("PLAIN")
-    auth.begin_step(1)
+    auth.begin_step(1, 0.0)
     assert auth.finish_step(Success("a", b"", 1_002_000), 0, 1_000_000).session_lifetime_ms == 2000
     auth = make(SaslListenerConfig(("PLAIN",)))
     auth.handshake("PLAIN")
-    auth.begin_step(1)
+    auth.begin_step(1, 0.0)
     outcome = auth.finish_step(Success("a"), 0, 1_000_000)
     assert outcome.session_lifetime_ms == 0 and auth.session_expiry is None
 
@@ -140,7 +140,7 @@ def test_reauthentication_failure_message() -> None:
     login(auth, b"\0alice\0pw")
     auth.handshake("PLAIN")
     assert auth.reauthenticating
-    auth.begin_step(2)
+    auth.begin_step(2, 0.0)
     outcome = auth.finish_step(Failure("x", "y"), 0, 0)
     assert outcome.close_reason and "re-authentication" in outcome.close_reason
 

@@ -7,6 +7,7 @@ TOPIC_AUTHORIZATION_FAILED. Wrong credentials fail with each client's authentica
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -277,6 +278,36 @@ def test_kafka_python_wrong_password(
     assert failures, [r.getMessage() for r in caplog.records]
     assert "SaslAuthenticationFailedError" in failures[0]
     assert "Authentication failed" in failures[0]
+
+
+# -- aiokafka -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_aiokafka_principal_reaches_the_authorizer(sasl_setup: SaslSetup, mechanism: str) -> None:
+    """aiokafka probes the proxy's ApiVersions before authenticating (answered by the proxy:
+    no broker connection yet), then produces as alice; bob is refused by the authorizer."""
+    aiokafka = pytest.importorskip("aiokafka")
+    from aiokafka.errors import TopicAuthorizationFailedError
+
+    async def produce(user: str) -> None:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=sasl_setup.proxy.bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_plain_username=user,
+            sasl_plain_password=PASSWORDS[user],
+            request_timeout_ms=10000,
+        )
+        await producer.start()
+        try:
+            await producer.send_and_wait(sasl_setup.topic, b"aiokafka via sasl")
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce("alice"))
+    with pytest.raises(TopicAuthorizationFailedError):
+        asyncio.run(produce("bob"))
 
 
 # -- kcat (the README's example) -------------------------------------------------------------
