@@ -107,12 +107,12 @@ def response_header_version(api_key: int, version: int) -> int:
     return int(response_schema(api_key, version).__header_schema__.__version__)
 
 
-def _decode(frame: Frame, header_type: type[Any], schema: type[_E], *, request: bool) -> _E:
+def _decode(frame: Frame, header_type: type[Any], schema: type[_E]) -> _E:
     """Guard, then decode: kio's reader only ever sees frames whose every length and count
-    fits in the bytes present, and handlers never see a request with a null array the schema
-    does not allow (see :mod:`guard`)."""
+    fits in the bytes present, and handlers never see a null array the schema does not allow
+    (see :mod:`guard`)."""
     try:
-        negatives = guard.check_frame(frame, header_type, schema, refuse_null_arrays=request)
+        negatives = guard.check_frame(frame, header_type, schema)
     except MalformedFrame as exc:
         raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
     data = _zero_timestamps(frame, negatives) if negatives else frame
@@ -167,7 +167,7 @@ def _put(node: Any, path: guard.Path, value: Any) -> Any:
 def decode_request(frame: Frame, api_key: int, version: int) -> RequestPayload:
     """Decode the body of a whole request frame whose header was already peeked."""
     schema = request_schema(api_key, version)
-    return _decode(frame, _request_header_type(api_key, version), schema, request=True)
+    return _decode(frame, _request_header_type(api_key, version), schema)
 
 
 def encode_request(body: RequestPayload, correlation_id: int, client_id: str | None) -> bytes:
@@ -196,7 +196,7 @@ def decode_response(frame: Frame, api_key: int, version: int) -> ResponsePayload
     header_type = (
         ResponseHeaderV0 if response_header_version(api_key, version) == 0 else (ResponseHeaderV1)
     )
-    return _decode(frame, header_type, schema, request=False)
+    return _decode(frame, header_type, schema)
 
 
 def encode_response(body: ResponsePayload, correlation_id: int) -> bytes:

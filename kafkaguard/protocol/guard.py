@@ -261,10 +261,7 @@ def _fixed_entity_size(entity: type) -> int | None:
 class _Source:
     """The source of one walker function and the constants it refers to."""
 
-    def __init__(self, refuse_null_arrays: bool) -> None:
-        self.refuse_null_arrays = refuse_null_arrays
-        """Requests: a null array where the schema allows none is malformed (kio would read it
-        as ``None``, which no handler expects)."""
+    def __init__(self) -> None:
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
         self.depth = 0
@@ -307,7 +304,7 @@ class _Source:
             self.emit(indent, f"p += {pending}")
         if _flexible(entity):
             known = {
-                f.tag: (f.name, _field_walker(entity, f.name, self.refuse_null_arrays))
+                f.tag: (f.name, _field_walker(entity, f.name))
                 for f in _fields(entity)
                 if f.tag is not None
             }
@@ -346,7 +343,7 @@ class _Source:
             self.emit(indent, "p += 4")
             self.emit(indent, f"if {n} < -1:")
             self.emit(indent + 1, f"raise _length({name}, {n})")
-        if self.refuse_null_arrays and not field.nullable:
+        if not field.nullable:  # kio would read it as None, which no handler expects
             self.emit(indent, f"if {n} == -1:")
             self.emit(indent + 1, f"raise _null({name})")
         self.emit(indent, f"if {n} > 0:")
@@ -402,29 +399,27 @@ class _Source:
 
 
 @cache
-def _frame_walker(header: type, body: type, refuse_null_arrays: bool) -> Walker:
+def _frame_walker(header: type, body: type) -> Walker:
     """One function for header and body (one call per frame)."""
-    source = _Source(refuse_null_arrays)
+    source = _Source()
     source.entity(header, 1, ["*path"])
     source.entity(body, 1, ["*path"])
     return source.compile(body.__name__)
 
 
 @cache
-def _field_walker(entity: type, name: str, refuse_null_arrays: bool) -> Walker:
+def _field_walker(entity: type, name: str) -> Walker:
     """The walker of one tagged field, called on its data by ``_tagged_fields``."""
-    source = _Source(refuse_null_arrays)
+    source = _Source()
     source.field(next(f for f in _fields(entity) if f.name == name), 1, ["*path"])
     return source.compile(f"{entity.__name__}.{name}")
 
 
-def check_frame(
-    frame: Buffer, header: type, body: type, *, refuse_null_arrays: bool = False
-) -> list[NegativeTimestamp]:
+def check_frame(frame: Buffer, header: type, body: type) -> list[NegativeTimestamp]:
     """Walk a whole frame (size prefix included): ``header`` (request header v1/v2 or response
-    header v0/v1), then ``body``. ``refuse_null_arrays`` (requests): a null array the schema
-    does not allow is malformed, as Kafka's request parser has it (``RequestContext.parseRequest``
-    closes the connection); responses keep kio's leniency.
+    header v0/v1), then ``body``. A null array the schema does not allow is malformed, as
+    Kafka's generated readers have it ("non-nullable field ... was serialized as null"; for a
+    request, ``RequestContext.parseRequest`` then closes the connection).
 
     Returns the negative timestamps kio would refuse (usually none); raises
     :class:`MalformedFrame` if any length, count or size does not fit in the frame.
@@ -432,7 +427,7 @@ def check_frame(
     out: list[NegativeTimestamp] = []
     end = len(frame)
     try:
-        pos = _frame_walker(header, body, refuse_null_arrays)(frame, 4, end, out, ())
+        pos = _frame_walker(header, body)(frame, 4, end, out, ())
     except (IndexError, struct.error):
         pos = end + 1
     # The walkers read past ``end`` only into bytes they then treat as overrun: positions

@@ -673,8 +673,18 @@ class ClientConnection(asyncio.Protocol):
                         return
                 else:
                     slot.response = frame if slot.transform is None else slot.transform(frame)
-        except Exception as exc:  # noqa: BLE001 - a bad response must close only this pair
-            self.close(f"cannot relay the broker's response: {exc!r}", cause=CloseCause.UPSTREAM)
+        except ProtocolError as exc:  # the broker's answer is malformed or out of order
+            self.close(f"cannot relay the broker's response: {exc}", cause=CloseCause.UPSTREAM)
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug in a rewrite: traceback, this pair only
+            self._listener.rate_log.log(
+                (self.listener_name, CloseCause.INTERNAL_ERROR, "response"),
+                logging.ERROR,
+                "%s: rewriting a broker response failed\n%s",
+                self.peer,
+                _Traceback(exc),
+            )
+            self.close("internal error while relaying a response", cause=CloseCause.INTERNAL_ERROR)
             return
         self._flush()
 

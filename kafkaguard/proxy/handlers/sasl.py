@@ -32,7 +32,7 @@ import logging
 import time
 from datetime import timedelta
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -56,7 +56,6 @@ _failures = RateLimitedLog(log)
 _AFTER_SUCCESS = "SaslAuthenticate request received after successful authentication"
 
 
-@runtime_checkable
 class SaslCapable(Protocol):
     """What the connection offers beyond :class:`HandlerContext` on SASL listeners."""
 
@@ -69,9 +68,12 @@ class SaslCapable(Protocol):
 
 
 def _sasl(ctx: HandlerContext) -> tuple[SaslAuthenticator, SaslCapable] | None:
-    if isinstance(ctx, SaslCapable) and ctx.sasl is not None:
-        return ctx.sasl, ctx
-    return None
+    # getattr, not isinstance: a runtime-checkable Protocol check costs ~50 µs, twice per
+    # connection of an authentication storm.
+    auth: SaslAuthenticator | None = getattr(ctx, "sasl", None)
+    if auth is None:
+        return None
+    return auth, cast(SaslCapable, ctx)
 
 
 class SaslHandshakeHandler(ApiHandler):

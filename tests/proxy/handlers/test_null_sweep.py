@@ -263,10 +263,12 @@ def test_a_null_where_the_schema_allows_none_closes_the_connection() -> None:
     offset_fetch = offset_fetch_v8.OffsetFetchRequest(groups=(group,), require_stable=False)
     with pytest.raises(MalformedFrame, match="field partition_indexes was serialized as null"):
         HandlerHarness(ALLOW_ALL).send(offset_fetch)
-    # Responses keep kio's leniency (a broker is not refused for it).
+    # A broker response is held to the same rule where the proxy must decode it to rewrite
+    # it: the connection closes deliberately instead of a rewrite failing on None.
     response = codec.make_entity(codec.response_schema(0, 9), responses=None)
     frame = codec.encode_response(response, 7)
-    assert codec.decode_response(frame, 0, 9).responses is None
+    with pytest.raises(MalformedFrame, match="non-nullable field responses was serialized"):
+        codec.decode_response(frame, 0, 9)
 
 
 def test_a_null_the_schema_allows_reaches_the_handler() -> None:
