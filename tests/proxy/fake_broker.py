@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+import pytest
 from conftest import free_base, proxy_config
 
 from kafkaguard.protocol import codec
@@ -298,6 +299,15 @@ class FakeBroker:
             return set_fields(entity, key=key, node_id=-1, host="", port=-1, error_code=error)
         address = self.nodes[node_id]
         return set_fields(entity, key=key, node_id=node_id, host=address.host, port=address.port)
+
+
+def logged(caplog: pytest.LogCaptureFixture, *fragments: str) -> list[str]:
+    """Messages of the proxy's logger (``kafkaguard.proxy``) holding every fragment."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "kafkaguard.proxy" and all(f in r.getMessage() for f in fragments)
+    ]
 
 
 async def wait_until(predicate: Callable[[], bool], wait_s: float = 5.0) -> None:

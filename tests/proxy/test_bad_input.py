@@ -20,6 +20,7 @@ from proxy.fake_broker import (
     Action,
     FakeBroker,
     RawClient,
+    logged,
     proxy_in_front,
     request,
     wait_until,
@@ -48,11 +49,7 @@ class Env:
         return client
 
     def logged(self, *fragments: str) -> list[str]:
-        return [
-            r.getMessage()
-            for r in self.caplog.records
-            if r.name == LOGGER and all(f in r.getMessage() for f in fragments)
-        ]
+        return logged(self.caplog, *fragments)
 
     async def wait_upstream_connections(self, count: int) -> None:
         await wait_until(lambda: self.fake.open_connections == count)

@@ -34,7 +34,7 @@ from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import FakeBroker, RawClient, request, wait_until
+from proxy.fake_broker import FakeBroker, RawClient, logged, request, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -187,11 +187,7 @@ class Env:
         return RawClient(reader, writer)
 
     def logged(self, *fragments: str) -> list[str]:
-        return [
-            r.getMessage()
-            for r in self.caplog.records
-            if r.name == LOGGER and all(f in r.getMessage() for f in fragments)
-        ]
+        return logged(self.caplog, *fragments)
 
 
 @contextlib.asynccontextmanager

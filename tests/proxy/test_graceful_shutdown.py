@@ -34,7 +34,7 @@ from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.quotas import CloseCause
 from kafkaguard.proxy.server import ProxyServer
 from kafkaguard.tansu import TansuBroker, free_port
-from proxy.fake_broker import FakeBroker, RawClient, request, wait_until
+from proxy.fake_broker import FakeBroker, RawClient, logged, request, wait_until
 from proxy.proxy_raw_client import RawKafkaClient, build_request
 
 LOGGER = "kafkaguard.proxy"
@@ -55,11 +55,7 @@ class Running:
         return await RawClient.connect("127.0.0.1", self.server.listeners[0].bootstrap_port)
 
     def logged(self, *fragments: str) -> list[str]:
-        return [
-            r.getMessage()
-            for r in self.caplog.records
-            if r.name == LOGGER and all(f in r.getMessage() for f in fragments)
-        ]
+        return logged(self.caplog, *fragments)
 
 
 @contextlib.asynccontextmanager
