@@ -2,7 +2,7 @@
 
 This module owns the *format* of decisions: the ``kafka.authorizer.logger`` text line that
 operators already grep for (``StandardAuthorizerData.buildAuditMessage``, spec §9), and the
-``DecisionEvent`` handed to an optional listener (the JSON-lines audit sink of a later issue).
+``DecisionEvent`` handed to an optional listener (the JSON-lines audit sink, ``kafkaguard.audit``).
 It does not decide anything and writes nowhere itself except through ``logging``.
 """
 

@@ -120,8 +120,8 @@ class LimitsConfig:
     max_connections: int = 10_000
     """``max.connections`` (per listener here)."""
     connections_max_idle_ms: int = 600_000
-    """``connections.max.idle.ms``: a client connection with nothing in flight and nothing
-    received for this long is closed."""
+    """``connections.max.idle.ms``: a client connection with nothing read or written and
+    nothing in flight for this long is closed."""
     max_connections_per_ip: int = INT_MAX
     """``max.connections.per.ip``."""
     max_connections_per_ip_overrides: Mapping[str, int] = field(
@@ -133,8 +133,9 @@ class LimitsConfig:
     authentication_timeout_ms: int = 10_000
     """A connection that has not completed TLS and SASL by then is closed."""
     authentication_threads: int = 1
-    """Worker threads hashing passwords (PLAIN, SCRAM) off the event loop, for all listeners:
-    a storm of attempts never takes more than this many cores."""
+    """Worker threads checking PLAIN passwords (PBKDF2) off the event loop, for all
+    listeners: a storm of attempts never takes more than this many cores. SCRAM's proof and
+    OAUTHBEARER's signature cost microseconds and are checked inline."""
     authentication_queue_size: int = 32
     """Attempts waiting for an authentication thread; beyond it new attempts are refused at
     once (SASL_AUTHENTICATION_FAILED)."""
@@ -175,6 +176,15 @@ class ProxyConfig:
         return listener.enforcement or self.enforcement
 
 
+def canonical_ip(text: str) -> str:
+    """One spelling per address, as ``ConnectionQuotas`` keys them by ``InetAddress``: an
+    IPv4-mapped IPv6 address (a dual-stack listener's IPv4 client) is its IPv4 address.
+    Raises ``ValueError`` when ``text`` is not an IP address."""
+    address = ipaddress.ip_address(text)
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return str(mapped or address)
+
+
 def _ip_overrides(section: ConfigSection, text: str) -> Mapping[str, int]:
     """Kafka's ``max.connections.per.ip.overrides`` format: ``"host:count,host:count"``."""
     overrides: dict[str, int] = {}
@@ -182,7 +192,7 @@ def _ip_overrides(section: ConfigSection, text: str) -> Mapping[str, int]:
         host, sep, count = item.rpartition(":")
         host = host.strip("[]")
         try:
-            ipaddress.ip_address(host)
+            host = canonical_ip(host)
         except ValueError:
             host = ""
         if not sep or not host or not count.isdigit():

@@ -24,7 +24,7 @@ Flow control: client reads pause while the in-flight queue is full (checked afte
 so the cap is exceeded by at most one read's worth of requests) or while the broker side's
 write buffer is over its high-water mark; broker reads pause while the client's write buffer is
 full. Any protocol error closes this connection only, with one log line naming the peer and the
-reason (principle 5); every close has a :class:`~kafkaguard.proxy.quotas.CloseCause`, counted
+reason; every close has a :class:`~kafkaguard.proxy.quotas.CloseCause`, counted
 by the listener, whose lines are rate-limited per (listener, cause) so a flood of bad clients
 cannot flood the log.
 
@@ -256,6 +256,9 @@ class ClientConnection(asyncio.Protocol):
 
     # -- client side -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._closed:  # closed while its transport was being set up (shutdown)
+            transport.close()
+            return
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")

@@ -19,15 +19,17 @@ are rate-limited per cause (:class:`~kafkaguard.proxy.log_limit.RateLimitedLog`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+import traceback
 from collections.abc import Coroutine
 from typing import Any
 
 from kafkaguard.certs.tls import ServerTls
 from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
 from kafkaguard.proxy.cluster import UpstreamCluster
-from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
+from kafkaguard.proxy.config import LimitsConfig, ListenerConfig, canonical_ip
 from kafkaguard.proxy.connection import ClientConnection
 from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.quotas import CloseCause, ConnectionQuotas, sweep_interval
@@ -153,34 +155,49 @@ class ListenerRuntime:
     # -- accepting (Kafka's Acceptor + ConnectionQuotas) -------------------------------------
     async def _accept_loop(self, sock: socket.socket, node_id: int | None) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, address = await loop.sock_accept(sock)
-            except OSError as exc:  # e.g. EMFILE: keep the port, retry shortly
-                self.rate_log.log(
-                    (self.config.name, "accept"),
-                    logging.ERROR,
-                    "listener %s cannot accept a connection: %s",
-                    self.config.name,
-                    exc,
-                )
-                await asyncio.sleep(_ACCEPT_RETRY_S)
-                continue
-            connection = self._admit(conn, address, node_id, loop.time())
-            if connection is None:
-                continue
-            if self.tls is None:  # no handshake: completes within this loop iteration
-                await self._open(conn, connection)
-            else:  # a handshake must not hold up the next accept
-                task = loop.create_task(self._open(conn, connection))
-                self._handshakes.add(task)
-                task.add_done_callback(self._handshakes.discard)
+        try:
+            while True:
+                try:
+                    conn, address = await loop.sock_accept(sock)
+                except OSError as exc:  # e.g. EMFILE: keep the port, retry shortly
+                    self.rate_log.log(
+                        (self.config.name, "accept"),
+                        logging.ERROR,
+                        "listener %s cannot accept a connection: %s",
+                        self.config.name,
+                        exc,
+                    )
+                    await asyncio.sleep(_ACCEPT_RETRY_S)
+                    continue
+                try:
+                    connection = self._admit(conn, address, node_id, loop.time())
+                    if connection is None:
+                        continue
+                    if self.tls is None:  # no handshake: completes within this loop iteration
+                        await self._open(conn, connection)
+                    else:  # a handshake must not hold up the next accept
+                        task = loop.create_task(self._open(conn, connection))
+                        self._handshakes.add(task)
+                        task.add_done_callback(self._handshakes.discard)
+                except Exception:  # noqa: BLE001 - a bug must not end accepting on the port
+                    conn.close()
+                    self.rate_log.log(
+                        (self.config.name, CloseCause.INTERNAL_ERROR, "accept"),
+                        logging.ERROR,
+                        "listener %s failed to set up an accepted connection\n%s",
+                        self.config.name,
+                        traceback.format_exc().rstrip(),
+                    )
+        finally:  # here, once the loop no longer watches the socket (its fd may be reused)
+            sock.close()
 
     def _admit(
         self, conn: socket.socket, address: Any, node_id: int | None, now: float
     ) -> ClientConnection | None:
         """ConnectionQuotas at accept: count the connection, or close it at once."""
         host = str(address[0]) if isinstance(address, tuple) else str(address)
+        with contextlib.suppress(ValueError):  # (a UNIX socket's address is not an IP)
+            host = canonical_ip(host)
         cause = self.quotas.admit(host, now)
         if cause is not None:
             conn.close()
@@ -342,10 +359,11 @@ class ListenerRuntime:
     def stop_accepting(self) -> None:
         """Close every listening socket; abandon TLS handshakes in progress."""
         for task in self._acceptors:
-            task.cancel()
+            task.cancel()  # schedules the removal of its socket's reader first
         self._acceptors.clear()
-        for sock in self._sockets:
-            sock.close()
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:  # then the close (an acceptor never started closes nothing)
+            loop.call_soon(sock.close)
         self._sockets.clear()
         for task in list(self._handshakes):
             task.cancel()

@@ -170,8 +170,9 @@ class ProxyServer:
             asyncio.ensure_future(listener.drained()) for listener in self.listeners
         ]
         waits.append(asyncio.ensure_future(self._hurry.wait()))
+        # return_exceptions: the cancellation below must not leave an unretrieved error.
+        everything: asyncio.Future[Any] = asyncio.gather(*waits[:-1], return_exceptions=True)
         try:
-            everything: asyncio.Future[Any] = asyncio.gather(*waits[:-1])
             await asyncio.wait(
                 {everything, waits[-1]}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )

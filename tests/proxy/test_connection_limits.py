@@ -530,6 +530,13 @@ def test_process_limits_and_config_errors(tmp_path: Path) -> None:
         0,
     )
     assert dict(config.listeners[0].broker_ports.explicit) == {0: 9300, 7: 9307}
+    # One spelling per address: a dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d.
+    mapped = load(
+        "limits: {max_connections_per_ip_overrides: '[::ffff:10.0.0.9]:4, 0:0::1:2'}\n"
+        "listeners: [{name: A, port: 9192}]\n"
+    )
+    assert mapped.limits.max_connections_for("10.0.0.9") == 4
+    assert mapped.limits.max_connections_for("::1") == 2
     with pytest.raises(ConfigError, match="authentication_threads: is a top-level limit"):
         load("listeners: [{name: A, port: 9192, limits: {authentication_threads: 2}}]\n")
     with pytest.raises(ConfigError, match="max_connections_per_ip_overrides: must be 'ip:count"):

@@ -49,6 +49,7 @@ from kafkaguard.proxy.sasl.mechanism import (
     Failure,
     SaslMechanismServer,
     StepResult,
+    clip,
     invalid_credentials,
 )
 from kafkaguard.proxy.session import Session
@@ -296,7 +297,7 @@ class SaslAuthenticator:
             return HandshakeOutcome(
                 ErrorCode.unsupported_sasl_mechanism,
                 enabled,
-                f"unsupported SASL mechanism {mechanism!r} (enabled: {', '.join(enabled)})",
+                f"unsupported SASL mechanism {clip(mechanism)} (enabled: {', '.join(enabled)})",
             )
         self._bad_reauth_mechanism = None
         if self._previous is not None and self._previous[0] != mechanism:

@@ -40,7 +40,7 @@ class AuthExecutorBusy(Exception):
 class AuthExecutor:
     """``threads`` worker threads and at most ``queue_size`` jobs waiting for one.
 
-    Thread-safe counters (a later issue exports them): ``submitted`` jobs accepted,
+    Thread-safe counters: ``submitted`` jobs accepted,
     ``started`` jobs that ran (password hashes computed), ``refused`` jobs turned away.
     A job whose awaiting task is cancelled before a thread takes it never runs; one already
     running cannot be stopped, so its result is still returned (a password checked for a

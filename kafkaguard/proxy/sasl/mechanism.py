@@ -70,6 +70,13 @@ class SaslMechanismServer(Protocol):
         ...
 
 
+def clip(value: object, limit: int = 100) -> str:
+    """``repr`` of a client-supplied value for a log line, at most ``limit`` characters of it:
+    a user name or mechanism may be as long as ``sasl.max_receive_size``."""
+    text = str(value)
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 def invalid_credentials(mechanism: str, reauthenticating: bool = False) -> str:
     """Kafka's client-visible message for a failed ``SaslServer.evaluateResponse``
     (``SaslServerAuthenticator.handleSaslToken``): it deliberately says nothing about which

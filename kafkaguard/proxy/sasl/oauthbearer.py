@@ -33,7 +33,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from kafkaguard.proxy.sasl.mechanism import Challenge, ExchangeOver, Failure, StepResult, Success
+from kafkaguard.proxy.sasl.mechanism import (
+    Challenge,
+    ExchangeOver,
+    Failure,
+    StepResult,
+    Success,
+    clip,
+)
 
 MECHANISM: Final = "OAUTHBEARER"
 ALGORITHMS: Final = ("RS256", "ES256")
@@ -264,7 +271,7 @@ class OAuthBearerServer(ExchangeOver):
             principal, claims = self._validator.validate(auth_match["token"], self._clock())
         except TokenInvalid as exc:
             self._error = INVALID_TOKEN
-            self._reason = str(exc)
+            self._reason = clip(exc, 300)
             return Challenge(INVALID_TOKEN.encode("utf-8"))
         authzid = match["authzid"]
         if authzid and authzid != principal:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from kafkaguard.proxy.sasl.mechanism import ExchangeOver, Failure, StepResult, Success
+from kafkaguard.proxy.sasl.mechanism import ExchangeOver, Failure, StepResult, Success, clip
 from kafkaguard.proxy.sasl.scram import CredentialFormatError, parse_properties
 
 MECHANISM: Final = "PLAIN"
@@ -132,11 +132,11 @@ class PlainServer(ExchangeOver):
         ok = (credential or _DUMMY).matches(password)
         if credential is None or not ok:
             detail = "no such user" if credential is None else "wrong password"
-            return Failure(f"PLAIN: user {username!r}: {detail}", INVALID)
+            return Failure(f"PLAIN: user {clip(username)}: {detail}", INVALID)
         if authzid and authzid != username:
             message = (
                 "Authentication failed: Client requested an authorization id that is "
                 "different from username"
             )
-            return Failure(f"PLAIN: {message} ({authzid!r} vs {username!r})", message)
+            return Failure(f"PLAIN: {message} ({clip(authzid)} vs {clip(username)})", message)
         return Success(username)

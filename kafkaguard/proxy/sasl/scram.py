@@ -36,6 +36,7 @@ from kafkaguard.proxy.sasl.mechanism import (
     Failure,
     StepResult,
     Success,
+    clip,
     invalid_credentials,
 )
 
@@ -207,18 +208,18 @@ class ScramServer(ExchangeOver):
             return self._fail("client-first message is not UTF-8")
         match = _CLIENT_FIRST.fullmatch(text)
         if match is None:
-            return self._fail(f"invalid client-first message {text[:100]!r}")
+            return self._fail(f"invalid client-first message {clip(text)}")
         username = sasl_name_to_username(match["saslname"])
         authzid = match["authzid"]
         if authzid is not None and sasl_name_to_username(authzid) != username:
             return self._fail(
-                f"authorization id {authzid!r} differs from user {username!r}",
+                f"authorization id {clip(authzid)} differs from user {clip(username)}",
                 "Authentication failed: Client requested an authorization id that is different "
                 "from username",
             )
         extensions = dict(item.split("=", 1) for item in match["extensions"].split(",") if item)
         if extensions.get("tokenauth", "").lower() == "true":
-            return self._fail(f"user {username!r} asked for delegation-token authentication")
+            return self._fail(f"user {clip(username)} asked for delegation-token authentication")
         self._username = username
         self._gs2 = match["gs2"].encode("utf-8")
         credential = self._lookup(username, self._mechanism)
@@ -240,7 +241,7 @@ class ScramServer(ExchangeOver):
             return self._fail("client-final message is not UTF-8")
         match = _CLIENT_FINAL.fullmatch(text)
         if match is None:
-            return self._fail(f"invalid client-final message {text[:100]!r}")
+            return self._fail(f"invalid client-final message {clip(text)}")
         # ScramSaslServer checks endsWith, not equality: librdkafka < 2.1 sends the client
         # nonce twice (client nonce + the combined nonce). The proof covers what was sent.
         if not match["nonce"].endswith(self._full_nonce):
@@ -259,12 +260,12 @@ class ScramServer(ExchangeOver):
         ).encode("utf-8")
         client_signature = _hmac(self._hash, credential.stored_key, auth_message)
         if len(proof) != len(client_signature):
-            return self._fail(f"user {self._username!r}: client proof has the wrong length")
+            return self._fail(f"user {clip(self._username)}: client proof has the wrong length")
         client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
         computed = hashlib.new(self._hash, client_key).digest()
         if not hmac.compare_digest(computed, credential.stored_key) or not self._known:
             detail = "invalid client proof" if self._known else "no such user"
-            return self._fail(f"user {self._username!r}: {detail}")
+            return self._fail(f"user {clip(self._username)}: {detail}")
         server_signature = _hmac(self._hash, credential.server_key, auth_message)
         self._state = "done"
         return Success(self._username, b"v=" + base64.b64encode(server_signature))
