@@ -261,8 +261,7 @@ class ClientConnection(asyncio.Protocol):
             return
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        peer = transport.get_extra_info("peername")  # self.peer: set by the listener
         self.session = Session(
             self._listener.config.name, self._listener.security_protocol, peer_address(peer)
         )
@@ -758,19 +757,13 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._closed = True
-        message = None
-        if reason is not None:
-            message = (
-                f"closing connection from {self.peer} on listener {self.listener_name}: "
-                f"{reason} ({self.unanswered} requests unanswered)"
-            )
         if self._transport is not None:
             self._transport.close()
         if self._upstream is not None:
             self._upstream.close()
         for task in self._sasl_answers:
             task.cancel()
-        self._listener.connection_closed(self, cause, message, level)
+        self._listener.connection_closed(self, cause, reason, level)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._closed:

@@ -230,25 +230,16 @@ class ListenerRuntime:
     async def _open(self, conn: socket.socket, connection: ClientConnection) -> None:
         """Hand the accepted socket to its connection, through the TLS handshake if any."""
         loop = asyncio.get_running_loop()
-        if self.tls is None:
-            try:
-                await loop.connect_accepted_socket(lambda: connection, conn)
-            except OSError as exc:
-                conn.close()
-                connection.close(f"connection failed: {exc}", cause=CloseCause.CLIENT_CLOSED)
-            except asyncio.CancelledError:
-                conn.close()
-                connection.close(cause=CloseCause.SHUTDOWN)
-                raise
-            return
+        tls = self.tls
+        timeout_s = self.limits.authentication_timeout_ms / 1000
         try:
-            timeout_s = self.limits.authentication_timeout_ms / 1000
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_s):  # only a TLS handshake can take long
                 await loop.connect_accepted_socket(
                     lambda: connection,
                     conn,
-                    ssl=self.tls.context,
-                    ssl_handshake_timeout=timeout_s + 1.0,  # the timeout above decides
+                    ssl=tls.context if tls is not None else None,
+                    # the timeout above decides
+                    ssl_handshake_timeout=timeout_s + 1.0 if tls is not None else None,
                 )
         except TimeoutError:
             conn.close()
@@ -259,24 +250,38 @@ class ListenerRuntime:
             )
         except OSError as exc:  # ssl.SSLError is an OSError
             conn.close()
-            connection.close(f"TLS handshake failed: {exc}", cause=CloseCause.AUTHENTICATION_FAILED)
+            if tls is None:
+                connection.close(f"connection failed: {exc}", cause=CloseCause.CLIENT_CLOSED)
+            else:
+                connection.close(
+                    f"TLS handshake failed: {exc}", cause=CloseCause.AUTHENTICATION_FAILED
+                )
         except asyncio.CancelledError:
             conn.close()
             connection.close(cause=CloseCause.SHUTDOWN)
             raise
 
     def connection_closed(
-        self, connection: ClientConnection, cause: CloseCause, message: str | None, level: int
+        self, connection: ClientConnection, cause: CloseCause, reason: str | None, level: int
     ) -> None:
-        """Bookkeeping of a closing connection: counters, quota, one rate-limited line."""
+        """Bookkeeping of a closing connection: counters, quota, one rate-limited line (per
+        cause and level: a stream of benign lines must not hide a warning)."""
         self.counters[cause] += 1
         self.connections.discard(connection)
         host = connection.quota_host
         if host is not None:
             connection.quota_host = None
             self.quotas.release(host)
-        if message is not None:
-            self.rate_log.log((self.config.name, cause), level, "%s", message)
+        if reason is not None:
+            self.rate_log.log(
+                (self.config.name, cause, level),
+                level,
+                "closing connection from %s on listener %s: %s (%d requests unanswered)",
+                connection.peer,
+                self.config.name,
+                reason,
+                connection.unanswered,
+            )
         if self._drained is not None and not self.connections:
             self._drained.set()
 

@@ -28,7 +28,7 @@ from kafkaguard.policy.config import build_authorizer
 from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import ProxyConfig
 from kafkaguard.proxy.listener import ListenerRuntime
-from kafkaguard.proxy.sasl.executor import AuthExecutor
+from kafkaguard.proxy.sasl.executor import executor_for
 
 log = logging.getLogger("kafkaguard.proxy")
 
@@ -62,9 +62,7 @@ class ProxyServer:
         self.authorizer = authorizer or build_authorizer(
             config.policy, decision_listener=self.audit.on_decision if self.audit.active else None
         )
-        self.auth_executor = AuthExecutor(
-            config.limits.authentication_threads, config.limits.authentication_queue_size
-        )
+        self.auth_executor = executor_for(config.limits)
         """Password hashing for every SASL listener: a bounded share of the CPU."""
         self.listeners = [
             ListenerRuntime(

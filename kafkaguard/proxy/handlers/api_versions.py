@@ -44,6 +44,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.responses import convert
 
 _ALL_FEATURES_VERSION = 4
 """ApiVersionsResponse v0-3 leave out supported features whose minimum version is 0."""
@@ -87,7 +88,7 @@ def _from_broker(ctx: HandlerContext, version: int) -> Any:
     broker = ctx.latest_api_versions(version)
     if broker is None:
         return make_entity(schema)
-    response = _as_version(broker, schema)
+    response: Any = convert(broker, schema)
     names = _field_names(schema)
     changes: dict[str, Any] = {}
     if "throttle_time" in names:
@@ -96,21 +97,6 @@ def _from_broker(ctx: HandlerContext, version: int) -> Any:
         features = response.supported_features
         changes["supported_features"] = tuple(f for f in features if f.min_version >= 1)
     return replace(response, **changes)
-
-
-def _as_version(entity: Any, schema: type[Any]) -> Any:
-    """``entity`` as a ``schema`` (the same message at another version): the fields both have,
-    nested entities converted too; fields only ``schema`` has keep their defaults."""
-    values: dict[str, Any] = {}
-    for name in _field_names(schema):
-        if not hasattr(entity, name):
-            continue
-        value = getattr(entity, name)
-        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-            item = nested_type(schema, name)
-            value = tuple(_as_version(v, item) for v in value)
-        values[name] = value
-    return make_entity(schema, **values)
 
 
 def _field_names(schema: type[Any]) -> tuple[str, ...]:

@@ -44,14 +44,11 @@ from kafkaguard.proxy.handlers.base import (
     RespondLater,
     Verdict,
 )
-from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.sasl.authenticator import AuthenticateOutcome, SaslAuthenticator
 from kafkaguard.proxy.sasl.executor import AuthExecutorBusy
 from kafkaguard.proxy.sasl.mechanism import SaslMechanismServer, StepResult
 
 log = logging.getLogger("kafkaguard.sasl")
-_failures = RateLimitedLog(log)
-"""Failed authentications: one line per second per listener, under attack too."""
 
 _AFTER_SUCCESS = "SaslAuthenticate request received after successful authentication"
 
@@ -129,17 +126,8 @@ class SaslAuthenticateHandler(ApiHandler):
             else:
                 outcome = await _step(auth, begun, token)
             if outcome.close_reason is not None:
+                # Logged once, rate-limited, when the connection closes (its close reason).
                 conn.close_after_responses(outcome.close_reason)
-                if outcome.error_code == ErrorCode.sasl_authentication_failed:
-                    _failures.log(
-                        (ctx.listener_name, "auth-failure"),
-                        logging.INFO,
-                        "%s on listener %s: %s (answered in %d ms)",
-                        host,
-                        ctx.listener_name,
-                        outcome.close_reason,
-                        round(outcome.delay_s * 1000),
-                    )
                 if outcome.delay_s > 0:
                     await asyncio.sleep(outcome.delay_s)
             elif outcome.authenticated is not None:

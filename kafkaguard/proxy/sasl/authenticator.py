@@ -40,10 +40,11 @@ from typing import Final
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.principal_mapping import KerberosShortNamer, NoMatchingRuleError
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.config import LimitsConfig
 from kafkaguard.proxy.sasl import oauthbearer, plain, scram
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import CredentialStore, FileCredentialStore
-from kafkaguard.proxy.sasl.executor import AuthExecutor, default_executor
+from kafkaguard.proxy.sasl.executor import AuthExecutor, executor_for
 from kafkaguard.proxy.sasl.mechanism import (
     Challenge,
     Failure,
@@ -122,7 +123,7 @@ class SaslServer:
         executor: AuthExecutor | None = None,
     ) -> None:
         self.config = config
-        self.executor = executor or default_executor()
+        self.executor = executor or executor_for(LimitsConfig())
         """Runs ``blocking`` steps (password hashes); shared by every listener of the
         process (:mod:`kafkaguard.proxy.sasl.executor`)."""
         self.mechanisms = config.enabled_mechanisms

@@ -16,8 +16,8 @@ PLAIN storm that fills the queue never refuses them. All three are throttled ali
 per-address failure window (``FailureThrottle``) limits guessing, not only CPU.
 
 Who owns it: the proxy creates one per process from its top-level ``limits`` and closes it
-after its listeners (:meth:`AuthExecutor.close`). A :class:`SaslServer` built without one uses
-:func:`default_executor`, created on first use with ``LimitsConfig``'s defaults.
+after its listeners (:meth:`AuthExecutor.close`). A :class:`SaslServer` built without one
+(tests, tools) gets its own, sized by ``LimitsConfig``'s defaults.
 """
 
 from __future__ import annotations
@@ -114,16 +114,6 @@ class AuthExecutor:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-_default: AuthExecutor | None = None
-_default_lock = threading.Lock()
-
-
-def default_executor() -> AuthExecutor:
-    """The process-wide executor for SASL servers built without one: ``LimitsConfig``'s
-    default ``authentication_threads`` / ``authentication_queue_size``."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            limits = LimitsConfig()
-            _default = AuthExecutor(limits.authentication_threads, limits.authentication_queue_size)
-        return _default
+def executor_for(limits: LimitsConfig) -> AuthExecutor:
+    """The executor ``limits`` describe (``authentication_threads``/``_queue_size``)."""
+    return AuthExecutor(limits.authentication_threads, limits.authentication_queue_size)

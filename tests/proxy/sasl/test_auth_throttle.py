@@ -23,7 +23,7 @@ from kafkaguard.proxy.sasl.authenticator import (
 )
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import MappingCredentialStore
-from kafkaguard.proxy.sasl.executor import AuthExecutor, AuthExecutorBusy, default_executor
+from kafkaguard.proxy.sasl.executor import AuthExecutor, AuthExecutorBusy
 from kafkaguard.proxy.sasl.mechanism import Challenge, SaslMechanismServer
 from kafkaguard.proxy.session import Session
 
@@ -228,9 +228,8 @@ async def test_a_running_job_cancelled_still_returns_its_result() -> None:
     executor.close()
 
 
-def test_default_executor_is_shared_with_the_configured_defaults() -> None:
+def test_a_server_without_an_executor_gets_the_default_limits() -> None:
     server = SaslServer(SaslListenerConfig(("PLAIN",)), store=CountingStore())
-    assert server.executor is default_executor()
     assert (server.executor.threads, server.executor.queue_size) == (1, 32)
 
 
