@@ -31,7 +31,7 @@ their order rotated per round; medians over rounds are printed with proxy/direct
   round trip, p50/p99 (through kafkaguard this response is decoded and re-encoded).
 
 ``--upstream kafka`` puts Apache Kafka 4.3.1 in Tansu's place (single-node KRaft, PLAINTEXT, no
-authorizer, 512 MB heap, started by ``tests/kafka/kafka_fixture.py``: needs Java >= 17 and
+authorizer, 512 MB heap, started by ``tests/support/kafka_broker.py``: needs Java >= 17 and
 Maven, like the ``kafka`` tests); the relay then fronts a second Kafka that advertises the
 relay's port, ``metadata-rtt`` sends Metadata v4 (Kafka 4 removed v0-v3, KIP-896), and one
 unrecorded warm-up round runs first (the JVM's JIT; ``--warmup-rounds``).
@@ -199,7 +199,7 @@ class Timer:
 class Env:
     brokers: list[TansuBroker] = field(default_factory=list)
     kafka_brokers: list[Any] = field(default_factory=list)
-    """kafka_fixture.KafkaBroker (``--upstream kafka``); imported lazily from tests/kafka."""
+    """tests.support.kafka_broker.KafkaBroker (``--upstream kafka``); imported lazily."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     tmp: tempfile.TemporaryDirectory[str] = field(default_factory=tempfile.TemporaryDirectory)
 
@@ -213,8 +213,8 @@ class Env:
     def start_kafka(self, advertised_port: int | None = None) -> HostPort:
         """Apache Kafka via the tests' fixture; ``advertised_port``: clients are sent there
         (the relay's port) instead of to the broker's own."""
-        sys.path.insert(0, str(REPO / "tests" / "kafka"))
-        from kafka_fixture import start_kafka
+        sys.path.insert(0, str(REPO))
+        from tests.support.kafka_broker import start_kafka
 
         extra = None
         if advertised_port is not None:
@@ -506,7 +506,7 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one script: start sides, run rounds, report
     plan = PLANS["quick" if args.quick else "full"]
     rounds = args.rounds or plan.rounds
     if args.messages:

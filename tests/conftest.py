@@ -1,137 +1,40 @@
-"""Shared fixtures: a real Tansu broker and a kafkaguard proxy in front of it, on loopback.
+"""Shared fixtures: a real Tansu broker and a kafkaguard proxy in front of it, on loopback;
+ZooKeeper and Apache Kafka for the tests that need them.
 
-Every process and server started here is stopped here. Tansu keeps every record in memory, so
-tests use unique topic names (``unique_name``) and delete what they create in long runs.
+Only fixtures live here; what they are built from (and what tests import) is in
+``tests/support/``. Every process and server started here is stopped here.
 """
+
+# ruff: noqa: E402 - the helpers are imported after their assert rewriting is registered
 
 from __future__ import annotations
 
+import pytest
+
+# The helpers' asserts get pytest's introspection too; this must precede their first import.
+pytest.register_assert_rewrite("tests.support")
+
 import asyncio
-import threading
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclBinding
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
-from kafkaguard.proxy.config import (
-    BrokerPorts,
-    HostPort,
-    LimitsConfig,
-    ListenerConfig,
-    ProxyConfig,
-    UpstreamConfig,
-)
+from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.server import ProxyServer
-from kafkaguard.tansu import NODE_ID, TansuBroker, free_base, free_port
-
-ALLOW_ALL = PolicyConfig(authorizer=AuthorizerConfig(super_users=frozenset({"User:ANONYMOUS"})))
-
-TANSU_NODE_ID = NODE_ID
-
-SESSION_TIMEOUT_MS = 6000
-"""Tansu finishes a group join after about half of session.timeout.ms."""
-
-
-def unique_name(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def proxy_config(
-    upstream: HostPort,
-    *,
-    port: int = 0,
-    broker_ports: BrokerPorts | None = None,
-    limits: LimitsConfig | None = None,
-    name: str = "PLAINTEXT",
-    policy: PolicyConfig | None = None,
-    security_protocol: str = "PLAINTEXT",
-    sasl: Any = None,
-) -> ProxyConfig:
-    """A one-listener config. The default policy makes ``User:ANONYMOUS`` (every PLAINTEXT
-    client) a super user, so backbone tests exercise forwarding, not ACLs."""
-    listener = ListenerConfig(
-        name=name,
-        security_protocol=security_protocol,
-        bind_host="127.0.0.1",
-        port=port or free_port(),
-        advertised_host="127.0.0.1",
-        # Tansu's node id is 111: base + 111 must be a port that is free right now.
-        broker_ports=broker_ports or BrokerPorts(free_base([TANSU_NODE_ID]), {}),
-        sasl=sasl,
-    )
-    return ProxyConfig(
-        listeners=(listener,),
-        upstream=UpstreamConfig((upstream,), connect_timeout_s=5.0),
-        limits=limits or LimitsConfig(),
-        policy=policy or ALLOW_ALL,
-    )
-
-
-@dataclass
-class RunningProxy:
-    """A proxy served by an event loop in a background thread (for blocking clients)."""
-
-    server: ProxyServer
-    loop: asyncio.AbstractEventLoop
-    thread: threading.Thread | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    acl_file: Path | None = None
-    """The YAML ACL store of an enforcing proxy (:func:`enforcing_proxy`)."""
-
-    @property
-    def bootstrap(self) -> str:
-        return self.server.bootstrap()
-
-
-def start_proxy_thread(
-    config: ProxyConfig,
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
-) -> RunningProxy:
-    """Start a proxy on its own loop thread; blocking clients (confluent-kafka, kafka-python)
-    then talk to it from the test thread. ``loop_factory`` supplies a custom event loop (e.g.
-    one whose resolver knows a name only the proxy may resolve)."""
-    loop = (loop_factory or asyncio.new_event_loop)()
-    server_box: dict[str, Any] = {}
-    ready = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-
-        async def main() -> None:
-            server = ProxyServer(config)
-            try:
-                await server.start(probe_attempts=10)
-            except BaseException as exc:  # noqa: BLE001 - surfaced in the test thread
-                server_box["error"] = exc
-                ready.set()
-                return
-            server_box["server"] = server
-            ready.set()
-            await server.serve_forever_until_stopped()
-            await server.close()
-
-        loop.run_until_complete(main())
-
-    thread = threading.Thread(target=run, name="kafkaguard-test-proxy", daemon=True)
-    thread.start()
-    if not ready.wait(30):
-        raise RuntimeError("proxy did not start within 30 s")
-    if "error" in server_box:
-        raise server_box["error"]
-    return RunningProxy(server_box["server"], loop, thread)
-
-
-def stop_proxy_thread(proxy: RunningProxy) -> None:
-    proxy.loop.call_soon_threadsafe(proxy.server.stop)
-    if proxy.thread is not None:
-        proxy.thread.join(15)
-    proxy.loop.close()
+from kafkaguard.tansu import TansuBroker, free_base
+from tests.support.kafka_broker import KafkaBroker, session_broker
+from tests.support.proxy_fixture import (
+    TANSU_NODE_ID,
+    RunningProxy,
+    StartEnforcingProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+)
+from tests.support.zookeeper import ZooKeeperFactory, ZooKeeperServer, missing_reason, unique_chroot
 
 
 @pytest.fixture(scope="session")
@@ -156,9 +59,6 @@ def proxy(tansu: TansuBroker) -> Iterator[RunningProxy]:
         yield running
     finally:
         stop_proxy_thread(running)
-
-
-StartEnforcingProxy = Callable[[Iterable[AclBinding]], RunningProxy]
 
 
 @pytest.fixture
@@ -200,8 +100,76 @@ async def async_proxy(tansu: TansuBroker) -> AsyncIterator[ProxyServer]:
         await server.close()
 
 
-# -- ZooKeeper (issue 6): `zookeeper` (session) and `zookeeper_factory` live in policy/ --------
-# -- Apache Kafka (issue 8): `kafka_upstream`, `kafka_referee` (session) live in kafka/ ---------
-#    (tests/kafka is on pytest's `pythonpath`: a package named `kafka` would shadow kafka-python)
-from kafka_fixture import kafka_referee, kafka_upstream  # noqa: E402,F401
-from policy.zk_fixture import chroot, raw_zk, zookeeper, zookeeper_factory  # noqa: E402,F401
+# -- ZooKeeper (issue 6): Debian's zookeeper package, tests/support/zookeeper.py -----------------
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One ZooKeeper for the session; tests isolate themselves with a unique chroot."""
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zookeeper_factory(tmp_path: Path) -> Iterator[ZooKeeperFactory]:
+    """``zookeeper_factory()`` starts a dedicated server (for tests that stop it)."""
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    started: list[ZooKeeperServer] = []
+
+    def start() -> ZooKeeperServer:
+        server = ZooKeeperServer(tmp_path / f"zk-{len(started)}")
+        started.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture
+def chroot() -> str:
+    """A fresh chroot per test: tests share one ZooKeeper without seeing each other."""
+    return unique_chroot()
+
+
+@pytest.fixture
+def raw_zk(zookeeper: ZooKeeperServer) -> Iterator[Any]:
+    """A plain kazoo client: plays Kafka's own tools (kafka-acls.sh, kafka-configs.sh
+    --zookeeper) writing znodes by hand."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect)
+    client.start(10)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+# -- Apache Kafka (issue 8): jars from tests/kafka/pom.xml, tests/support/kafka_broker.py -------
+
+
+@pytest.fixture(scope="session")
+def kafka_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """An unsecured Apache Kafka (PLAINTEXT, no authorizer): what kafkaguard protects."""
+    yield from session_broker("upstream", tmp_path_factory.mktemp("kafka-upstream"))
+
+
+@pytest.fixture(scope="session")
+def kafka_referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """Apache Kafka with StandardAuthorizer and SASL/PLAIN REFEREE_USERS: the reference
+    behaviour. Tests that add ACLs delete them again (the broker lives for the session)."""
+    yield from session_broker("referee", tmp_path_factory.mktemp("kafka-referee"))

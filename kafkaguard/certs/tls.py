@@ -310,7 +310,7 @@ def peer_dn(peer_der: bytes) -> str:
 def principal_from_certificate(
     peer_der: bytes | None, mapper: SslPrincipalMapper
 ) -> KafkaPrincipal:
-    """``DefaultKafkaPrincipalBuilder`` for an SSL channel (spec §1.1).
+    """``DefaultKafkaPrincipalBuilder.build`` for an SSL channel (``SslAuthenticationContext``).
 
     ``peer_der`` is the *verified* client certificate (``getpeercert(binary_form=True)``), or
     None when the client sent none. Raises :class:`NoMatchingRuleError` when no mapping rule

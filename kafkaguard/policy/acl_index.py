@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 Kafka's ``StandardAuthorizerData.findAclRule`` keeps ACLs in a set sorted by (type, name
 *descending*, ...) and walks from the requested name through its shorter prefixes to the
-literal ``*``. The outcome equals the set-based pseudo-code of spec §2.2: gather every ACL of
-the resource type that is LITERAL with the exact name or ``*``, or PREFIXED with a prefix of the
-name; any matching DENY wins; else any matching ALLOW; else "no ACL applies" (→
-``allow.everyone.if.no.acl.found``) or default deny.
+literal ``*``. The outcome equals the set-based rule ZooKeeper's ``AclAuthorizer`` states
+directly (``isSuperUser || (acls.isEmpty && allowEveryone) || (!denyExists && allowExists)``):
+gather every ACL of the resource type that is LITERAL with the exact name or ``*``, or PREFIXED
+with a prefix of the name; any matching DENY wins; else any matching ALLOW; else "no ACL
+applies" (→ ``allow.everyone.if.no.acl.found``) or default deny.
 
 Only ACLs of the requesting principal and of ``User:*`` can *match*, so the ACLs are indexed
 per (resource type, principal key) first, in a :class:`_View`:
@@ -106,7 +107,7 @@ class Entry(NamedTuple):
 
 
 class AclMatch(enum.IntEnum):
-    """Why ``match`` decided as it did; maps onto Kafka's audit-log rule names (spec §9)."""
+    """Why ``match`` decided as it did; maps onto ``buildAuditMessage``'s rule names."""
 
     DENY_ACL = 0  # MatchingAcl with a DENY
     ALLOW_ACL = 1  # MatchingAcl with an ALLOW
@@ -291,7 +292,7 @@ class _View:
             self.walk = {k: tuple(prefixed[k]) if real else _STEM for k, real in stems.items()}
 
 
-def _find(
+def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on purpose
     view: _View,
     operation: AclOperation,
     name: str,
@@ -478,7 +479,7 @@ class AclIndex:
         }
         return cls(frozen, types, host_cidr)
 
-    def updated(self, added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> AclIndex:
+    def updated(self, added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> AclIndex:  # noqa: C901 - one copy-on-write pass per resource type
         """A new snapshot with a few bindings changed; cost scales with the change, not the total.
 
         Only the touched principals' views are rebuilt; the per-type dicts are copied so this
@@ -551,7 +552,7 @@ class AclIndex:
         name: str,
         need_applicable: bool = True,
     ) -> tuple[AclMatch, Entry | None]:
-        """Kafka's ``findAclRule`` + ``findResult`` for one LITERAL resource (spec §2.2).
+        """``StandardAuthorizerData.findAclRule`` + ``findResult`` for one LITERAL resource.
 
         Returns the verdict and the deciding entry (the first DENY in scan order, or the first
         ALLOW), so an audit listener gets the rule without a second lookup. When nothing

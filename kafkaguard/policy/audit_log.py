@@ -1,7 +1,7 @@
 """Kafka's authorizer audit log line, and the structured decision event for the audit trail.
 
 This module owns the *format* of decisions: the ``kafka.authorizer.logger`` text line that
-operators already grep for (``StandardAuthorizerData.buildAuditMessage``, spec §9), and the
+operators already grep for (``StandardAuthorizerData.buildAuditMessage``), and the
 ``DecisionEvent`` handed to an optional listener (the JSON-lines audit sink, ``kafkaguard.audit``).
 It does not decide anything and writes nowhere itself except through ``logging``.
 """
@@ -113,7 +113,7 @@ def audit_message(
     reason: DecisionReason,
     acl: AclBinding | None,
 ) -> str:
-    """``StandardAuthorizerData.buildAuditMessage`` (spec §9), byte for byte."""
+    """``StandardAuthorizerData.buildAuditMessage``, byte for byte."""
     pattern = action.resource_pattern
     verdict = "Allowed" if result is AuthorizationResult.ALLOWED else "Denied"
     return (

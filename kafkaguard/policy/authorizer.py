@@ -68,7 +68,7 @@ class ApiError:
 
 
 def java_host_address(address: IPAddress) -> str:
-    """``InetAddress.getHostAddress()``: the text ACL hosts are compared with (spec §1.2).
+    """``InetAddress.getHostAddress()``: the text ``StandardAuthorizerData`` matches ACL hosts to.
 
     IPv6 is printed as eight lower-case groups without ``::`` compression; an IPv4-mapped
     address is an ``Inet4Address`` in Java and prints as dotted quad.
@@ -101,7 +101,7 @@ class RequestContext:
     client_id: str | None = None
     correlation_id: int = 0
     host: str = field(default="", compare=False)
-    """The client address as Java prints it (spec §1.2). Computed from ``client_address``
+    """The client address as Java prints it (``getHostAddress()``). Computed from ``client_address``
     when not given; a connection passes the text it computed once for all its requests."""
 
     def __post_init__(self) -> None:

@@ -28,7 +28,7 @@ def java_find_iter(pattern: re.Pattern[str], text: str, start: int = 0) -> Itera
         pos = match.end() + 1 if match.end() == match.start() else match.end()
 
 
-def _expand(replacement: str, match: re.Match[str]) -> str:
+def _expand(replacement: str, match: re.Match[str]) -> str:  # noqa: C901 - Java's replacement syntax: a branch per form/error
     """``Matcher.appendExpandedReplacement`` for one match."""
     groups = match.re.groups
     out: list[str] = []

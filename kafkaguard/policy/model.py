@@ -321,7 +321,7 @@ class ResourcePatternFilter:
         )
 
     def matches(self, pattern: ResourcePattern) -> bool:
-        """``ResourcePatternFilter.matches`` (spec §7.1): ANY is exact on the name, MATCH is not."""
+        """Kafka's ``ResourcePatternFilter.matches``: ANY is exact on the name, MATCH is not."""
         if self.resource_type != ResourceType.ANY and self.resource_type != pattern.resource_type:
             return False
         ptype = self.pattern_type

@@ -1,9 +1,9 @@
 """Principal names from TLS DNs and Kerberos names, with Kafka's exact rule grammars.
 
-* :class:`SslPrincipalMapper` — ``ssl.principal.mapping.rules`` (``SslPrincipalMapper.java``,
-  spec §10), applied to the RFC 2253 DN as Java prints it (see :mod:`.x500`).
+* :class:`SslPrincipalMapper` — ``ssl.principal.mapping.rules`` (Kafka's
+  ``SslPrincipalMapper``), applied to the RFC 2253 DN as Java prints it (see :mod:`.x500`).
 * :class:`KerberosShortNamer` — ``sasl.kerberos.principal.to.local.rules``
-  (``KerberosShortNamer``/``KerberosRule``/``KerberosName``, spec §11).
+  (Kafka's ``KerberosShortNamer``/``KerberosRule``/``KerberosName``).
 
 Both raise :class:`NoMatchingRuleError` when no rule yields a name; Kafka then fails the
 connection's authentication, and so must the proxy. No I/O here.

@@ -10,7 +10,8 @@ Theory of operation
   :class:`AuthorizerNotReadyError` for the whole batch, except for super users
   (``StandardAuthorizer.authorize`` checks super users first). ``start()`` hands out one
   future per listener that resolves when the load is done, so listeners open only then.
-* Decisions follow spec §2.2 exactly (see :mod:`.acl_index`); the audit line follows §9.
+* Decisions follow ``StandardAuthorizerData.findAclRule``/``findResult`` exactly (see
+  :mod:`.acl_index`); the audit line is ``StandardAuthorizerData.buildAuditMessage``'s.
 * Beyond Kafka, off unless configured: CIDR hosts, per-listener super users / allow-everyone.
 """
 
@@ -120,7 +121,7 @@ class StandardAuthorizer:
         """The ACL snapshot in force (immutable), for offline reasoning (:mod:`.explain`)."""
         return self._index
 
-    def start(self, listeners: Sequence[str]) -> Mapping[str, Awaitable[None]]:
+    def start(self, listeners: Sequence[str]) -> Mapping[str, Awaitable[None]]:  # noqa: C901 - includes the nested load() settling these futures
         """``Authorizer.start``: one future per listener, done when the ACLs are loaded."""
         loop = asyncio.get_running_loop()
         futures: dict[str, asyncio.Future[None]] = {
@@ -176,7 +177,7 @@ class StandardAuthorizer:
             await self.store.close()
 
     # -- decisions ---------------------------------------------------------------------------
-    def authorize(
+    def authorize(  # noqa: C901 - hot path; verdict mapping and audit-level check inlined
         self, context: RequestContext, actions: Sequence[Action]
     ) -> list[AuthorizationResult]:
         """``StandardAuthorizer.authorize``: one result per action, in order."""
@@ -257,10 +258,10 @@ class StandardAuthorizer:
                 )
             )
 
-    def authorize_by_resource_type(
+    def authorize_by_resource_type(  # noqa: C901 - mirrors Kafka's default authorizeByResourceType (KIP-679)
         self, context: RequestContext, operation: AclOperation, resource_type: ResourceType
     ) -> AuthorizationResult:
-        """``Authorizer.authorizeByResourceType`` default method (spec §3), used for KIP-679.
+        """``Authorizer.authorizeByResourceType``'s default method (KIP-679, for InitProducerId).
 
         "May ``operation`` be done on at least one resource of this type?" — no implication;
         a DENY only cancels an ALLOW whose name it covers.

@@ -2,7 +2,8 @@
 
 Every Kafka message on the wire is ``int32 size`` followed by ``size`` bytes. The buffer hands
 out *whole frames including their 4-byte prefix*, so that a frame which needs no change can be
-written to the other side exactly as it was received (principle 1: forward the original bytes).
+written to the other side exactly as it was received (forward the original bytes:
+docs/design.md#decode-to-decide-forward-the-original-bytes).
 
 Theory of operation (h11's ``ReceiveBuffer``, specialised):
 

@@ -293,31 +293,10 @@ class ListenerRuntime:
     def _sweep(self) -> None:
         """Close connections idle for ``connections_max_idle_ms`` (nothing read or written,
         nothing in flight) or not authenticated within ``authentication_timeout_ms``."""
-        limits = self.limits
-        idle_s = limits.connections_max_idle_ms / 1000
-        auth_s = limits.authentication_timeout_ms / 1000
         now = asyncio.get_running_loop().time()
         try:
             for connection in list(self.connections):
-                cause = connection.liveness.check(
-                    now,
-                    busy=connection.busy,
-                    authenticated=connection.authenticated,
-                    idle_s=idle_s,
-                    auth_s=auth_s,
-                )
-                if cause is CloseCause.IDLE:
-                    connection.close(
-                        f"idle for {limits.connections_max_idle_ms} ms (connections_max_idle_ms)",
-                        cause=cause,
-                        level=logging.INFO,
-                    )
-                elif cause is CloseCause.AUTHENTICATION_TIMEOUT:
-                    connection.close(
-                        "authentication not completed within "
-                        f"{limits.authentication_timeout_ms} ms (authentication_timeout_ms)",
-                        cause=cause,
-                    )
+                connection.clock(now)
         finally:  # one faulty connection must not end the sweeps of the listener
             self._schedule_sweep()
 

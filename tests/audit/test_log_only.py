@@ -14,22 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
-    SESSION_TIMEOUT_MS,
-    TANSU_NODE_ID,
-    free_base,
-    proxy_config,
-    start_proxy_thread,
-    stop_proxy_thread,
-    unique_name,
-)
 
 from kafkaguard.audit.config import AuditConfig
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclBindingFilter
 from kafkaguard.proxy.config import BrokerPorts, ProxyConfig, parse_config
-from kafkaguard.tansu import TansuBroker, free_port
+from kafkaguard.tansu import TansuBroker, free_base, free_port
+from tests.support.proxy_fixture import (
+    SESSION_TIMEOUT_MS,
+    TANSU_NODE_ID,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer  # noqa: E402

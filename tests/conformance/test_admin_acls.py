@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conformance.admin_steps import (
+from tests.support.conformance.admin_steps import (
     ALICE,
     BOB,
     CAROL,
@@ -27,11 +27,12 @@ from conformance.admin_steps import (
     call,
     set_acls,
 )
-from conformance.conftest import Side, ck_admin, differential
+from tests.support.conformance.harness import Side, ck_admin, differential
 
 pytestmark = pytest.mark.kafka
 
-# Wire codes of the ACL enums (spec §7).
+# Wire codes of the ACL enums (``code()`` of PatternType, ResourceType, AclOperation,
+# AclPermissionType).
 ANY, MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 TOPIC, GROUP, CLUSTER_TYPE, TRANSACTIONAL_ID = 2, 3, 4, 5
 ALL, READ, CREATE, DESCRIBE = 2, 3, 5, 8

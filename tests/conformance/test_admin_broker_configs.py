@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.admin_steps import (
+from tests.support.conformance.admin_steps import (
     ALICE,
     BOB,
     CAROL,
@@ -21,7 +21,7 @@ from conformance.admin_steps import (
     per_side,
     set_acls,
 )
-from conformance.config_steps import (
+from tests.support.conformance.config_steps import (
     BROKER,
     BROKER_LOGGER,
     SET,
@@ -34,7 +34,7 @@ from conformance.config_steps import (
     resource_codes,
     topic_config,
 )
-from conformance.conftest import Side, differential, scenario_name
+from tests.support.conformance.harness import Side, differential, scenario_name
 
 pytestmark = pytest.mark.kafka
 

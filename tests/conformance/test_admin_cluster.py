@@ -2,7 +2,7 @@
 APIs authorized by one operation on the cluster as a whole.
 
 Kafka's behaviour followed: ``AuthHelper.computeDescribeClusterResponse`` (no check, DESCRIBE
-CLUSTER only for the bitfield), ``KafkaApis.handleTopicMetadataRequest`` (§4 of the spec) and
+CLUSTER only for the bitfield), ``KafkaApis.handleTopicMetadataRequest`` and
 ``AuthHelper.authorizeClusterOperation`` (31 for the whole request, shaped by the API's
 ``getErrorResponse``).
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conformance.admin_steps import (
+from tests.support.conformance.admin_steps import (
     ALICE,
     BOB,
     CLUSTER,
@@ -25,7 +25,7 @@ from conformance.admin_steps import (
     set_acls,
     step,
 )
-from conformance.conftest import Side, differential, scenario_name
+from tests.support.conformance.harness import Side, differential, scenario_name
 
 pytestmark = pytest.mark.kafka
 

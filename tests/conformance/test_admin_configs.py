@@ -13,15 +13,8 @@ from typing import Any
 
 import pytest
 
-from conformance.admin_steps import (
-    ALICE,
-    BOB,
-    CAROL,
-    acl,
-    ensure_topics,
-    set_acls,
-)
-from conformance.config_steps import (
+from tests.support.conformance.admin_steps import ALICE, BOB, CAROL, acl, ensure_topics, set_acls
+from tests.support.conformance.config_steps import (
     BROKER_LOGGER,
     DELETE,
     GROUP,
@@ -33,7 +26,7 @@ from conformance.config_steps import (
     resource_codes,
     topic_config,
 )
-from conformance.conftest import Side, ck_admin, differential, scenario_name
+from tests.support.conformance.harness import Side, ck_admin, differential, scenario_name
 
 pytestmark = pytest.mark.kafka
 

@@ -14,7 +14,7 @@ from uuid import UUID
 import confluent_kafka
 import pytest
 
-from conformance.admin_steps import (
+from tests.support.conformance.admin_steps import (
     ALICE,
     BOB,
     CAROL,
@@ -31,7 +31,7 @@ from conformance.admin_steps import (
     topic_ids,
     wait_for_topics,
 )
-from conformance.conftest import Side, differential, scenario_name
+from tests.support.conformance.harness import Side, differential, scenario_name
 
 pytestmark = pytest.mark.kafka
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conformance.admin_steps import (
+from tests.support.conformance.admin_steps import (
     ALICE,
     CREATE_PARTITIONS,
     DELETE_RECORDS,
@@ -23,7 +23,7 @@ from conformance.admin_steps import (
     sorted_entries,
     wait_for_topics,
 )
-from conformance.conftest import Side, ck_admin, differential, scenario_name
+from tests.support.conformance.harness import Side, ck_admin, differential, scenario_name
 
 pytestmark = pytest.mark.kafka
 

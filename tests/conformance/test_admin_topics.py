@@ -13,9 +13,8 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from kafka_fixture import KafkaBroker
 
-from conformance.admin_steps import (
+from tests.support.conformance.admin_steps import (
     ALICE,
     BOB,
     CLUSTER,
@@ -34,8 +33,9 @@ from conformance.admin_steps import (
     wait_for_topics,
     wait_until_gone,
 )
-from conformance.conftest import Side, ck_admin, differential, scenario_name
-from conformance.datapath import ids_behind, ids_to_names
+from tests.support.conformance.datapath import ids_behind, ids_to_names
+from tests.support.conformance.harness import Side, ck_admin, differential, scenario_name
+from tests.support.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.kafka
 

@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka_fixture import KafkaBroker
 
-from conformance.conftest import Side, scenario_name
-from conformance.datapath import (
+from kafkaguard.protocol.codec import ErrorCode
+from tests.support.conformance.datapath import (
     CONSUMER_GROUP_HEARTBEAT,
     FETCH,
     FIND_COORDINATOR,
@@ -51,7 +50,8 @@ from conformance.datapath import (
     sorted_head,
     topic_ids,
 )
-from kafkaguard.protocol.codec import ErrorCode
+from tests.support.conformance.harness import Side, scenario_name
+from tests.support.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.kafka
 
@@ -294,7 +294,7 @@ def join(side: Side, user: str, group: str, version: int, member_id: str = "") -
     )
 
 
-def test_classic_group_protocol_needs_group_read(sides: list[Side]) -> None:
+def test_classic_group_protocol_needs_group_read(sides: list[Side]) -> None:  # noqa: C901 - one protocol walk; nested request builders
     """FindCoordinator: DESCRIBE GROUP per key (30). JoinGroup, SyncGroup, Heartbeat,
     LeaveGroup: READ GROUP, 30 otherwise (DESCRIBE is not enough); SyncGroup v5 without
     protocol type/name is 23 before any check. A member with READ walks the whole protocol:

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from conformance.conftest import Side, normalize, scenario_name
-from conformance.datapath import (
+from tests.support.conformance.datapath import (
     BLANK,
     CONSUMER_GROUP_DESCRIBE,
     DELETE_GROUPS,
@@ -39,6 +38,7 @@ from conformance.datapath import (
     entities,
     sorted_entries,
 )
+from tests.support.conformance.harness import Side, normalize, scenario_name
 
 pytestmark = pytest.mark.kafka
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from proxy.proxy_raw_client import build_request
 
 from kafkaguard.policy.model import (
     AccessControlEntry,
@@ -15,8 +14,8 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.protocol import codec
-
-from .conftest import Side, differential, scenario_name
+from tests.support.conformance.harness import Side, differential, scenario_name
+from tests.support.raw_client import build_request
 
 pytestmark = pytest.mark.kafka
 

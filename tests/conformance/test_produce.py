@@ -20,10 +20,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from proxy.proxy_raw_client import build_request
 
-from conformance.conftest import Side, scenario_name
-from conformance.datapath import (
+from tests.support.conformance.datapath import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
     API_VERSIONS,
@@ -47,6 +45,8 @@ from conformance.datapath import (
     sorted_entries,
     topic_ids,
 )
+from tests.support.conformance.harness import Side, scenario_name
+from tests.support.raw_client import build_request
 
 pytestmark = pytest.mark.kafka
 
@@ -253,7 +253,7 @@ def test_transactional_producer(sides: list[Side]) -> None:
     assert compare(sides, lambda s: end_offsets(s, u)) == {u: 0}
 
 
-def test_transaction_apis_per_entry(sides: list[Side]) -> None:
+def test_transaction_apis_per_entry(sides: list[Side]) -> None:  # noqa: C901 - one transaction walk; nested request builders
     """The transaction APIs request by request, with a real producer id: FindCoordinator
     (DESCRIBE TRANSACTIONAL_ID per key, 53; WRITE implies it), AddPartitionsToTxn
     (53 everywhere / 29 on denied, 3 on authorized-but-missing, 55 on the rest; internal

@@ -1,2 +1,2 @@
-"""Wire fuzzing of the proxy (docs/security.md). A package, so that the harness runs as
-``python -m tests.fuzz.harness`` and pytest imports its modules as ``fuzz.*``."""
+"""Wire fuzzing: the seeded CI run and the in-process codec target; the frame generator and the
+proxy harness are in tests/support/fuzz/."""

@@ -1,6 +1,6 @@
 """Fuzz the codec in-process: guard + kio decode of one API key and version.
 
-Why in-process: the proxy-level harness (:mod:`tests.fuzz.harness`) finds what a whole
+Why in-process: the proxy-level harness (:mod:`tests.support.fuzz.harness`) finds what a whole
 process does with hostile frames; this target explores the decoder alone, millions of frames
 a minute, with coverage guidance from atheris (libFuzzer). The only exceptions a frame may
 raise are the protocol errors the connection turns into a closed connection:

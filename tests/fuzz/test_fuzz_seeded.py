@@ -13,9 +13,8 @@ import time
 import pytest
 
 from kafkaguard.protocol import codec
-
-from .frames import BASE_VARIANTS, FrameGenerator, Slot
-from .harness import Options, fuzz
+from tests.support.fuzz.frames import BASE_VARIANTS, FrameGenerator, Slot
+from tests.support.fuzz.harness import Options, fuzz
 
 SEED = 20261125
 FRAMES = 30_000

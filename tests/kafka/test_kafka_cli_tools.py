@@ -29,15 +29,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import (
-    RunningProxy,
-    free_base,
-    proxy_config,
-    start_proxy_thread,
-    stop_proxy_thread,
-    unique_name,
-)
-from kafka_fixture import KafkaBroker, run_kafka_tool
 
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import (
@@ -54,6 +45,15 @@ from kafkaguard.proxy.config import BrokerPorts, HostPort
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
+from kafkaguard.tansu import free_base
+from tests.support.kafka_broker import KafkaBroker, run_kafka_tool
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

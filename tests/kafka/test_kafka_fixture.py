@@ -18,18 +18,18 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from conftest import (
+
+from kafkaguard.proxy.config import BrokerPorts, HostPort
+from kafkaguard.tansu import free_base
+from tests.support.kafka_broker import KafkaBroker, run_kafka_tool
+from tests.support.proxy_fixture import (
     SESSION_TIMEOUT_MS,
     RunningProxy,
-    free_base,
     proxy_config,
     start_proxy_thread,
     stop_proxy_thread,
     unique_name,
 )
-from kafka_fixture import KafkaBroker, run_kafka_tool
-
-from kafkaguard.proxy.config import BrokerPorts, HostPort
 
 pytestmark = pytest.mark.kafka
 

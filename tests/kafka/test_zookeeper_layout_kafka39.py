@@ -18,7 +18,8 @@ and edits ``/kafka-acl*`` itself. Both directions are checked on Debian's ZooKee
 
 The resource znodes kafkaguard writes are byte-identical to Kafka's (whose JSON comes from a
 HashMap: ``{"acls":[{"principal":..,"permissionType":..,"host":..,"operation":..}],
-"version":1}``, not the order spec §8 shows); the first test checks the bytes.
+"version":1}``: the HashMap's key order, not the order the keys are put in); the first test
+checks the bytes.
 Six JVM runs in all. Needs Debian's ``zookeeper`` (skips without it, like the other ZooKeeper
 tests), Kafka 3.9.2's jars, and a JDK for the source-file program (skipped without one outside
 CI, failed in CI).
@@ -41,9 +42,6 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import proxy_config, start_proxy_thread, stop_proxy_thread, unique_name
-from kafka_fixture import TOOL_JVM_OPTS, cache_dir, log_config_args, require_kafka, run_kafka_tool
-from policy.zk_fixture import ZooKeeperServer
 
 from kafkaguard.policy import acls_cli
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
@@ -64,6 +62,20 @@ from kafkaguard.policy.stores.zookeeper import (
     encode_acls,
 )
 from kafkaguard.tansu import TansuBroker
+from tests.support.kafka_broker import (
+    TOOL_JVM_OPTS,
+    cache_dir,
+    log_config_args,
+    require_kafka,
+    run_kafka_tool,
+)
+from tests.support.proxy_fixture import (
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+from tests.support.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 

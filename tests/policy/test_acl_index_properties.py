@@ -1,4 +1,5 @@
-"""AclIndex against spec §2.2 transcribed as a scan: verdict classes, deciding entry, updates.
+"""AclIndex against ``StandardAuthorizerData.findAclRule``/``findResult`` transcribed as a scan:
+verdict classes, deciding entry, updates.
 
 The per-principal index finds ACLs through the requester's and ``User:*``'s views and answers
 "does any ACL apply?" separately; these properties pin down that all four verdicts
@@ -11,7 +12,6 @@ import ipaddress
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_helpers import authorizer, ctx
 
 from kafkaguard.policy.acl_index import USER_WILDCARD_KEY, AclIndex, AclMatch, principal_key
 from kafkaguard.policy.authorizer import (
@@ -30,6 +30,7 @@ from kafkaguard.policy.model import (
     ResourceType,
     acl_binding,
 )
+from tests.support.policy import authorizer, ctx
 
 OPS = [op for op in AclOperation if op.value >= 2]
 NAMES = ["", "a", "ab", "abc", "abd", "abcd", "b", "*", "x*", "a*"]
@@ -100,7 +101,8 @@ def _result(a: AclBinding, principal: tuple[str, str], host: str, op: AclOperati
 
 
 def reference_verdict(acls, principal, host, op, rtype, name) -> tuple[AclMatch, set[AclBinding]]:
-    """Spec §2.2 by scan: the verdict class and the bindings that may be reported for it."""
+    """``findAclRule``/``findResult`` by scan: the verdict class and the bindings that may be
+    reported for it."""
     applicable = [a for a in acls if _applies(a, rtype, name)]
     results = {a: _result(a, principal, host, op) for a in applicable}
     denies = {a for a, r in results.items() if r == "DENIED"}
@@ -203,7 +205,8 @@ def test_principal_key_is_the_acl_text_unless_the_type_has_a_colon() -> None:
 
 
 def test_colon_in_principal_type_only_matches_user_wildcard() -> None:
-    """ACL 'User:a:b' is (User, a:b): it must not match principal (User:a, b) (spec §2.2)."""
+    """ACL 'User:a:b' is (User, a:b) (``SecurityUtils.parseKafkaPrincipal`` splits at the first
+    colon): it must not match principal (User:a, b)."""
     acls = [
         acl_binding(ResourceType.TOPIC, "t", "User:a:b", AclOperation.READ),
         acl_binding(ResourceType.TOPIC, "u", "User:*", AclOperation.READ),

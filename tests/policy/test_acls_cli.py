@@ -6,11 +6,11 @@ import argparse
 from pathlib import Path
 
 import pytest
-from policy_helpers import CLUSTER, DENY, GROUP, PREFIXED, TOPIC, Op, acl
 
 from kafkaguard.policy import acls_cli
 from kafkaguard.policy.model import ResourceType
 from kafkaguard.policy.stores.file import read_acl_file
+from tests.support.policy import CLUSTER, DENY, GROUP, PREFIXED, TOPIC, Op, acl
 
 
 def run(*argv: str) -> tuple[int, list[str]]:

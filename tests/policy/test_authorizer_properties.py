@@ -1,4 +1,5 @@
-"""Hypothesis ports of Kafka's property tests, plus equivalence with spec §2.2's pseudo-code."""
+"""Hypothesis ports of Kafka's property tests, plus equivalence with a plain scan transcribing
+``StandardAuthorizerData.findAclRule``/``findResult``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import ipaddress
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_helpers import authorizer, ctx
 
 from kafkaguard.policy.acl_index import AclIndex
 from kafkaguard.policy.authorizer import java_host_address
@@ -18,6 +18,7 @@ from kafkaguard.policy.model import (
     ResourceType,
     acl_binding,
 )
+from tests.support.policy import authorizer, ctx
 
 OPS = [op for op in AclOperation if op.value >= 2]
 NAMES = st.sampled_from(["", "a", "ab", "abc", "abd", "b", "*", "x*"])
@@ -56,7 +57,7 @@ DESCRIBE_CONFIGS_IMPLIERS = {AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_C
 
 
 def reference(acls, allow_everyone, principal, host, op, rtype, name) -> bool:
-    """A direct transcription of the spec §2.2 pseudo-code (scan, no index)."""
+    """``StandardAuthorizerData.findAclRule``/``findResult`` transcribed (scan, no index)."""
     ptype, _, pname = principal.partition(":")
     principals = {(ptype, pname), ("User", "*")}
     host = java_host_address(ipaddress.ip_address(host))

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from policy_helpers import Op, acl, allowed, ctx
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.authorizer import load_authorizer
 from kafkaguard.policy.config import build_authorizer, parse_policy_config, parse_super_users
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.file import FileAclStore
+from tests.support.policy import Op, acl, allowed, ctx
 
 SNIPPET = Path(__file__).parents[2] / "kafkaguard" / "policy" / "config.example.snippet.yaml"
 

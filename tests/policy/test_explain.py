@@ -3,7 +3,8 @@
 The CLI tests write a real config and ACL file and call ``kafkaguard.cli.main`` (which loads
 the store exactly as ``kafkaguard run`` does). The property tests check that an explanation
 always carries the authorizer's own verdict, and that its list of matching ACLs equals a
-direct transcription of Kafka's matching rules (spec §2.2) and is consistent with the verdict.
+direct transcription of Kafka's matching rules (``StandardAuthorizerData.findAclRule``/
+``findResult``) and is consistent with the verdict.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_helpers import ALLOW, DENY, PREFIXED, TOPIC, Op, acl, authorizer, ctx
 
 from kafkaguard.cli import main
 from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason
@@ -31,6 +31,7 @@ from kafkaguard.policy.model import (
     acl_binding,
 )
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
+from tests.support.policy import ALLOW, DENY, PREFIXED, TOPIC, Op, acl, authorizer, ctx
 
 # -- the CLI, one test per reason kind -----------------------------------------------------------
 
@@ -338,7 +339,8 @@ def reference_matching(
     acls: list[AclBinding], cidr: bool, principal: str, host: str, op: AclOperation,
     rtype: ResourceType, name: str,
 ) -> set[AclBinding]:  # fmt: skip
-    """Spec §2.2, transcribed: applicable pattern, principal (or User:*), host, operation."""
+    """``StandardAuthorizerData.findAclRule``/``findResult`` transcribed: applicable pattern,
+    principal (or User:*), host, operation."""
     kind, _, pname = principal.partition(":")
     principals = {(kind, pname), ("User", "*")}
     address = ipaddress.ip_address(host)

@@ -8,13 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
-from policy_helpers import DENY, PREFIXED, Op, acl, allowed, ctx
 
 from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.acl_file_format import format_acl_text, parse_acl_text
 from kafkaguard.policy.stores.base import AclStore, AclStoreError
 from kafkaguard.policy.stores.file import FileAclStore
+from tests.support.policy import DENY, PREFIXED, Op, acl, allowed, ctx
 
 GOOD = """\
 version: 1

@@ -1,9 +1,10 @@
-"""Enum codes, parsing, AclBinding validation (AclBindingTest) and filter matching (spec §7.1)."""
+"""Enum codes, parsing, AclBinding validation (AclBindingTest) and filter matching
+(``AclBindingFilter.matches``, ``ResourcePatternFilter.matches``,
+``AccessControlEntryFilter.matches``)."""
 
 from __future__ import annotations
 
 import pytest
-from policy_helpers import ALLOW, DENY, LITERAL, PREFIXED, TOPIC, Op, acl
 
 from kafkaguard.policy.model import (
     AccessControlEntry,
@@ -20,6 +21,7 @@ from kafkaguard.policy.model import (
     ResourceType,
     acl_binding,
 )
+from tests.support.policy import ALLOW, DENY, LITERAL, PREFIXED, TOPIC, Op, acl
 
 
 def test_wire_codes() -> None:

@@ -1,4 +1,5 @@
-"""Ports of Kafka's StandardAuthorizerTest / AuthorizerTest decision cases (spec §2)."""
+"""Ports of Kafka's StandardAuthorizerTest / AuthorizerTest decision cases
+(``StandardAuthorizer.authorize``: ``StandardAuthorizerData.findAclRule``/``findResult``)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,6 @@ import asyncio
 import logging
 
 import pytest
-from policy_helpers import (
-    CLUSTER,
-    DENY,
-    GROUP,
-    LITERAL,
-    PREFIXED,
-    TOPIC,
-    Op,
-    acl,
-    allowed,
-    authorizer,
-    ctx,
-)
 
 from kafkaguard.policy.authorizer import (
     Action,
@@ -35,6 +23,19 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.base import MemoryAclStore
+from tests.support.policy import (
+    CLUSTER,
+    DENY,
+    GROUP,
+    LITERAL,
+    PREFIXED,
+    TOPIC,
+    Op,
+    acl,
+    allowed,
+    authorizer,
+    ctx,
+)
 
 TXN = ResourceType.TRANSACTIONAL_ID
 
@@ -530,7 +531,7 @@ def test_results_in_order() -> None:
     assert [r.name for r in auth.authorize(ctx(), actions)] == ["ALLOWED", "DENIED", "ALLOWED"]
 
 
-# authorizeByResourceType (spec §3) -------------------------------------------------------------
+# Authorizer.authorizeByResourceType's default method (KIP-679) -------------------------------
 BY_TYPE = [
     ("nothing", [], False),
     ("literal allow", [acl("User:alice", Op.WRITE, name="t1")], True),

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zk_fixture import ZooKeeperFactory, ZooKeeperServer, unique_chroot
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy import acls_cli
@@ -41,6 +40,7 @@ from kafkaguard.policy.stores.zookeeper import (
     entry_json,
     node_bindings,
 )
+from tests.support.zookeeper import ZooKeeperFactory, ZooKeeperServer, unique_chroot
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,7 +53,8 @@ T, G, C, TX = (
     ResourceType.TRANSACTIONAL_ID,
 )
 
-# Spec §8's resource-node example, in the key order Kafka 3.9's AclAuthorizer really writes
+# A resource znode (``ResourceZNode``, entries from ``AclEntry.toJsonCompatibleMap``), in the key
+# order Kafka 3.9's AclAuthorizer really writes
 # (HashMap order; tests/kafka/test_zookeeper_layout_kafka39.py compares with its znodes).
 GOLDEN = (
     b'{"acls":[{"principal":"User:alice","permissionType":"Allow","host":"*","operation":"Read"},'

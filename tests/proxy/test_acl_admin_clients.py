@@ -14,15 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import (
-    RunningProxy,
-    StartEnforcingProxy,
-    proxy_config,
-    start_proxy_thread,
-    stop_proxy_thread,
-    unique_name,
-)
-from policy.zk_fixture import ZooKeeperFactory, unique_chroot
 
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import (
@@ -36,6 +27,15 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.stores.zookeeper import ZkAclClient
 from kafkaguard.tansu import TansuBroker
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    StartEnforcingProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+from tests.support.zookeeper import ZooKeeperFactory, unique_chroot
 
 pytest.importorskip("kafka")
 pytest.importorskip("confluent_kafka")

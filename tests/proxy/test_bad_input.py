@@ -16,7 +16,7 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES, frame
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import (
+from tests.support.fake_broker import (
     Action,
     FakeBroker,
     RawClient,
@@ -257,7 +257,7 @@ async def test_client_disconnect_mid_request(env: Env) -> None:
     ("action", "fragment"),
     [
         ("close", "the broker closed the connection"),
-        ("garbage", "bad response from broker"),
+        ("garbage", "bad response from the broker"),
         ("oversized", "the broker closed the connection"),
         ("undecodable", "cannot relay the broker's response"),
         ("wrong_correlation", "correlation id 1009, expected 9"),

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import SESSION_TIMEOUT_MS, RunningProxy, unique_name
 
 from kafkaguard.proxy.server import ProxyServer
+from tests.support.proxy_fixture import SESSION_TIMEOUT_MS, RunningProxy, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

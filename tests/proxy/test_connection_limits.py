@@ -21,7 +21,6 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from conftest import free_base, proxy_config
 
 from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig
@@ -34,7 +33,9 @@ from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import FakeBroker, RawClient, logged, request, wait_until
+from kafkaguard.tansu import free_base
+from tests.support.fake_broker import FakeBroker, RawClient, logged, request, wait_until
+from tests.support.proxy_fixture import proxy_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -464,7 +465,7 @@ async def test_handler_faults_log_one_traceback_a_second_per_api(
     def broken(*args: object) -> None:
         raise RuntimeError("bug in a handler")
 
-    monkeypatch.setattr("kafkaguard.proxy.connection.decide", broken)
+    monkeypatch.setattr("kafkaguard.proxy.exchange.decide", broken)
     async with environment(caplog, LimitsConfig()) as env:
         clients = await open_many(env, 10, CONTROL)
         for client in clients:

@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from conftest import free_base
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_correlation_id
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import FakeBroker, RawClient, proxy_in_front, request
+from kafkaguard.tansu import free_base
+from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
 
 FETCH_VERSION = 12  # names topics, no node_endpoints: forwarded and answered byte for byte
 

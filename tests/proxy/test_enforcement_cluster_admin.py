@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import RunningProxy, StartEnforcingProxy, unique_name
 
 from kafkaguard.policy.model import (
     AccessControlEntry,
@@ -26,7 +25,8 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.protocol import codec
 from kafkaguard.tansu import TansuBroker
-from proxy.proxy_raw_client import RawKafkaClient
+from tests.support.proxy_fixture import RunningProxy, StartEnforcingProxy, unique_name
+from tests.support.raw_client import RawKafkaClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

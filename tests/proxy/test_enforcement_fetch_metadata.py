@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from conftest import RunningProxy, StartEnforcingProxy, unique_name
 from kio.schema.fetch.v12 import request as req12
 
 from kafkaguard.policy.model import (
@@ -22,7 +21,8 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
-from proxy.proxy_raw_client import RawKafkaClient
+from tests.support.proxy_fixture import RunningProxy, StartEnforcingProxy, unique_name
+from tests.support.raw_client import RawKafkaClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from conftest import RunningProxy, StartEnforcingProxy, unique_name
 
 from kafkaguard.policy.model import (
     AccessControlEntry,
@@ -20,6 +19,7 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from tests.support.proxy_fixture import RunningProxy, StartEnforcingProxy, unique_name
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402

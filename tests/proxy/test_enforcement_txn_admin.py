@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import RunningProxy, StartEnforcingProxy, unique_name
 
 from kafkaguard.policy.model import (
     AccessControlEntry,
@@ -24,6 +23,7 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.tansu import TansuBroker
+from tests.support.proxy_fixture import RunningProxy, StartEnforcingProxy, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SESSION_TIMEOUT_MS, TANSU_NODE_ID, free_base, proxy_config, unique_name
 
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.quotas import CloseCause
 from kafkaguard.proxy.server import ProxyServer
-from kafkaguard.tansu import TansuBroker, free_port
-from proxy.fake_broker import FakeBroker, RawClient, logged, request, wait_until
-from proxy.proxy_raw_client import RawKafkaClient, build_request
+from kafkaguard.tansu import TansuBroker, free_base, free_port
+from tests.support.fake_broker import FakeBroker, RawClient, logged, request, wait_until
+from tests.support.proxy_fixture import SESSION_TIMEOUT_MS, TANSU_NODE_ID, proxy_config, unique_name
+from tests.support.raw_client import RawKafkaClient, build_request
 
 LOGGER = "kafkaguard.proxy"
 METADATA = request(3, 12, topics=None)
@@ -304,7 +304,7 @@ def test_second_sigterm_exits_at_once(run_proxy: Any, tansu: TansuBroker) -> Non
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_sigterm_mid_stream_loses_no_acknowledged_record(
+def test_sigterm_mid_stream_loses_no_acknowledged_record(  # noqa: C901 - includes its nested producer thread and callback
     run_proxy: Any, tansu: TansuBroker
 ) -> None:
     """acks=all producers with requests in flight at SIGTERM: each record is acknowledged or

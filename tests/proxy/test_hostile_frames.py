@@ -21,8 +21,8 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.base import Forward
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import FakeBroker, RawClient, proxy_in_front, request
-from proxy.handlers.harness import HandlerHarness, acl
+from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
+from tests.support.handler_harness import HandlerHarness, acl
 
 pytestmark = pytest.mark.timeout(60)
 

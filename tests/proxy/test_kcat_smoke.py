@@ -14,7 +14,8 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import SESSION_TIMEOUT_MS, RunningProxy, unique_name
+
+from tests.support.proxy_fixture import SESSION_TIMEOUT_MS, RunningProxy, unique_name
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 

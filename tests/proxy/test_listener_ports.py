@@ -16,11 +16,17 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import RunningProxy, proxy_config, start_proxy_thread, stop_proxy_thread, unique_name
 
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.tansu import TansuBroker, free_port
-from proxy.proxy_raw_client import RawKafkaClient, build_request
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+from tests.support.raw_client import RawKafkaClient, build_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from conftest import free_base
 
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import FakeBroker, RawClient, proxy_in_front, request
+from kafkaguard.tansu import free_base
+from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
 
 NODE_IDS = (1, 2, 3)
 

@@ -31,19 +31,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import (
+
+from kafkaguard.proxy.config import BrokerPorts, HostPort
+from kafkaguard.tansu import TansuBroker, free_base, free_port
+from tests.support.proxy_fixture import (
     SESSION_TIMEOUT_MS,
     RunningProxy,
-    free_base,
     proxy_config,
     start_proxy_thread,
     stop_proxy_thread,
     unique_name,
 )
-
-from kafkaguard.proxy.config import BrokerPorts, HostPort
-from kafkaguard.tansu import TansuBroker, free_port
-from proxy.proxy_raw_client import RawKafkaClient, addresses, build_request, schema_module
+from tests.support.raw_client import RawKafkaClient, addresses, build_request, schema_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

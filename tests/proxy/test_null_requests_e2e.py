@@ -16,8 +16,8 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.header import peek_correlation_id
 from kafkaguard.proxy.handlers import REGISTRY
-from proxy.fake_broker import FakeBroker, RawClient, proxy_in_front, request
-from proxy.handlers.harness import every_null
+from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
+from tests.support.handler_harness import every_null
 
 pytestmark = pytest.mark.timeout(60)
 

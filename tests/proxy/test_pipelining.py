@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from conftest import unique_name
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.config import LimitsConfig
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import FakeBroker, RawClient, proxy_in_front, request
+from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
+from tests.support.proxy_fixture import unique_name
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,13 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from conftest import (
-    RunningProxy,
-    proxy_config,
-    start_proxy_thread,
-    stop_proxy_thread,
-    unique_name,
-)
 
 from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig
@@ -41,7 +34,14 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.tansu import TansuBroker
-from proxy.proxy_raw_client import RawKafkaClient
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+from tests.support.raw_client import RawKafkaClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")

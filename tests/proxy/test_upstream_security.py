@@ -25,15 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
-    TANSU_NODE_ID,
-    RunningProxy,
-    free_base,
-    proxy_config,
-    start_proxy_thread,
-    stop_proxy_thread,
-    unique_name,
-)
 
 from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig, UpstreamTlsConfig
@@ -71,7 +62,15 @@ from kafkaguard.proxy.sasl.client import (
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.proxy.sasl.mechanism import Challenge, Failure, Success
-from kafkaguard.tansu import TansuBroker, free_port
+from kafkaguard.tansu import TansuBroker, free_base, free_port
+from tests.support.proxy_fixture import (
+    TANSU_NODE_ID,
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402

@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import RunningProxy, proxy_config, start_proxy_thread, stop_proxy_thread, unique_name
-from policy.zk_fixture import ZooKeeperServer, unique_chroot
 
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import (
@@ -30,6 +28,14 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.stores.zookeeper import ZkAclClient
 from kafkaguard.tansu import TansuBroker
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+from tests.support.zookeeper import ZooKeeperServer, unique_chroot
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, Producer  # noqa: E402

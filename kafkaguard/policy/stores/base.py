@@ -2,9 +2,10 @@
 
 A store produces whole snapshots (``frozenset[AclBinding]``); the authorizer indexes them.
 Stores may do I/O and use asyncio or threads; the authorizer core never does. Implementations:
-:class:`MemoryAclStore` (tests, store-less runs), ``FileAclStore`` (the embedded default) and,
-later, a ZooKeeper store reading Kafka's ``/kafka-acl`` layout (issue 6) — it only has to
-implement this protocol and be registered in :func:`kafkaguard.policy.config.build_store`.
+:class:`MemoryAclStore` (tests, store-less runs), ``FileAclStore`` (the embedded default) and
+``ZooKeeperAclStore`` (Kafka's ``/kafka-acl`` layout, shared by a fleet of proxies); another
+only has to implement this protocol and be registered in
+:func:`kafkaguard.policy.config.build_store`.
 """
 
 from __future__ import annotations

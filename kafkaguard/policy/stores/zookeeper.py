@@ -1,7 +1,8 @@
 """ZooKeeperAclStore: ACLs in ZooKeeper, in Kafka's own layout (AclAuthorizer, Kafka <= 3.9).
 
-The shared store for a fleet of proxies; ACLs written by Kafka's tooling are read as they are
-and ours are readable by Kafka (spec §8).
+The shared store for a fleet of proxies; ACLs written by Kafka's tooling (``kafka-acls.sh``,
+``kafka.security.authorizer.AclAuthorizer``) are read as they are and ours are readable by
+Kafka (checked against Kafka 3.9 by tests/kafka/test_zookeeper_layout_kafka39.py).
 
 Layout (optionally under a chroot)::
 
@@ -26,8 +27,9 @@ Theory of operation
   are deleted, like Kafka's ``ZkNodeChangeNotificationListener``.
 * Writes (``add``/``remove``) read the affected znodes and commit one ZooKeeper transaction
   of version-conditional ``setData``/``create``/``delete`` plus the change notifications —
-  all-or-nothing; a conflicting concurrent writer (another proxy, Kafka's tool) fails the
-  version check and the whole step is retried on fresh data, so no update is lost.
+  all-or-nothing (:meth:`kafkaguard.zk.ZkClientBase.commit`, shared with the SCRAM credential
+  store); a conflicting concurrent writer (another proxy, Kafka's tool) fails the version
+  check and the whole step is retried on fresh data, so no update is lost.
   A znode whose last ACL is removed is deleted.
 * Outage: the ACLs in force are kept (never fail open), writes are refused with
   :class:`AclStoreError`, kazoo reconnects on its own, and on every reconnection the store
@@ -59,10 +61,7 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot, SnapshotPublisher
-from kafkaguard.policy.stores.zk_common import CHANGE_EXPIRATION_S as CHANGE_EXPIRATION_S
-from kafkaguard.policy.stores.zk_common import ZkClientBase, ZkSyncShell, sequence_number
-from kafkaguard.policy.stores.zk_common import read_digest_auth as read_digest_auth
-from kafkaguard.policy.stores.zk_common import split_connect as split_connect
+from kafkaguard.zk import ZkClientBase, ZkSyncShell, ZnodeWrite, sequence_number
 
 log = logging.getLogger("kafkaguard.policy.store")
 
@@ -265,6 +264,12 @@ def change_seq(child: str) -> int:
     return sequence_number(CHANGE_PREFIX, child)
 
 
+def read_digest_auth(path: str | Path) -> str:
+    """:func:`kafkaguard.zk.read_digest_auth` failing with :class:`AclStoreError`, which the
+    commands that open this store (``kafkaguard acls``, ``users``, ``analyze``) report."""
+    return ZkAclClient.read_digest_auth(path)
+
+
 # -- blocking client --------------------------------------------------------------------------
 
 _MAX_WRITE_ATTEMPTS = 30
@@ -422,64 +427,37 @@ class ZkAclClient(ZkClientBase):
         for op in ops:
             cost = len(op[2] or b"") + len(op[1]) * 2 + len(op[0].name) + 200
             if chunk and size + cost > _TXN_BYTES:
-                if not self._commit(chunk, pending, result):
+                if not self._commit_chunk(chunk, pending, result):
                     return False
                 chunk, size = [], 0
             chunk.append(op)
             size += cost
-        return not chunk or self._commit(chunk, pending, result)
+        return not chunk or self._commit_chunk(chunk, pending, result)
 
-    def _commit(
+    def _commit_chunk(
         self,
         chunk: list[tuple[ResourcePattern, str, bytes | None, int | None, Snapshot]],
         pending: dict[ResourcePattern, _Pending],
         result: dict[ResourcePattern, Snapshot],
     ) -> bool:
-        txn = self.zk.transaction()
-        for _pattern, path, value, version, _ in chunk:
-            full = self._p(path)
-            if version is None:
-                if value is None:
-                    continue  # absent and stays absent
-                txn.create(full, value, acl=self._acl)
-            elif value is None:
-                txn.delete(full, version=version)
-            else:
-                txn.set_data(full, value, version=version)
-        for pattern, *_ in chunk:
-            root = change_root(pattern.pattern_type)
-            txn.create(
-                self._p(f"{root}/{CHANGE_PREFIX}"), encode_change(pattern), acl=self._acl,
-                sequence=True,
-            )  # fmt: skip
-        try:
-            outcome = txn.commit_async().get(timeout=self.op_timeout_s)
-        except Exception as exc:
-            raise AclStoreError(
-                f"ZooKeeper {self.hosts}{self.chroot}: writing ACLs failed ({type(exc).__name__}"
-                f" {exc}); the change may or may not have been applied — list the ACLs to check"
-            ) from exc
-        failures = [r for r in outcome if isinstance(r, Exception)]
-        if failures:
-            from kazoo.exceptions import (
-                BadVersionError,
-                NodeExistsError,
-                NoNodeError,
-                NotEmptyError,
-                RolledBackError,
-                RuntimeInconsistency,
-            )
+        """One transaction for ``chunk``; False when a concurrent writer won (retry)."""
+        from kazoo.exceptions import NotEmptyError
 
-            conflict = (BadVersionError, NoNodeError, NodeExistsError, NotEmptyError)
-            # Besides the failing op, ZooKeeper marks the others rolled back (before it) or
-            # RuntimeInconsistency (after it).
-            bystander = (RolledBackError, RuntimeInconsistency)
-            real = [f for f in failures if not isinstance(f, (*conflict, *bystander))]
-            if real:
-                raise AclStoreError(
-                    f"ZooKeeper {self.hosts}{self.chroot}: writing ACLs failed: "
-                    f"{type(real[0]).__name__} {real[0]}"
-                )
+        failures = self.commit(
+            [
+                ZnodeWrite(path, value, version, self._acl)
+                for _pattern, path, value, version, _ in chunk
+                if version is not None or value is not None  # absent and stays absent
+            ],
+            [
+                (f"{change_root(pattern.pattern_type)}/{CHANGE_PREFIX}", encode_change(pattern))
+                for pattern, *_ in chunk
+            ],
+            what="writing ACLs",
+            if_unknown="the change may or may not have been applied — list the ACLs to check",
+            conflicts=(NotEmptyError,),
+        )
+        if failures:
             log.debug("ACL write conflict (%s), retrying", type(failures[0]).__name__)
             return False
         for pattern, *_, bindings in chunk:
@@ -514,7 +492,7 @@ class ZooKeeperAclStore(ZkSyncShell[ZkAclClient], SnapshotPublisher):
         session_timeout_s: float = 18.0,
     ) -> None:
         SnapshotPublisher.__init__(self)
-        self._init_shell(connect, chroot, digest_auth_file, session_timeout_s, split_connect)
+        self._init_shell(connect, chroot, digest_auth_file, session_timeout_s, ZkAclClient.split)
         self._resources: dict[ResourcePattern, Snapshot] = {}
         self._lock = asyncio.Lock()
 

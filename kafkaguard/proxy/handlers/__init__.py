@@ -1,6 +1,6 @@
 """The handler registry: one entry per API key the proxy serves; everything else is refused.
 
-Rules (principle 2, fail closed):
+Rules (``docs/design.md#fail-closed``):
 
 * An API key missing from :data:`REGISTRY` is never forwarded: the connection is closed, as
   Kafka closes a connection that sends an API key it does not know.

@@ -199,13 +199,15 @@ class CreateAclsHandler(ApiHandler):
                 self._whole(schema, result_type, len(bindings), ErrorCode.unknown_server_error)
             )
 
-        async def respond() -> Any:
+        async def respond() -> Respond:
             results = await ctx.create_acls(request, bindings)
-            return codec.make_entity(
-                schema,
-                results=tuple(
-                    result_type(**_error_fields(r.error, _SCHEMA_DEFAULT)) for r in results
-                ),
+            return Respond(
+                codec.make_entity(
+                    schema,
+                    results=tuple(
+                        result_type(**_error_fields(r.error, _SCHEMA_DEFAULT)) for r in results
+                    ),
+                )
             )
 
         return RespondLater(respond)
@@ -245,7 +247,7 @@ class DeleteAclsHandler(ApiHandler):
             return Respond(codec.make_entity(schema, filter_results=(denied,) * len(body.filters)))
         filters = [acl_filter(f) for f in body.filters]
 
-        async def respond() -> Any:
+        async def respond() -> Respond:
             results = await ctx.delete_acls(request, filters)
             # DeleteAclsResponse.filterResult / matchingAcl.
             filter_results = tuple(
@@ -267,7 +269,7 @@ class DeleteAclsHandler(ApiHandler):
                 )
                 for result in results
             )
-            return codec.make_entity(schema, filter_results=filter_results)
+            return Respond(codec.make_entity(schema, filter_results=filter_results))
 
         return RespondLater(respond)
 

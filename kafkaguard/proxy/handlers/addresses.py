@@ -1,4 +1,5 @@
-"""Broker addresses in responses (principle 4: clients never see one).
+"""Broker addresses in responses: clients never see one
+(``docs/design.md#clients-never-see-a-broker-address``).
 
 Every host/port a response carries is replaced by the proxy's own address for that node id on
 the client's listener; the broker's real address is remembered so the proxy can connect to it.

@@ -3,7 +3,8 @@
 The request is forwarded so the client receives the broker's own feature fields (KIP-584
 finalized features matter to KIP-848 consumers), but the ``api_keys`` list is narrowed to the
 intersection of what the broker advertises, what kio can decode and what the proxy has a
-handler for. A version the proxy cannot parse is never advertised (principle 2).
+handler for. A version the proxy cannot parse is never advertised
+(``docs/design.md#fail-closed``).
 
 A client on a SASL listener that has not authenticated yet has no broker connection (nothing
 it sends may make the proxy connect to a broker), so its ApiVersions is answered by the proxy:
@@ -22,10 +23,6 @@ import dataclasses
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
-
-from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
-from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
-from kio.static.primitive import i16
 
 from kafkaguard.protocol.codec import (
     API_NAMES,
@@ -66,10 +63,9 @@ class ApiVersionsHandler(ApiHandler):
         return Forward(rewrite=rewrite)
 
     def unsupported_version(self, header: RequestHeaderInfo, ctx: HandlerContext) -> Verdict:
-        entries = _advertised(ctx, ApiVersionV0, API_NAMES)
-        return Respond(
-            ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=entries)
-        )
+        schema = response_schema(self.api_key, 0)
+        entries = _advertised(ctx, nested_type(schema, "api_keys"), API_NAMES)
+        return Respond(make_entity(schema, ErrorCode.unsupported_version, api_keys=entries))
 
 
 def _narrowed(ctx: HandlerContext, response: Any) -> Any:
@@ -108,11 +104,7 @@ def _advertised(
 ) -> tuple[Any, ...]:
     """One ``entry_type`` per API key with a supported version, in key order."""
     return tuple(
-        entry_type(
-            api_key=i16(api_key),
-            min_version=i16(supported.start),
-            max_version=i16(supported.stop - 1),
-        )
+        entry_type(api_key=api_key, min_version=supported.start, max_version=supported.stop - 1)
         for api_key in sorted(api_keys)
         if (supported := ctx.supported_versions(api_key))
     )

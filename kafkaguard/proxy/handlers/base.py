@@ -47,6 +47,7 @@ from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
 
 if TYPE_CHECKING:
+    from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
     from kafkaguard.proxy.session import Session
 
 ResponseRewrite = Callable[[ResponsePayload], ResponsePayload]
@@ -80,6 +81,10 @@ class Forward:
 @dataclass(frozen=True, slots=True)
 class Respond:
     response: ResponsePayload
+    close_after: str | None = None
+    """Read nothing more; close the connection, with this reason, once every pending response
+    has been written (a failed SASL authentication: ``SaslServerAuthenticator`` answers, then
+    closes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,7 @@ class RespondLater:
     """The proxy answers after awaiting ``response()`` (e.g. an ACL change persisted to a
     store); later requests still wait behind it for their responses."""
 
-    response: Callable[[], Awaitable[ResponsePayload]]
+    response: Callable[[], Awaitable[Respond]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,11 @@ class HandlerContext(Protocol):
     @property
     def connection_state(self) -> ConnectionState:
         """What handlers keep for this connection between its requests."""
+        ...
+
+    @property
+    def sasl(self) -> SaslAuthenticator | None:
+        """The connection's SASL state machine; None on listeners without SASL."""
         ...
 
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
@@ -209,7 +219,9 @@ class HandlerContext(Protocol):
 
 
 class ApiHandler:
-    """Base: forward the original bytes. Subclasses override what they must."""
+    """Base of the per-API handlers. It forwards nothing: a handler that does not decide
+    closes the connection (docs/design.md#fail-closed), so every API key is handled
+    explicitly."""
 
     api_key: ClassVar[int]
     max_version: ClassVar[int | None] = None
@@ -227,7 +239,7 @@ class ApiHandler:
         return range(known.start, min(known.stop, self.max_version + 1))
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        return FORWARD
+        return Close(f"{type(self).__name__} does not decide api key {self.api_key}")
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         """The topic ids the request names (id-keyed versions). Ids the proxy has not seen yet

@@ -1,11 +1,11 @@
 """Cluster administration: APIs authorized by one operation on the CLUSTER resource, and
 DescribeCluster.
 
-Whole-request checks (spec §5 rows; ``AuthHelper.authorizeClusterOperation`` or the
+Whole-request checks (``AuthHelper.authorizeClusterOperation`` or the
 ``authorize(…, CLUSTER, CLUSTER_NAME)`` test at the top of the ``KafkaApis``/``ControllerApis``
 handler): allowed → the client's bytes are forwarded unchanged; denied → the proxy answers
 CLUSTER_AUTHORIZATION_FAILED (31) itself, shaped like that API's
-``XxxRequest.getErrorResponse`` (§5.2), and nothing reaches the broker.
+``XxxRequest.getErrorResponse``, and nothing reaches the broker.
 
 Error messages: ``AuthHelper.authorizeClusterOperation`` throws
 ``ClusterAuthorizationException(s"Request $request needs $operation permission.")`` — the

@@ -34,7 +34,7 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, chain, entity, merge_rewrite
+from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, entity, merge_rewrite, split
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 _DELETE_OP = 1  # AlterConfigOp.OpType.DELETE: the only incremental op whose value may be null
@@ -147,12 +147,7 @@ def _forward_authorized(
         return FORWARD if rewrite is None else Forward(rewrite=rewrite)
     merge = merge_rewrite(keys, local, field, _key)
     kept = tuple(r for r in body.resources if _key(r) not in local)
-    if not kept:
-        schema = codec.response_schema(request.header.api_key, request.header.api_version)
-        empty: dict[str, Any] = {field: ()}
-        return Respond(merge(entity(schema, **empty)))
-    reduced = codec.replace(body, resources=kept, **(changes or {}))
-    return Forward(request=reduced, rewrite=chain(rewrite, merge))
+    return split(request, "resources", kept, field, merge, rewrite=rewrite, changes=changes)
 
 
 class DescribeConfigsHandler(ApiHandler):
@@ -215,7 +210,9 @@ class _AlterConfigsHandler(ApiHandler):
 
     incremental: bool
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(  # noqa: C901 - one branch per resource type, as KafkaApis.handleAlterConfigsRequest
+        self, request: Request, ctx: HandlerContext
+    ) -> Verdict:
         body: Any = request.body
         schema = codec.response_schema(self.api_key, request.header.api_version)
         result_type = codec.nested_type(schema, "responses")
@@ -264,7 +261,8 @@ class _AlterConfigsHandler(ApiHandler):
                 unvalidated.append(resource)
             else:
                 # An address config is never sent for validation: a broker's message about an
-                # invalid listener may quote its real listeners (Kafka 3.x did), principle 4.
+                # invalid listener may quote its real listeners (Kafka 3.x's
+                # DynamicListenerConfig did): docs/design.md#clients-never-see-a-broker-address.
                 reject(resource, code)
         probes = {_key(r) for r in unvalidated}
         applied = any(_key(r) not in local and _key(r) not in probes for r in body.resources)

@@ -30,7 +30,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.groups import GroupGateHandler
-from kafkaguard.proxy.handlers.responses import chain, response_type, whole_error
+from kafkaguard.proxy.handlers.responses import chain, response_type, split, whole_error
 
 
 class SubscribedTopicsGateHandler(GroupGateHandler):
@@ -119,26 +119,26 @@ class DescribedGroupsHandler(ApiHandler):
                 )
         kept = tuple(g for g in ids if g not in denied)
         errors = tuple(denied[g][0] for g in ids if g in denied)  # one per occurrence
-        if not kept:
-            return Respond(codec.make_entity(response_type(request), groups=errors))
         fill = (
             authorized_operations_rewrite(request, ctx)
             if body.include_authorized_operations
             else None
         )
+
+        def check_topics(response: Any) -> Any:
+            return self._check_topics(request, ctx, group_type, response)
+
+        if kept and not denied:
+            return Forward(rewrite=chain(check_topics, fill))
         sent = set(kept)
 
         def errors_first(response: Any) -> Any:
             broker = tuple(g for g in response.groups if g.group_id in sent)
             return codec.replace(response, groups=errors + broker)
 
-        merge = errors_first if denied else None
-
-        def check_topics(response: Any) -> Any:
-            return self._check_topics(request, ctx, group_type, response)
-
-        new_body = codec.replace(body, group_ids=kept) if denied else None
-        return Forward(request=new_body, rewrite=chain(check_topics, fill, merge))
+        return split(
+            request, "group_ids", kept, "groups", errors_first, rewrite=chain(check_topics, fill)
+        )
 
     def _check_topics(
         self, request: Request, ctx: HandlerContext, group_type: type[Any], response: Any

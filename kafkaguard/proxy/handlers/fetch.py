@@ -45,7 +45,7 @@ session id). Sessionless clients (epoch −1) never pay for the mirror.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,7 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.skim import fetch_response_has_node_endpoints
 from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
 from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import CLUSTER, authorize_topics, is_allowed
+from kafkaguard.proxy.handlers.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
 from kafkaguard.proxy.handlers.base import (
     ApiHandler,
     Forward,
@@ -65,11 +65,10 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import chain
+from kafkaguard.proxy.handlers.responses import chain, split
 
-TopicKey = str | uuid.UUID
-"""A topic name (v4–12) or topic id (v13+), as the request names it."""
 PartitionKey = tuple[TopicKey, int]
+"""A partition as the request names it: topic name (v4–12) or topic id (v13+), and index."""
 
 _CHECKED_BEFORE_READING = frozenset(
     {
@@ -125,6 +124,72 @@ def connection_sessions(ctx: HandlerContext) -> FetchSessions:
     return ctx.connection_state.get(FetchSessions)
 
 
+@dataclass(frozen=True, slots=True)
+class _Fetch:
+    """What the handler reads of a Fetch request."""
+
+    version: int
+    tkey: str
+    """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
+    session_id: int
+    epoch: int
+    """−1 without sessions (v0–6, or a sessionless client), 0 opens one, > 0 continues one."""
+    requested: dict[PartitionKey, Any]
+    """Partition → its request entry, in request order."""
+
+    @classmethod
+    def of(cls, request: Request) -> _Fetch:
+        body: Any = request.body
+        version = request.header.api_version
+        tkey = "topic" if version < 13 else "topic_id"
+        sessions_on = version >= 7
+        return cls(
+            version,
+            tkey,
+            int(body.session_id) if sessions_on else 0,
+            int(body.session_epoch) if sessions_on else -1,
+            {(getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _MirrorUpdate:
+    """A session mirror after an incremental request, and what the broker's session held
+    before it (what may need forgetting upstream)."""
+
+    mirror: SessionMirror
+    broker_has: set[PartitionKey]
+    """Partitions of the broker's session before this request."""
+
+
+def _update_mirror(ctx: HandlerContext, body: Any, fetch: _Fetch) -> _MirrorUpdate | None:
+    """The session-mirror step (KIP-227): apply an incremental request to the proxy's copy of
+    the client's session as the broker applies it to its own (``FetchSession.update``: add or
+    update the named partitions, then drop the forgotten ones). ``None`` when the request must
+    be answered FETCH_SESSION_ID_NOT_FOUND (70): a session not created on this connection (or
+    at another version), or one grown past :data:`MAX_SESSION_PARTITIONS` (its mirror is
+    dropped)."""
+    sessions = connection_sessions(ctx)
+    mirror = sessions.by_id.get(fetch.session_id)
+    if mirror is None or mirror.version != fetch.version:
+        return None
+    broker_has = {k for k in mirror.partitions if k not in mirror.withheld}
+    mirror.partitions.update(fetch.requested)
+    for key in _forgotten(body, fetch.tkey):
+        mirror.partitions.pop(key, None)
+        mirror.withheld.pop(key, None)
+    if len(mirror.partitions) > MAX_SESSION_PARTITIONS:
+        del sessions.by_id[fetch.session_id]
+        return None
+    return _MirrorUpdate(mirror, broker_has)
+
+
+def _forgotten(body: Any, tkey: str) -> Iterator[PartitionKey]:
+    for topic in body.forgotten_topics_data:
+        for index in topic.partitions:
+            yield getattr(topic, tkey), index
+
+
 def _is_follower(body: Any) -> bool:
     state = getattr(body, "replica_state", None)
     replica_id = state.replica_id if state is not None else getattr(body, "replica_id", -1)
@@ -140,66 +205,24 @@ class FetchHandler(ApiHandler):
 
     # -- deciding ----------------------------------------------------------------------------
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
-        version = request.header.api_version
-        tkey = "topic" if version < 13 else "topic_id"
-        sessions_on = version >= 7
-        session_id = int(body.session_id) if sessions_on else 0
-        epoch = int(body.session_epoch) if sessions_on else -1
-        requested: dict[PartitionKey, Any] = {
-            (getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions
-        }
-        mirror: SessionMirror | None = None
-        if epoch > 0:
-            mirror = connection_sessions(ctx).by_id.get(session_id)
-            if mirror is None or mirror.version != version:
+        fetch = _Fetch.of(request)
+        if fetch.epoch > 0:
+            update = _update_mirror(ctx, request.body, fetch)
+            if update is None:
                 return Respond(self._session_error(request))
-            broker_has = {k for k in mirror.partitions if k not in mirror.withheld}
-            mirror.partitions.update(requested)
-            for forgotten in body.forgotten_topics_data:
-                for index in forgotten.partitions:
-                    mirror.partitions.pop((getattr(forgotten, tkey), index), None)
-                    mirror.withheld.pop((getattr(forgotten, tkey), index), None)
-            if len(mirror.partitions) > MAX_SESSION_PARTITIONS:
-                del connection_sessions(ctx).by_id[session_id]
-                return Respond(self._session_error(request))
-            context = list(mirror.partitions)
-        else:
-            if sessions_on and session_id:  # epoch 0/-1 with an id closes that session
-                connection_sessions(ctx).by_id.pop(session_id, None)
-            context = list(requested)
-        # Everything sent upstream is authorized: the context (Kafka's check) plus partitions
-        # named in ``topics`` and also forgotten by the same request, which leave the session
-        # (Kafka adds, then forgets) yet would still be forwarded.
-        also_sent = [k for k in requested if k not in mirror.partitions] if mirror else []
-        checked = self._decide(request, ctx, body, version, context + also_sent)
-        denied = {
-            k: code for k, code in checked.items() if mirror is None or k in mirror.partitions
-        }
-
-        if mirror is None:
-            return self._full(request, ctx, body, version, requested, denied, epoch == 0)
-        dropped = [k for k in also_sent if k in checked]
-        forget = [k for k in denied if k in broker_has]
-        readd = [k for k in mirror.withheld if k not in denied and k not in requested]
-        mirror.withheld = denied
-        if not denied and not readd and not dropped:
-            return self._forward(request, ctx, None, None)
-        upstream = self._incremental_request(body, tkey, mirror, requested, checked, forget, readd)
-        return self._forward(request, ctx, upstream, self._merger(request, context, denied))
+            return self._incremental(request, ctx, fetch, update)
+        if fetch.session_id:  # epoch 0/-1 with an id closes that session
+            connection_sessions(ctx).by_id.pop(fetch.session_id, None)
+        denied = self._decide(request, ctx, list(fetch.requested))
+        return self._full(request, ctx, fetch, denied)
 
     def _decide(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        body: Any,
-        version: int,
-        partitions: list[PartitionKey],
+        self, request: Request, ctx: HandlerContext, partitions: list[PartitionKey]
     ) -> dict[PartitionKey, ErrorCode]:
         """Denied partitions of the fetch context, in context order."""
         if not partitions:
             return {}
-        if _is_follower(body):
+        if _is_follower(request.body):
             if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
                 return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
             topics: dict[TopicKey, ErrorCode] = {
@@ -216,16 +239,15 @@ class FetchHandler(ApiHandler):
         self,
         request: Request,
         ctx: HandlerContext,
-        body: Any,
-        version: int,
-        requested: dict[PartitionKey, Any],
+        fetch: _Fetch,
         denied: dict[PartitionKey, ErrorCode],
-        new_session: bool,
     ) -> Verdict:
-        order = list(requested)
+        body: Any = request.body
+        requested = fetch.requested
+        new_session = fetch.epoch == 0
         sessionless = new_session and len(requested) > MAX_SESSION_PARTITIONS
         learn = (
-            self._session_learner(ctx, version, requested, denied)
+            self._session_learner(ctx, fetch.version, requested, denied)
             if new_session and not sessionless
             else None
         )
@@ -233,14 +255,11 @@ class FetchHandler(ApiHandler):
         if not denied:
             upstream = codec.replace(body, **changes) if changes else None
             return self._forward(request, ctx, upstream, learn)
-        tkey = "topic" if version < 13 else "topic_id"
-        kept = self._topics(body, tkey, [k for k in requested if k not in denied], requested)
-        merge = self._merger(request, order, denied)
-        if not kept:
-            schema = codec.response_schema(1, version)
-            return Respond(merge(codec.make_entity(schema, responses=())))
-        upstream = codec.replace(body, topics=kept, **changes)
-        return self._forward(request, ctx, upstream, chain(learn, merge))
+        kept = self._topics(body, fetch.tkey, [k for k in requested if k not in denied], requested)
+        merge = self._merger(request, list(requested), denied)
+        # With a merge the response is always decoded: ``_forward``'s skim has no part here.
+        rewrite = chain(node_endpoints_rewrite(request, ctx), learn)
+        return split(request, "topics", kept, "responses", merge, rewrite=rewrite, changes=changes)
 
     def _session_learner(
         self,
@@ -260,6 +279,32 @@ class FetchHandler(ApiHandler):
         return learn
 
     # -- incremental fetches -------------------------------------------------------------------
+    def _incremental(
+        self, request: Request, ctx: HandlerContext, fetch: _Fetch, update: _MirrorUpdate
+    ) -> Verdict:
+        """The authorization step of an incremental fetch: the whole session is authorized,
+        as ``handleFetchRequest`` authorizes its fetch context, and the broker's session is
+        kept to what is authorized: newly denied partitions are forgotten upstream, regranted
+        ones re-added."""
+        mirror, requested = update.mirror, fetch.requested
+        context = list(mirror.partitions)
+        # Everything sent upstream is authorized: the context (Kafka's check) plus partitions
+        # named in ``topics`` and also forgotten by the same request, which leave the session
+        # (Kafka adds, then forgets) yet would still be forwarded.
+        also_sent = [k for k in requested if k not in mirror.partitions]
+        checked = self._decide(request, ctx, context + also_sent)
+        denied = {k: code for k, code in checked.items() if k in mirror.partitions}
+        dropped = [k for k in also_sent if k in checked]
+        forget = [k for k in denied if k in update.broker_has]
+        readd = [k for k in mirror.withheld if k not in denied and k not in requested]
+        mirror.withheld = denied
+        if not denied and not readd and not dropped:
+            return self._forward(request, ctx, None, None)
+        upstream = self._incremental_request(
+            request.body, fetch.tkey, mirror, requested, checked, forget, readd
+        )
+        return self._forward(request, ctx, upstream, self._merger(request, context, denied))
+
     def _incremental_request(
         self,
         body: Any,

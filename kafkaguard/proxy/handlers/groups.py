@@ -1,6 +1,6 @@
 """Classic group APIs: FindCoordinator, Join/Heartbeat/Leave/SyncGroup, Describe/List/DeleteGroups.
 
-Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, spec §5 rows 10–16 and 42). The
+Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, api keys 10–16 and 42). The
 module also holds :class:`GroupGateHandler`, the whole-request group gate the other group
 families build on.
 """
@@ -33,11 +33,10 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.responses import (
-    chain,
     entity,
-    merge_in_request_order,
     merge_rewrite,
     response_type,
+    split,
     whole_error,
 )
 
@@ -167,19 +166,14 @@ class FindCoordinatorHandler(ApiHandler):
                 )
             )
         kept = tuple(k for k in keys if k not in entries)
-        if not kept:
-            return Respond(
-                codec.make_entity(
-                    response_type(request),
-                    coordinators=merge_in_request_order(keys, entries, (), _coordinator_key),
-                )
-            )
-        return Forward(
-            request=codec.replace(body, coordinator_keys=kept),
-            rewrite=chain(
-                coordinators_rewrite(ctx),
-                merge_rewrite(keys, entries, "coordinators", _coordinator_key),
-            ),
+        merge = merge_rewrite(keys, entries, "coordinators", _coordinator_key)
+        return split(
+            request,
+            "coordinator_keys",
+            kept,
+            "coordinators",
+            merge,
+            rewrite=coordinators_rewrite(ctx),
         )
 
     @staticmethod
@@ -232,15 +226,13 @@ class DescribeGroupsHandler(ApiHandler):
             )
         kept = tuple(g for g in ids if g not in entries)
         errors = tuple(entries[g][0] for g in ids if g in entries)
-        if not kept:
-            return Respond(codec.make_entity(response_type(request), groups=errors))
         sent = set(kept)
 
         def errors_first(response: Any) -> Any:
             broker = tuple(g for g in response.groups if g.group_id in sent)
             return codec.replace(response, groups=errors + broker)
 
-        return Forward(request=codec.replace(body, groups=kept), rewrite=chain(fill, errors_first))
+        return split(request, "groups", kept, "groups", errors_first, rewrite=fill)
 
 
 def _group_key(entry: Any) -> str:
@@ -296,15 +288,13 @@ class DeleteGroupsHandler(ApiHandler):
         }
         kept = tuple(g for g in distinct if g in allowed)
         errors = tuple(entries[g][0] for g in distinct if g in entries)
-        if not kept:
-            return Respond(codec.make_entity(response_type(request), results=errors))
         sent = set(kept)
 
         def errors_last(response: Any) -> Any:
             broker = tuple(r for r in response.results if r.group_id in sent)
             return codec.replace(response, results=broker + errors)
 
-        return Forward(request=codec.replace(body, groups_names=kept), rewrite=errors_last)
+        return split(request, "groups_names", kept, "results", errors_last)
 
 
 HANDLERS: list[ApiHandler] = [

@@ -1,7 +1,7 @@
 """Committed offsets: OffsetCommit (8), OffsetFetch (9), OffsetDelete (47).
 
-The group check always comes first (spec §5.3: a principal without group access learns nothing
-about topics), then the topics, as in ``KafkaApis.handleOffsetCommitRequest``,
+The group check always comes first (a principal without group access learns nothing about
+topics), then the topics, as in ``KafkaApis.handleOffsetCommitRequest``,
 ``handleOffsetFetchRequest`` (``fetchOffsetsForGroup`` / ``fetchAllOffsetsForGroup``) and
 ``handleOffsetDeleteRequest``.
 
@@ -46,6 +46,7 @@ from kafkaguard.proxy.handlers.responses import (
     merge_rewrite,
     partition_errors,
     response_type,
+    split,
     topic_entries,
     whole_error,
 )
@@ -82,17 +83,15 @@ class GroupTopicsHandler(GroupGateHandler):
         entries = self.denied_topics(request, body, denied)
         merge = merge_rewrite(keys, entries, self.response_topics, topic_key)
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
-        if not kept:
-            empty: dict[str, Any] = {self.response_topics: ()}
-            return Respond(merge(entity(response_type(request), **empty)))
 
         def rewrite(response: Any) -> Any:
             return response if response.error_code != ErrorCode.none else merge(response)
 
-        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
+        # The proxy's own answer has no top-level error, so ``rewrite`` merges it.
+        return split(request, "topics", kept, self.response_topics, rewrite)
 
 
-def authorize_group_offsets(
+def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic checks in Kafka's order
     request: Request,
     ctx: HandlerContext,
     partition_indexes: Callable[[Any], Iterable[int]],
@@ -268,9 +267,7 @@ class OffsetCommitHandler(GroupGateHandler):
         topic_type = codec.nested_type(response_type(request), "topics")
         merge = builder_merge(topic_type, body.topics, denied, _partition_indexes)
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
-        if not kept:
-            return Respond(merge(codec.make_entity(response_type(request), topics=())))
-        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
+        return split(request, "topics", kept, "topics", merge)
 
 
 # -- OffsetDelete ------------------------------------------------------------------------------

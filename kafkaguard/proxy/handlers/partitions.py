@@ -3,7 +3,8 @@ DescribeProducers (61).
 
 All four follow one pattern from ``KafkaApis``: one authorization decision per topic, every
 partition of a denied topic answered TOPIC_AUTHORIZATION_FAILED (29) without any existence
-check (spec §5.3), the authorized topics forwarded in a reduced request, and the denied entries
+check (Kafka authorizes before it looks a topic up, so a denied principal cannot learn whether
+the topic exists), the authorized topics forwarded in a reduced request, and the denied entries
 merged back in the request's order. When nothing is authorized the proxy answers by itself.
 
 * ListOffsets — ``handleListOffsetRequestV1AndAbove``: DESCRIBE TOPIC per topic
@@ -29,10 +30,9 @@ from kafkaguard.proxy.handlers.authz import CLUSTER, filter_authorized, is_allow
 from kafkaguard.proxy.handlers.base import (
     FORWARD,
     ApiHandler,
-    Forward,
     HandlerContext,
     Request,
-    Respond,
+    ResponseRewrite,
     Verdict,
 )
 from kafkaguard.proxy.handlers.responses import (
@@ -40,6 +40,7 @@ from kafkaguard.proxy.handlers.responses import (
     merge_in_request_order,
     merge_rewrite,
     partition_errors,
+    split,
 )
 
 Denial = tuple[ErrorCode, str | None]
@@ -100,23 +101,26 @@ class PerTopicHandler(ApiHandler):
             return FORWARD
         entries = self._denied_entries(request, body, denied)
         kept = tuple(e for e in body.topics if getattr(e, self.request_name) not in denied)
-        schema = codec.response_schema(self.api_key, request.header.api_version)
-        if not kept:
-            topics = merge_in_request_order(names, entries, (), self._response_key)
-            return Respond(codec.make_entity(schema, topics=topics))
-
         # the merge keeps only broker topics that were sent (named and not denied)
-        if self.denied_last:
-            sent = [n for n in names if n not in denied]
-            tail = merge_in_request_order(names, entries, (), self._response_key)
+        merge = (
+            self._denied_after(names, denied, entries)
+            if self.denied_last
+            else merge_rewrite(names, entries, "topics", self._response_key)
+        )
+        return split(request, "topics", kept, "topics", merge)
 
-            def merge(response: Any) -> Any:
-                head = merge_in_request_order(sent, {}, response.topics, self._response_key)
-                return codec.replace(response, topics=head + tail)
+    def _denied_after(
+        self, names: list[str], denied: Mapping[str, Denial], entries: dict[str, list[Any]]
+    ) -> ResponseRewrite:
+        """The :attr:`denied_last` merge: the broker's topics, then the denied ones."""
+        sent = [n for n in names if n not in denied]
+        tail = merge_in_request_order(names, entries, (), self._response_key)
 
-            return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
-        rewrite = merge_rewrite(names, entries, "topics", self._response_key)
-        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
+        def merge(response: Any) -> Any:
+            head = merge_in_request_order(sent, {}, response.topics, self._response_key)
+            return codec.replace(response, topics=head + tail)
+
+        return merge
 
     def _response_key(self, entry: Any) -> str:
         name: str = getattr(entry, self.response_name)

@@ -14,7 +14,7 @@ Checks, in Kafka's order:
 when an acks=0 produce fails. Allowed ``acks=0`` requests take no reply slot.
 
 Whether a batch is transactional is read from the batch header's attributes (bit 4) only;
-records are never decoded (principle 1).
+records are never decoded (``docs/design.md#forwarded-untouched``).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.responses import (
-    chain,
     merge_in_request_order,
     merge_rewrite,
     partition_errors,
+    split,
 )
 
 _TRANSACTIONAL_FLAG = 0x10
@@ -100,13 +100,9 @@ class ProduceHandler(ApiHandler):
             return Close("acks=0 Produce to a topic it may not write (Kafka closes too)")
         entries = self._denied_entries(request, body, denied)
         kept = tuple(e for e in body.topic_data if topic_key(e) not in denied)
-        if not kept:
-            return Respond(self._response(request, keys, entries))
         merge = merge_rewrite(keys, entries, "responses", topic_key)
-        return Forward(
-            request=codec.replace(body, topic_data=kept),
-            rewrite=chain(node_endpoints_rewrite(request, ctx), merge),
-        )
+        endpoints = node_endpoints_rewrite(request, ctx)
+        return split(request, "topic_data", kept, "responses", merge, rewrite=endpoints)
 
     def _deny(self, request: Request, body: Any, code: ErrorCode) -> Verdict:
         if body.acks == 0:

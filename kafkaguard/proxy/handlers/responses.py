@@ -1,5 +1,6 @@
-"""Helpers that build what the proxy answers: error entries, whole error responses, and the
-merge of synthesized entries into the broker's answer.
+"""Helpers that build what the proxy answers: error entries, whole error responses, the
+merge of synthesized entries into the broker's answer, and the verdict of a request the proxy
+answers in part (:func:`split`).
 
 Kafka builds these with ``XxxRequest.getErrorResponse`` and the response builders; the proxy
 builds them for whatever version the client speaks with :func:`entity`, and puts the entries
@@ -21,7 +22,7 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.proxy.handlers.authz import TopicKey, topic_key
-from kafkaguard.proxy.handlers.base import Request, ResponseRewrite
+from kafkaguard.proxy.handlers.base import Forward, Request, Respond, ResponseRewrite
 
 K = TypeVar("K")
 E = TypeVar("E")
@@ -94,7 +95,9 @@ def response_type(request: Request) -> type[Any]:
 
 
 def whole_error(request: Request, code: ErrorCode, *, message: bool = False, **values: Any) -> Any:
-    """``XxxRequest.getErrorResponse`` for a schema with a top-level error (spec §5.2)."""
+    """``XxxRequest.getErrorResponse`` for a schema with a top-level error: the code (and,
+    with ``message``, ``Errors.message()``) at the top, every list empty unless ``values``
+    fills it."""
     return entity(response_type(request), code, message=message, **values)
 
 
@@ -208,3 +211,31 @@ def chain(*steps: ResponseRewrite | None) -> ResponseRewrite | None:
         return response
 
     return run
+
+
+def split(
+    request: Request,
+    field: str,
+    kept: Sequence[Any],
+    answer_field: str,
+    merge: ResponseRewrite,
+    *,
+    rewrite: ResponseRewrite | None = None,
+    changes: Mapping[str, Any] | None = None,
+) -> Forward | Respond:
+    """The verdict for a request the proxy answers in part: forward the body with only
+    ``kept`` in its ``field`` (and ``changes``), and ``merge`` the proxy's own entries into the
+    broker's answer, after ``rewrite`` (which applies to what the broker answered only).
+
+    When nothing is left to forward the proxy answers alone: ``merge`` over the empty response
+    (``answer_field`` empty), as ``KafkaApis`` mostly answers without the coordinator or
+    controller once every item is rejected. Where Kafka would still call them with an empty
+    list, the proxy answers alone all the same: a broker that reads an empty list as "every
+    item" would act on items nobody authorized (``docs/design.md#fail-closed``; the split itself is
+    ``docs/design.md#forwarded-untouched``)."""
+    if not kept:
+        empty: dict[str, Any] = {answer_field: ()}
+        return Respond(merge(entity(response_type(request), **empty)))
+    original: Any = request.body
+    body = codec.replace(original, **{field: tuple(kept)}, **(changes or {}))
+    return Forward(request=body, rewrite=chain(rewrite, merge))

@@ -30,7 +30,6 @@ from kafkaguard.proxy.handlers.base import (
     Forward,
     HandlerContext,
     Request,
-    Respond,
     Verdict,
 )
 from kafkaguard.proxy.handlers.responses import (
@@ -38,6 +37,7 @@ from kafkaguard.proxy.handlers.responses import (
     entity,
     merge_in_request_order,
     merge_rewrite,
+    split,
 )
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
@@ -112,9 +112,7 @@ class CreateTopicsHandler(ApiHandler):
         if not local:
             return Forward(rewrite=rewrite)
         kept = tuple(t for t in body.topics if t.name not in local)
-        if not kept:
-            return Respond(rewrite(entity(schema, topics=())))
-        return Forward(request=codec.replace(body, topics=kept), rewrite=rewrite)
+        return split(request, "topics", kept, "topics", rewrite)
 
 
 def _name(entry: Any) -> Any:
@@ -216,7 +214,9 @@ class _DeletionChecks:
     describable: Collection[str]
     deletable: Collection[str]
 
-    def verdict(self, existing: Collection[str] | None) -> Verdict:
+    def verdict(  # noqa: C901 - DeleteTopics' per-entry outcomes (by name, by id, duplicate, unknown)
+        self, existing: Collection[str] | None
+    ) -> Verdict:
         """``existing``: which describable, undeletable names exist (None: not asked)."""
         request, items, resolved = self.request, self.items, self.resolved
         body: Any = request.body
@@ -277,14 +277,10 @@ class _DeletionChecks:
                 response, responses=_merge_deletions(items, answers, response.responses)
             )
 
-        if not forwarded:
-            return Respond(merge(entity(schema, responses=())))
         if by_id:
             kept = tuple(t for t, a in zip(body.topics, answers, strict=True) if a is None)
-            reduced = codec.replace(body, topics=kept)
-        else:
-            reduced = codec.replace(body, topic_names=tuple(n for n, _ in forwarded))
-        return Forward(request=reduced, rewrite=merge)
+            return split(request, "topics", kept, "responses", merge)
+        return split(request, "topic_names", [n for n, _ in forwarded], "responses", merge)
 
 
 def _nonzero(topic_id: UUID | None) -> UUID | None:
@@ -347,9 +343,7 @@ class CreatePartitionsHandler(ApiHandler):
             return FORWARD
         merge = merge_rewrite(names, local, "results", _name)
         kept = tuple(t for t in body.topics if t.name not in local)
-        if not kept:
-            return Respond(merge(entity(schema, results=())))
-        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
+        return split(request, "topics", kept, "results", merge)
 
 
 HANDLERS: list[ApiHandler] = [

@@ -39,12 +39,14 @@ from kafkaguard.proxy.handlers.responses import (
     entity,
     merge_in_request_order,
     partition_errors,
+    split,
     whole_error,
 )
 
 
 def _whole(request: Request, code: ErrorCode, **values: Any) -> Respond:
-    """A response with the top-level ``error_code`` (§5.2) and nothing else of substance."""
+    """A response with the top-level ``error_code`` and nothing else of substance
+    (``XxxRequest.getErrorResponse``)."""
     return Respond(whole_error(request, code, **values))
 
 
@@ -254,13 +256,7 @@ class TxnOffsetCommitHandler(ApiHandler):
             topic_type, body.topics, denied, lambda t: [p.partition_index for p in t.partitions]
         )
         kept = tuple(t for t in body.topics if t.name not in denied)
-        if not kept:
-            return Respond(merge(entity(schema, topics=())))
-        return Forward(request=codec.replace(body, topics=kept), rewrite=merge)
-
-
-def _name(entry: Any) -> Any:
-    return entry.name
+        return split(request, "topics", kept, "topics", merge)
 
 
 class DescribeTransactionsHandler(ApiHandler):
@@ -300,14 +296,10 @@ class DescribeTransactionsHandler(ApiHandler):
                 return response
             return codec.replace(response, transaction_states=states)
 
-        if not allowed:
-            states = merge_in_request_order(ids, denied, (), lambda s: s.transactional_id)
-            return Respond(entity(schema, transaction_states=states))
-        if not denied:
+        if allowed and not denied:
             return Forward(rewrite=rewrite)
-        return Forward(
-            request=codec.replace(body, transactional_ids=tuple(allowed)), rewrite=rewrite
-        )
+        # With nothing allowed, ``rewrite`` over the empty answer is the denied states alone.
+        return split(request, "transactional_ids", allowed, "transaction_states", rewrite)
 
 
 def _filter_state_topics(request: Request, ctx: HandlerContext, states: Any) -> Any:

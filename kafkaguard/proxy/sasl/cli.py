@@ -182,7 +182,7 @@ def _read_password(from_stdin: bool) -> str:
     return password
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: C901 - one branch per kafka-configs.sh action and error
     try:
         target = _zookeeper_target(args)
         if target is not None:

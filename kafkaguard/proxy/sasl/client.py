@@ -36,17 +36,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from kio.schema.sasl_authenticate.v0.request import (
-    SaslAuthenticateRequest as SaslAuthenticateRequestV0,
-)
-from kio.schema.sasl_authenticate.v1.request import (
-    SaslAuthenticateRequest as SaslAuthenticateRequestV1,
-)
-from kio.schema.sasl_authenticate.v2.request import (
-    SaslAuthenticateRequest as SaslAuthenticateRequestV2,
-)
-from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-
 from kafkaguard.config_tree import ConfigSection
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import ProtocolError
@@ -63,11 +52,6 @@ CORRELATION_BASE: Final = 0x4B470000
 """First correlation id of the proxy's own SASL requests ("KG"); nothing else is in flight on
 the connection while they are, so any value would do — a distinctive one reads well in a
 broker's request log."""
-_AUTHENTICATE_SCHEMAS: Final = {
-    0: SaslAuthenticateRequestV0,
-    1: SaslAuthenticateRequestV1,
-    2: SaslAuthenticateRequestV2,
-}
 
 
 class UpstreamAuthenticationError(Exception):
@@ -312,10 +296,12 @@ class UpstreamSaslExchange:
         return codec.encode_request(body, self._correlation_id, CLIENT_ID)
 
     def _authenticate(self, token: bytes) -> bytes:
-        return self._request(_AUTHENTICATE_SCHEMAS[self.version](auth_bytes=token))
+        schema = codec.request_schema(SASL_AUTHENTICATE, self.version)
+        return self._request(codec.make_entity(schema, auth_bytes=token))
 
     def start(self) -> bytes:
-        return self._request(SaslHandshakeRequest(mechanism=self.mechanism))
+        schema = codec.request_schema(SASL_HANDSHAKE, 1)
+        return self._request(codec.make_entity(schema, mechanism=self.mechanism))
 
     def receive(self, frame: Frame) -> bytes | None:
         if self.done:

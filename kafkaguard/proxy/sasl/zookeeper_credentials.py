@@ -13,7 +13,8 @@ writes the same, so both kinds of tooling manage one credential set::
 ``%20`` and ``*`` → ``%2A``. The user znode may hold other configs of the user (quotas such as
 ``producer_byte_rate``): they are ignored when reading and preserved when writing.
 
-Theory of operation (the same shape as :mod:`kafkaguard.policy.stores.zookeeper`):
+Theory of operation (the same shape as :mod:`kafkaguard.policy.stores.zookeeper`; the kazoo
+plumbing both share is :mod:`kafkaguard.zk`):
 
 * Pure functions for the formats; :class:`ZkUserConfigClient`, a *blocking* kazoo client
   (used by the CLI directly and by the store through worker threads);
@@ -49,11 +50,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kafkaguard.policy.stores.zk_common import CHANGE_EXPIRATION_S as CHANGE_EXPIRATION_S
-from kafkaguard.policy.stores.zk_common import ZkClientBase, ZkSyncShell, sequence_number
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.credentials import CredentialStore
 from kafkaguard.proxy.sasl.scram import CredentialFormatError, ScramCredential
+from kafkaguard.zk import ZkClientBase, ZkSyncShell, ZnodeWrite, sequence_number
 
 log = logging.getLogger("kafkaguard.sasl")
 
@@ -278,13 +278,7 @@ class ZkUserConfigClient(ZkClientBase):
         (quotas); conditional on the znode version, plus Kafka's change notification, in one
         transaction. A user left with no config at all loses its znode. Returns the new
         config."""
-        from kazoo.exceptions import (
-            BadVersionError,
-            NodeExistsError,
-            NoNodeError,
-            RolledBackError,
-            RuntimeInconsistency,
-        )
+        from kazoo.exceptions import NoNodeError
 
         path = user_path(name)
         if not self.connected:
@@ -292,43 +286,19 @@ class ZkUserConfigClient(ZkClientBase):
         for _ in range(_MAX_WRITE_ATTEMPTS):
             ((data, stat),) = self._get_many([path])
             config = decode_user_config(data, path) if stat is not None else {}
-            new = dict(config)
-            for key, value in updates.items():
-                if value is None:
-                    new.pop(key, None)
-                else:
-                    new[key] = value
+            new = _updated(config, updates)
             if new == config and (stat is not None or not new):
                 return new
-            txn = self.zk.transaction()
-            full = self._p(path)
-            if stat is None:
-                txn.create(full, encode_user_config(new), acl=self._sensitive_acl)
-            elif new:
-                txn.set_data(full, encode_user_config(new), version=stat.version)
-            else:
-                txn.delete(full, version=stat.version)
-            txn.create(
-                self._p(f"{CHANGES_PATH}/{CHANGE_PREFIX}"), encode_change(name), acl=self._acl,
-                sequence=True,
-            )  # fmt: skip
-            try:
-                outcome = txn.commit_async().get(timeout=self.op_timeout_s)
-            except Exception as exc:
-                raise ZooKeeperCredentialError(
-                    f"{self.description}: writing {path} failed ({type(exc).__name__} {exc}); "
-                    "it may or may not have been applied"
-                ) from exc
-            failures = [r for r in outcome if isinstance(r, Exception)]
+            write = ZnodeWrite(
+                path,
+                encode_user_config(new) if new else None,
+                None if stat is None else stat.version,
+                self._sensitive_acl,
+            )
+            notification = (f"{CHANGES_PATH}/{CHANGE_PREFIX}", encode_change(name))
+            failures = self.commit([write], [notification], what=f"writing {path}")
             if not failures:
                 return new
-            bystanders = (RolledBackError, RuntimeInconsistency)
-            conflicts = (BadVersionError, NodeExistsError, NoNodeError)
-            real = [f for f in failures if not isinstance(f, (*conflicts, *bystanders))]
-            if real:
-                raise ZooKeeperCredentialError(
-                    f"{self.description}: writing {path} failed: {type(real[0]).__name__} {real[0]}"
-                )
             if any(isinstance(f, NoNodeError) for f in failures):
                 # the user znode vanished meanwhile, or a parent (/config/users,
                 # /config/changes) is missing: recreate the parents, then retry
@@ -337,6 +307,17 @@ class ZkUserConfigClient(ZkClientBase):
         raise ZooKeeperCredentialError(
             f"gave up writing {path} after {_MAX_WRITE_ATTEMPTS} attempts (concurrent writers)"
         )
+
+
+def _updated(config: Mapping[str, str], updates: Mapping[str, str | None]) -> dict[str, str]:
+    """``config`` with ``updates`` applied: a string sets the entry, ``None`` removes it."""
+    new = dict(config)
+    for key, value in updates.items():
+        if value is None:
+            new.pop(key, None)
+        else:
+            new[key] = value
+    return new
 
 
 def _user_name(node: str) -> str:

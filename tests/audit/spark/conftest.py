@@ -1,7 +1,7 @@
 """One local SparkSession for every Spark test (starting a JVM costs seconds; CI has 2 cores).
 
 Loopback only, no UI, two shuffle partitions, UTC; stopped at the end of the session.
-Test modules import their helpers as ``audit.spark.analyze_data`` (tests/ is on sys.path).
+Test modules import their audit records from ``tests.support.analyze_data``.
 """
 
 from __future__ import annotations

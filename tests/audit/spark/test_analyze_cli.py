@@ -12,12 +12,12 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from audit.spark.analyze_data import rec, write_audit
 from kafkaguard import cli
 from kafkaguard.audit.spark import main as analyze_main
 from kafkaguard.audit.spark.html_report import DATA_ELEMENT_ID
 from kafkaguard.policy import acls_cli
 from kafkaguard.policy.stores.file import read_acl_file
+from tests.support.analyze_data import rec, write_audit
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,6 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from audit.spark.analyze_data import rec, write_audit
 from kafkaguard.audit.spark.proposal import (
     ObservedGrant,
     ProposedAcl,
@@ -25,6 +24,7 @@ from kafkaguard.audit.spark.propose import observed_grants, proposal_tables, pro
 from kafkaguard.audit.spark.source import read_audit
 from kafkaguard.policy.model import AclOperation, PatternType, ResourceType, acl_binding
 from kafkaguard.policy.stores.file import read_acl_file
+from tests.support.analyze_data import rec, write_audit
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,6 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from audit.spark.analyze_data import rec, write_audit
 from kafkaguard.audit.spark.replay import AuthorizerSpec, Policy, decision_tuples, evaluate
 from kafkaguard.audit.spark.source import read_audit
 from kafkaguard.audit.spark.unused import acl_usage, unused_acls
@@ -21,6 +20,7 @@ from kafkaguard.policy.model import (
     ResourceType,
     acl_binding,
 )
+from tests.support.analyze_data import rec, write_audit
 
 pytestmark = pytest.mark.spark
 

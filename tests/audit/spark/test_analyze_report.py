@@ -16,10 +16,10 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from audit.spark.analyze_data import rec, write_audit
 from kafkaguard.audit.spark.html_report import DATA_ELEMENT_ID, render
 from kafkaguard.audit.spark.report import Report, build_report, report_data
 from kafkaguard.audit.spark.source import TimeRange, parse_time, read_audit
+from tests.support.analyze_data import rec, write_audit
 
 pytestmark = pytest.mark.spark
 

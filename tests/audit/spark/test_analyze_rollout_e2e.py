@@ -26,13 +26,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from conftest import (
-    SESSION_TIMEOUT_MS,
-    proxy_config,
-    start_proxy_thread,
-    stop_proxy_thread,
-    unique_name,
-)
 from pyspark.sql import SparkSession
 
 from kafkaguard import cli
@@ -45,6 +38,13 @@ from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.tansu import TansuBroker
+from tests.support.proxy_fixture import (
+    SESSION_TIMEOUT_MS,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -10,7 +10,6 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from audit.spark.analyze_data import rec, write_audit
 from kafkaguard.audit import events
 from kafkaguard.audit.spark.schema import ACL_FIELDS, AUDIT_SCHEMA, FIELD_NAMES
 from kafkaguard.audit.spark.source import (
@@ -22,6 +21,7 @@ from kafkaguard.audit.spark.source import (
 )
 from kafkaguard.policy.explain import acl_json
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
+from tests.support.analyze_data import rec, write_audit
 
 pytestmark = pytest.mark.spark
 

@@ -11,11 +11,10 @@ from kio.schema.errors import ErrorCode
 from kafkaguard.policy.model import AclBindingFilter
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import Close, Respond, RespondLater, Verdict
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 ADMIN = "User:admin"
-# Wire codes (spec §7).
+# Wire codes (``code()`` of PatternType, ResourceType, AclOperation, AclPermissionType).
 ANY, MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 TOPIC, GROUP, CLUSTER = 2, 3, 4
 READ, WRITE, DESCRIBE, ALTER = 3, 4, 8, 7
@@ -38,7 +37,7 @@ def harness(*extra: Any, principal: str = ADMIN) -> HandlerHarness:
 def finish(verdict: Verdict) -> Any:
     """The response the client receives, awaiting a RespondLater as the connection does."""
     if isinstance(verdict, RespondLater):
-        response = asyncio.run(verdict.response())
+        response = asyncio.run(verdict.response()).response
     else:
         assert isinstance(verdict, Respond), verdict
         response = verdict.response

@@ -10,8 +10,7 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import AskFirst, Forward
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 UNSEEN = uuid.uuid4()
 _PARTITION: dict[int, dict[str, Any]] = {1: {"partition": 0}, 8: {"partition_index": 0}}

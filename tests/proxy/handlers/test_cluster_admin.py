@@ -14,8 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import Forward, Respond
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 MIN_INT = -2147483648

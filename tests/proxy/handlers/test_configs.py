@@ -15,8 +15,7 @@ from kio.schema.incremental_alter_configs.v1 import request as iac_req
 from kio.schema.incremental_alter_configs.v1 import response as iac_resp
 
 from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kafkaguard.proxy.handlers.base import Forward, Respond
-
-from .harness import HandlerHarness, acl
-from .test_groups import MIN_OPS, item, req, resp
+from tests.support.entities import MIN_OPS, item, req, resp
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 READ_G = acl(ALICE, "READ", "GROUP", "g")

@@ -11,8 +11,7 @@ from kio.schema.errors import ErrorCode
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import Respond
 from kafkaguard.proxy.handlers.delegation_tokens import ERROR_TIMESTAMP
-
-from .harness import HandlerHarness
+from tests.support.handler_harness import HandlerHarness
 
 NOT_ALLOWED = ErrorCode.delegation_token_request_not_allowed
 MINUS_ONE = (-1).to_bytes(8, "big", signed=True)

@@ -21,8 +21,7 @@ from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import fetch
 from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 READ_A = acl("User:alice", "READ", "TOPIC", "a")
 

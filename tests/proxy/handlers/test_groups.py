@@ -6,31 +6,11 @@ from typing import Any
 
 import pytest
 
-from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import Forward, Respond
-
-from .harness import HandlerHarness, acl
+from tests.support.entities import MIN_OPS, item, req, resp
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
-MIN_OPS = -2147483648
-
-
-def req(api: int, version: int, /, **values: Any) -> Any:
-    return codec.make_entity(codec.request_schema(api, version), **values)
-
-
-def resp(api: int, version: int, /, **values: Any) -> Any:
-    return codec.make_entity(codec.response_schema(api, version), **values)
-
-
-def item(api: int, version: int, field: str, /, *path: str, **values: Any) -> Any:
-    """A nested response entity (``path`` descends further)."""
-    schema = codec.response_schema(api, version)
-    entity_type = codec.nested_type(schema, field)
-    for name in path:
-        entity_type = codec.nested_type(entity_type, name)
-    return codec.make_entity(entity_type, **values)
-
 
 # -- FindCoordinator ---------------------------------------------------------------------------
 

@@ -10,9 +10,8 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import Forward, Respond
 from kafkaguard.proxy.handlers.responses import BrokerMismatch
-
-from .harness import HandlerHarness, acl
-from .test_groups import item, req, resp
+from tests.support.entities import item, req, resp
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 READ_G = acl(ALICE, "READ", "GROUP", "g")

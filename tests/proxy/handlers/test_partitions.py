@@ -18,8 +18,7 @@ from kio.schema.offset_for_leader_epoch.v4 import response as ole_resp
 
 from kafkaguard.proxy.handlers.base import Forward, Respond
 from kafkaguard.proxy.handlers.partitions import topic_name_error
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 
 def list_offsets(*topics: str) -> Any:

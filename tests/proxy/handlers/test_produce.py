@@ -11,8 +11,7 @@ from kio.schema.produce.v9 import response as resp9
 
 from kafkaguard.proxy.handlers.base import Close, Forward, Respond
 from kafkaguard.proxy.handlers.produce import has_transactional_batches
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 
 # A minimal v2 record batch header: baseOffset, batchLength, epoch, magic=2, crc, attributes.

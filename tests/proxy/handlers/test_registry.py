@@ -1,6 +1,7 @@
 """Every API key kio knows is classified, and the registry matches the classification.
 
-* AUTHORIZED: a family handler decides with the authorizer (spec §5) before anything goes up.
+* AUTHORIZED: a family handler decides with the authorizer (as ``KafkaApis`` does through
+  ``AuthHelper.authorize``) before anything goes up.
 * ANSWERED: the proxy answers itself and never forwards (ACL administration — the proxy *is*
   the authorizer; delegation tokens — see ``handlers/delegation_tokens.py``; SaslHandshake and
   SaslAuthenticate — the proxy terminates SASL, see ``handlers/sasl.py``).
@@ -19,9 +20,8 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.base import ApiHandler, Forward
-
-from .harness import HandlerHarness
+from kafkaguard.proxy.handlers.base import ApiHandler, Close, Forward
+from tests.support.handler_harness import HandlerHarness
 
 AUTHORIZED = frozenset(
     {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 24, 25, 26, 28}
@@ -87,6 +87,17 @@ def test_enforced_keys_have_deciding_family_handlers(key: int) -> None:
     handler = REGISTRY[key]
     assert type(handler).__module__ not in _TRANSITIONAL_MODULES, type(handler)
     assert not _is_bare(handler)
+
+
+def test_a_handler_that_does_not_decide_closes_the_connection() -> None:
+    """Fail closed by construction: the base handler forwards nothing."""
+
+    class Undecided(ApiHandler):
+        api_key = 3
+
+    h = HandlerHarness()
+    verdict = Undecided().on_request(None, h)  # type: ignore[arg-type]
+    assert isinstance(verdict, Close) and "does not decide api key 3" in verdict.reason
 
 
 # Request fields a zero-filled request needs to be well formed (DescribeAcls: ANY filters).

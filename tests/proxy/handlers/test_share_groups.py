@@ -7,9 +7,8 @@ from typing import Any
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import share_groups
 from kafkaguard.proxy.handlers.base import Forward, Respond
-
-from .harness import HandlerHarness, acl
-from .test_groups import item, req, resp
+from tests.support.entities import item, req, resp
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import streams_groups
 from kafkaguard.proxy.handlers.base import Forward
-
-from .harness import HandlerHarness, acl
-from .test_groups import item, req, resp
+from tests.support.entities import item, req, resp
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 

@@ -6,8 +6,7 @@ import uuid
 
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers.base import Forward
-
-from .harness import HandlerHarness
+from tests.support.handler_harness import HandlerHarness
 
 
 def test_get_telemetry_subscriptions_forwarded_without_checks() -> None:

@@ -18,8 +18,7 @@ from kio.schema.delete_topics.v6 import response as dt_resp
 from kio.schema.errors import ErrorCode
 
 from kafkaguard.proxy.handlers.base import FORWARD, AskFirst, Forward, Respond
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 CREATE_CLUSTER = acl(ALICE, "CREATE", "CLUSTER", "kafka-cluster")

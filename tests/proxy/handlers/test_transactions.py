@@ -22,8 +22,7 @@ from kio.schema.txn_offset_commit.v3 import request as toc_req
 from kio.schema.txn_offset_commit.v3 import response as toc_resp
 
 from kafkaguard.proxy.handlers.base import Forward, Respond
-
-from .harness import HandlerHarness, acl
+from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
 WRITE_TX = acl(ALICE, "WRITE", "TRANSACTIONAL_ID", "tx")
@@ -72,7 +71,8 @@ def test_idempotent_init_producer_id_passes_with_write_on_any_topic() -> None:
     h = HandlerHarness([acl(ALICE, "WRITE", "TOPIC", "orders-", pattern="PREFIXED")])
     verdict = h.send(init_producer_id(None))
     assert isinstance(verdict, Forward) and verdict.request is None
-    # The IDEMPOTENT_WRITE probe comes first and does not log its denial (§5.4).
+    # The IDEMPOTENT_WRITE probe comes first and does not log its denial
+    # (``KafkaApis.handleInitProducerIdRequest``, KIP-679).
     assert [(a.operation.name, a.log_if_denied) for a, _ in h.checks] == [
         ("IDEMPOTENT_WRITE", False)
     ]

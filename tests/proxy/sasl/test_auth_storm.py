@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_base, proxy_config
 
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.config import BrokerPorts
@@ -25,7 +24,9 @@ from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.proxy.sasl.executor import AuthExecutor
 from kafkaguard.proxy.server import ProxyServer
-from proxy.fake_broker import FakeBroker, RawClient, request, wait_until
+from kafkaguard.tansu import free_base
+from tests.support.fake_broker import FakeBroker, RawClient, request, wait_until
+from tests.support.proxy_fixture import proxy_config
 
 pytestmark = pytest.mark.integration
 

@@ -26,8 +26,7 @@ from kafkaguard.proxy.sasl.credentials import MappingCredentialStore
 from kafkaguard.proxy.sasl.executor import AuthExecutor, AuthExecutorBusy
 from kafkaguard.proxy.sasl.mechanism import Challenge, SaslMechanismServer
 from kafkaguard.proxy.session import Session
-
-from .scram_client import ScramClient
+from tests.support.scram_client import ScramClient
 
 USERS = {
     "alice": {

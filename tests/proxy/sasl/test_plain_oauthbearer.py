@@ -19,8 +19,7 @@ from kafkaguard.proxy.sasl.oauthbearer import (
     load_jwks,
     load_pem_key,
 )
-
-from .jwt_helpers import Signer, client_message
+from tests.support.jwt_signer import Signer, client_message
 
 # -- PLAIN -------------------------------------------------------------------------------------
 

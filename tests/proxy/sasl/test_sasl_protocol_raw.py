@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunningProxy, stop_proxy_thread
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.tansu import TansuBroker
-from proxy.proxy_raw_client import RawKafkaClient, build_request
-
-from .scram_client import ScramClient
-from .test_sasl_clients_e2e import PASSWORDS, start_sasl_proxy
+from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread
+from tests.support.raw_client import RawKafkaClient, build_request
+from tests.support.sasl_proxy import PASSWORDS, start_sasl_proxy
+from tests.support.scram_client import ScramClient
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,7 @@ from kafkaguard.proxy.sasl.scram import (
     ScramServer,
     make_credential,
 )
-
-from .scram_client import ScramClient
+from tests.support.scram_client import ScramClient
 
 SECRET = b"k" * 32
 

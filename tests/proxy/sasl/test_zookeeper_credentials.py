@@ -19,14 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
-    TANSU_NODE_ID,
-    RunningProxy,
-    proxy_config,
-    start_proxy_thread,
-    stop_proxy_thread,
-)
-from policy.zk_fixture import ZooKeeperFactory, ZooKeeperServer
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
@@ -47,6 +39,14 @@ from kafkaguard.proxy.sasl.zookeeper_credentials import (
     sanitize,
 )
 from kafkaguard.tansu import TansuBroker, free_port
+from tests.support.proxy_fixture import (
+    TANSU_NODE_ID,
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+)
+from tests.support.zookeeper import ZooKeeperFactory, ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -22,7 +22,6 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from conftest import free_base, proxy_config
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -30,7 +29,9 @@ from kafkaguard.protocol.framing import FrameBuffer, frame
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
 from kafkaguard.proxy.config import BrokerPorts, HostPort, LimitsConfig
 from kafkaguard.proxy.server import ProxyServer
-from proxy.handlers.harness import described_topics
+from kafkaguard.tansu import free_base
+from tests.support.handler_harness import described_topics
+from tests.support.proxy_fixture import proxy_config
 
 Action = str | float
 """``"close"`` (drop the connection instead of answering), ``"garbage"`` (unframeable bytes),

@@ -41,12 +41,11 @@ from kafkaguard.policy.model import (
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.protocol.header import peek_request_header
+from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
+from kafkaguard.proxy.exchange import handle_request, response_transform
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.ask import decide
 from kafkaguard.proxy.handlers.base import (
     AskFirst,
-    Close,
     ConnectionState,
     Forward,
     Request,
@@ -112,6 +111,8 @@ class HandlerHarness:
         self.upstream_deferred = False
         """True: a SASL listener's client before authentication (no broker connection)."""
         self.connection_state = ConnectionState()
+        self.sasl = None
+        """No SASL state machine: a listener without SASL."""
 
     # -- HandlerContext --------------------------------------------------------------------
     @property
@@ -186,17 +187,12 @@ class HandlerHarness:
     def send(
         self, body: Any, *, correlation_id: int = 7, client_id: str | None = "test"
     ) -> Verdict:
-        """Run ``body`` through its handler as the connection would, returning the verdict."""
+        """Run ``body`` through the exchange core's request step (registry, version gate,
+        decoding, the handler), encoded exactly as a client would; return the verdict."""
         self.checks.clear()
         frame = codec.encode_request(body, correlation_id, client_id)
-        header = peek_request_header(frame)
-        handler = REGISTRY[header.api_key]
-        if header.api_version not in self.supported_versions(header.api_key):
-            return handler.unsupported_version(header, self)
-        decoded = codec.decode_request(frame, header.api_key, header.api_version)
-        return decide(
-            handler, Request(header, frame, decoded if handler.decode_request else None), self
-        )
+        verdict, _ = handle_request(peek_request_header(frame), frame, self)
+        return verdict
 
     @staticmethod
     def answer(verdict: Verdict, broker_answer: Any) -> Verdict:
@@ -223,18 +219,18 @@ class HandlerHarness:
 
     @staticmethod
     def complete(verdict: Verdict, broker_response: Any = None) -> Any:
-        """The response the client would receive."""
+        """The response the client would receive: the handler's rewrite applied by the
+        exchange core's response transform, on the broker's encoded bytes."""
         if isinstance(verdict, Respond):
             return verdict.response
-        assert not isinstance(verdict, Close), verdict
-        assert isinstance(verdict, Forward)
+        assert isinstance(verdict, Forward), verdict
         if verdict.rewrite is None:
             return broker_response
-        if verdict.decode_if is not None and not verdict.decode_if(
-            codec.encode_response(broker_response, 1)
-        ):
-            return broker_response  # the connection forwards the broker's bytes undecoded
-        return verdict.rewrite(broker_response)
+        api_key, version = int(broker_response.__api_key__), int(broker_response.__version__)
+        header = RequestHeaderInfo(api_key, version, 1, None, 0)
+        frame = codec.encode_response(broker_response, 1)
+        sent = response_transform(verdict.rewrite, header, verdict.decode_if)(frame)
+        return broker_response if sent is frame else codec.decode_response(sent, api_key, version)
 
     def checked(self) -> list[tuple[str, str, str, str]]:
         """The checks made, as (operation, resource type, name, result) in order."""

@@ -15,13 +15,12 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from proxy.handlers.harness import acl as acl  # re-exported for the scenarios
-
-from conformance.conftest import Side, ck_admin, normalize
 from kafkaguard.policy.model import (
     AclBinding,
 )
 from kafkaguard.protocol import codec
+from tests.support.conformance.harness import Side, ck_admin, normalize
+from tests.support.handler_harness import acl as acl  # re-exported for the scenarios
 
 
 def build(entity_type: type[Any], values: dict[str, Any]) -> Any:

@@ -1,8 +1,9 @@
 """Helpers shared by the data-path scenarios (produce, consume, groups, offsets, transactions).
 
-Everything here acts on one :class:`~conformance.conftest.Side` at a time, the same way on
-both, so a scenario can run it inside :func:`~conformance.conftest.differential` or as set-up
-(as the super user ``admin``, whom neither side ever denies).
+Everything here acts on one :class:`~tests.support.conformance.harness.Side` at a time, the
+same way on both, so a scenario can run it inside
+:func:`~tests.support.conformance.harness.differential` or as set-up (as the super user
+``admin``, whom neither side ever denies).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from uuid import UUID
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from proxy.handlers.harness import acl as acl  # re-exported for the scenarios
-from proxy.proxy_raw_client import RawKafkaClient, build_request, schema_module
 
-from conformance.conftest import BLANKED, Side, differential, normalize
 from kafkaguard.protocol.codec import ErrorCode
+from tests.support.conformance.harness import BLANKED, Side, differential, normalize
+from tests.support.handler_harness import acl as acl  # re-exported for the scenarios
+from tests.support.raw_client import RawKafkaClient, build_request, schema_module
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS = 18

@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from conformance.admin_steps import (
+from tests.support.conformance.admin_steps import (
     ALTER_CONFIGS,
     DESCRIBE_CONFIGS,
     INCREMENTAL_ALTER_CONFIGS,
     call,
     sorted_entries,
 )
-from conformance.conftest import Side
+from tests.support.conformance.harness import Side
 
 # ConfigResource.Type wire codes.
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
@@ -28,7 +28,7 @@ SHARED_BROKER_KEYS = [
     "compression.type",
     "offsets.topic.num.partitions",
 ]
-"""Broker configs set alike on both brokers (tests/kafka/kafka_fixture.py)."""
+"""Broker configs set alike on both brokers (tests/support/kafka_broker.py)."""
 
 
 def resource_codes(answer: Any, field: str = "results") -> dict[tuple[int, str], str]:

@@ -1,4 +1,4 @@
-"""Fuzz the proxy over the wire and check that it holds: ``python -m tests.fuzz.harness``.
+"""Fuzz the proxy over the wire and check that it holds: ``python -m tests.support.fuzz.harness``.
 
 Why over the wire, against a real process: the failures that matter are the process dying
 (a native abort in a decoder), memory growing without bound, a hostile frame making the proxy
@@ -57,8 +57,13 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.tansu import TansuBroker, free_port
-
-from .frames import ALLOWED_TOPICS, PROTECTED_TOPIC, FrameGenerator, FuzzFrame, record_batch
+from tests.support.fuzz.frames import (
+    ALLOWED_TOPICS,
+    PROTECTED_TOPIC,
+    FrameGenerator,
+    FuzzFrame,
+    record_batch,
+)
 
 BROKER_HOST: Final = "127.0.0.2"
 """Where Tansu listens and what it advertises; the proxy's listeners are on 127.0.0.1."""
@@ -780,7 +785,9 @@ async def fuzz(options: Options) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.harness", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.fuzz.harness", description=__doc__
+    )
     parser.add_argument("--seed", type=int, default=None, help="default: a random one")
     parser.add_argument("--frames", type=int, default=1_000_000, help="stop after this many")
     parser.add_argument("--seconds", type=float, default=480.0, help="stop after this long")

@@ -1,16 +1,20 @@
 """kazoo plumbing shared by the ZooKeeper ACL store and the ZooKeeper SCRAM credential store.
 
 :mod:`kafkaguard.policy.stores.zookeeper` (ACLs) and
-:mod:`kafkaguard.proxy.sasl.zookeeper_credentials` (SCRAM credentials) read different znodes
-in the same way; what they share lives here (policy layer, so the proxy may import it, never
-the other way round):
+:mod:`kafkaguard.proxy.sasl.zookeeper_credentials` (SCRAM credentials) read and write
+different znodes in the same way; what they share lives here. The module sits below both
+``kafkaguard.policy`` and ``kafkaguard.proxy`` and imports neither (``[tool.importlinter]`` in
+pyproject.toml keeps it so): each store names its own error type (:attr:`ZkClientBase.error`)
+and :class:`ZooKeeperError` from the helpers here is re-raised as that type.
 
 * :func:`split_connect` / :func:`read_digest_auth`: Kafka's ``zookeeper.connect`` (with an
   optional chroot) and the digest auth file (JAAS ``Client`` section or ``user:password``).
 * :class:`ZkClientBase`: a *blocking* kazoo client — connection with chroot and digest auth
   (Kafka's ``zookeeper.set.acl=true`` ACLs), error wrapping, pipelined reads, child listings
-  with watches, and the tracking and purging of change notifications older than 15 minutes
-  (``ZkNodeChangeNotificationListener``). Subclasses name their error type and paths.
+  with watches, the tracking and purging of change notifications older than 15 minutes
+  (``ZkNodeChangeNotificationListener``), and :meth:`ZkClientBase.commit`: one transaction of
+  version-conditional writes plus their change notifications, telling a lost race (retry on
+  fresh data) from a real failure. Subclasses name their error type and paths.
 * :class:`ZkSyncShell`: the asyncio side — kazoo's watch and state callbacks only *signal*
   the loop (``call_soon_threadsafe``); one sync task re-reads on notifications and resyncs in
   full on every reconnection, keeping what is in force while ZooKeeper is away.
@@ -25,13 +29,23 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from kafkaguard.policy.stores.base import AclStoreError
-
 CHANGE_EXPIRATION_S = 15 * 60.0
 """``ZkNodeChangeNotificationListener.changeExpirationMs``."""
+
+T = TypeVar("T")
+
+
+class ZooKeeperError(RuntimeError):
+    """A ZooKeeper setting (connect string, digest auth file) or operation failed.
+
+    Only the helpers of this module raise it as such; the stores re-raise it as their own
+    :attr:`ZkClientBase.error` (``AclStoreError``, ``ZooKeeperCredentialError``), the type their
+    callers and command lines already report.
+    """
 
 
 def split_connect(connect: str, chroot: str = "") -> tuple[str, str]:
@@ -39,13 +53,13 @@ def split_connect(connect: str, chroot: str = "") -> tuple[str, str]:
     hosts, sep, path = connect.partition("/")
     if sep:
         if chroot:
-            raise AclStoreError("give the chroot in `connect` or in `chroot`, not both")
+            raise ZooKeeperError("give the chroot in `connect` or in `chroot`, not both")
         chroot = "/" + path
     chroot = chroot.rstrip("/")
     if chroot and not chroot.startswith("/"):
-        raise AclStoreError(f"chroot {chroot!r} must start with '/'")
+        raise ZooKeeperError(f"chroot {chroot!r} must start with '/'")
     if not hosts.strip():
-        raise AclStoreError("the ZooKeeper connect string is empty")
+        raise ZooKeeperError("the ZooKeeper connect string is empty")
     return hosts.strip(), chroot
 
 
@@ -58,7 +72,7 @@ def read_digest_auth(path: str | Path) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise AclStoreError(f"{path}: cannot read digest auth file: {exc.strerror}") from exc
+        raise ZooKeeperError(f"{path}: cannot read digest auth file: {exc.strerror}") from exc
     fields = dict(_JAAS_FIELD.findall(text))
     if "username" in fields and "password" in fields:
         return f"{fields['username']}:{fields['password']}"
@@ -66,7 +80,7 @@ def read_digest_auth(path: str | Path) -> str:
         line = line.strip()
         if line and not line.startswith("#") and ":" in line:
             return line
-    raise AclStoreError(
+    raise ZooKeeperError(
         f"{path}: expected 'user:password' or a JAAS Client section with username/password"
     )
 
@@ -81,6 +95,26 @@ def sequence_number(prefix: str, child: str) -> int:
         return -1
 
 
+@dataclass(frozen=True)
+class ZnodeWrite:
+    """One version-conditional change of a znode, for :meth:`ZkClientBase.commit`.
+
+    The condition is what makes a read-modify-write safe against concurrent writers (other
+    proxies, Kafka's own tools): the transaction fails if the znode changed since it was read.
+    """
+
+    path: str
+    """Below the chroot."""
+    data: bytes | None
+    """The new data; ``None`` deletes the znode."""
+    version: int | None
+    """The version read: ``setData``/``delete`` fail if it changed. ``None``: the znode was
+    absent, so it is created (failing if someone created it meanwhile); ``data`` must be set."""
+    acl: Sequence[Any] | None = None
+    """The ACL of a created znode; ``None``: the client's default ACL (see
+    :class:`ZkClientBase`)."""
+
+
 # -- blocking client --------------------------------------------------------------------------
 
 
@@ -89,7 +123,7 @@ class ZkClientBase:
     concurrent calls (the stores serialise them). Subclasses set :attr:`error` (what every
     failure is raised as) and implement :meth:`_init_state` and :meth:`ensure_paths`."""
 
-    error: ClassVar[type[Exception]] = AclStoreError
+    error: ClassVar[type[Exception]] = ZooKeeperError
     log: ClassVar[logging.Logger] = logging.getLogger("kafkaguard.zookeeper")
     read_label: ClassVar[str] = "read znodes"
     """``what`` of a failed :meth:`_get_many` in the error message."""
@@ -137,10 +171,21 @@ class ZkClientBase:
     @classmethod
     def split(cls, connect: str, chroot: str) -> tuple[str, str]:
         """:func:`split_connect`, failing with :attr:`error`."""
+        return cls._relabel(split_connect, connect, chroot)
+
+    @classmethod
+    def read_digest_auth(cls, path: str | Path) -> str:
+        """:func:`read_digest_auth`, failing with :attr:`error`."""
+        return cls._relabel(read_digest_auth, path)
+
+    @classmethod
+    def _relabel(cls, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` with a :class:`ZooKeeperError` re-raised as :attr:`error`, the type the
+        store's callers catch."""
         try:
-            return split_connect(connect, chroot)
-        except AclStoreError as exc:
-            if cls.error is AclStoreError:
+            return fn(*args)
+        except ZooKeeperError as exc:
+            if isinstance(exc, cls.error):
                 raise
             raise cls.error(str(exc)) from None
 
@@ -245,6 +290,67 @@ class ZkClientBase:
                 with contextlib.suppress(NoNodeError, NotEmptyError, self.error):
                     self._call(functools.partial(self.zk.delete, self._p(path)), f"purge {path}")
 
+    # writes
+    def commit(
+        self,
+        writes: Sequence[ZnodeWrite],
+        notifications: Sequence[tuple[str, bytes]],
+        *,
+        what: str,
+        if_unknown: str = "it may or may not have been applied",
+        conflicts: tuple[type[Exception], ...] = (),
+    ) -> list[Exception]:
+        """Commit ``writes`` and then the change notifications in one ZooKeeper transaction,
+        all or nothing.
+
+        ``notifications`` are ``(path prefix, payload)`` pairs, created as sequential znodes
+        (``<prefix>0000000042``) the way Kafka's ``ZkNodeChangeNotificationListener`` expects,
+        in the same transaction so that no reader sees a change without its notification.
+
+        Returns ``[]`` once committed. A lost race — a version check (``BadVersionError``) or an
+        existence check (``NoNodeError``, ``NodeExistsError``, or one of ``conflicts``) failed —
+        returns the failures of the transaction's ops: nothing was applied, and the caller
+        re-reads and retries. Anything else raises :attr:`error` saying ``what`` failed; when
+        the commit itself fails (timeout, connection loss) the outcome is unknown and the
+        message ends with ``if_unknown``.
+        """
+        from kazoo.exceptions import (
+            BadVersionError,
+            NodeExistsError,
+            NoNodeError,
+            RolledBackError,
+            RuntimeInconsistency,
+        )
+
+        txn = self.zk.transaction()
+        for write in writes:
+            full = self._p(write.path)
+            if write.version is None:
+                txn.create(full, write.data, acl=None if write.acl is None else list(write.acl))
+            elif write.data is None:
+                txn.delete(full, version=write.version)
+            else:
+                txn.set_data(full, write.data, version=write.version)
+        for prefix, payload in notifications:
+            txn.create(self._p(prefix), payload, acl=self._acl, sequence=True)
+        try:
+            outcome = txn.commit_async().get(timeout=self.op_timeout_s)
+        except Exception as exc:
+            raise self.error(
+                f"{self.failure_prefix}: {what} failed ({type(exc).__name__} {exc}); {if_unknown}"
+            ) from exc
+        failures = [r for r in outcome if isinstance(r, Exception)]
+        lost_race = (BadVersionError, NoNodeError, NodeExistsError, *conflicts)
+        # Besides the failing op, ZooKeeper marks the others rolled back (before it) or
+        # RuntimeInconsistency (after it).
+        bystander = (RolledBackError, RuntimeInconsistency)
+        real = [f for f in failures if not isinstance(f, (*lost_race, *bystander))]
+        if real:
+            raise self.error(
+                f"{self.failure_prefix}: {what} failed: {type(real[0]).__name__} {real[0]}"
+            )
+        return failures
+
 
 # -- the asyncio shell ------------------------------------------------------------------------
 
@@ -256,7 +362,7 @@ class ZkSyncShell(Generic[ClientT]):
     call :meth:`_init_shell`, implement :meth:`_resync` and :meth:`_poll`, and may override
     :meth:`_sync_guard` (held around every sync step) and the log hooks."""
 
-    error: ClassVar[type[Exception]] = AclStoreError
+    error: ClassVar[type[Exception]] = ZooKeeperError
     log: ClassVar[logging.Logger] = logging.getLogger("kafkaguard.zookeeper")
     contents: ClassVar[str] = "data"
     """What is kept in force, for the log (``ACLs``, ``SCRAM credentials``)."""
@@ -331,8 +437,8 @@ class ZkSyncShell(Generic[ClientT]):
         if self.digest_auth_file is not None:
             try:
                 digest = await asyncio.to_thread(read_digest_auth, self.digest_auth_file)
-            except AclStoreError as exc:
-                if self.error is AclStoreError:
+            except ZooKeeperError as exc:
+                if isinstance(exc, self.error):
                     raise
                 raise self.error(str(exc)) from None
         client = make_client(

@@ -4,7 +4,8 @@
 ``java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain
 <port> <datadir>`` (the jar's manifest names its dependencies), is ready when it answers
 ``ruok``, and is stopped by PID. Tests that need it are skipped, with the reason, when the
-package is missing.
+package is missing (:func:`missing_reason`; the ``zookeeper``, ``zookeeper_factory``,
+``chroot`` and ``raw_zk`` fixtures in ``tests/conftest.py`` are built from this module).
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
-from kafka_fixture import free_port  # below the ephemeral range: survives outages
+from tests.support.kafka_broker import free_port  # below the ephemeral range: survives outages
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 
@@ -129,61 +128,5 @@ class ZooKeeperServer:
 ZooKeeperFactory = Callable[[], ZooKeeperServer]
 
 
-@pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """One ZooKeeper for the session; tests isolate themselves with a unique chroot."""
-    reason = missing_reason()
-    if reason:
-        pytest.skip(reason)
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def zookeeper_factory(tmp_path: Path) -> Iterator[ZooKeeperFactory]:
-    """``zookeeper_factory()`` starts a dedicated server (for tests that stop it)."""
-    reason = missing_reason()
-    if reason:
-        pytest.skip(reason)
-    started: list[ZooKeeperServer] = []
-
-    def start() -> ZooKeeperServer:
-        server = ZooKeeperServer(tmp_path / f"zk-{len(started)}")
-        started.append(server)
-        server.start()
-        return server
-
-    try:
-        yield start
-    finally:
-        for server in started:
-            server.stop()
-
-
 def unique_chroot() -> str:
     return f"/kg-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def chroot() -> str:
-    """A fresh chroot per test: tests share one ZooKeeper without seeing each other."""
-    return unique_chroot()
-
-
-@pytest.fixture
-def raw_zk(zookeeper: ZooKeeperServer) -> Iterator[Any]:
-    """A plain kazoo client: plays Kafka's own tools (kafka-acls.sh, kafka-configs.sh
-    --zookeeper) writing znodes by hand."""
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=zookeeper.connect)
-    client.start(10)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()

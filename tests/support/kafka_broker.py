@@ -16,8 +16,10 @@ needed it), so every principal the authorizer sees is a real REFEREE_USERS user.
 
 When Java >= 17 or the jars are unavailable, the fixtures skip with the reason -- except in CI
 (``CI`` set), where they fail: a CI run that silently skips the referee proves nothing.
-Run as a script (``python tests/kafka/kafka_fixture.py [version]``) it only resolves and caches
-the classpath; ``./dev test`` does that before pytest.
+The ``kafka_upstream`` and ``kafka_referee`` session fixtures (``tests/conftest.py``) are
+built from :func:`session_broker`. Run as a module (``python -m tests.support.kafka_broker
+[version]``, from the repository root) it only resolves and caches the classpath; ``./dev test``
+does that before pytest.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ REFEREE_USERS = {
 }
 """SASL/PLAIN users of the referee; ``User:admin`` is its super user."""
 
-POM = Path(__file__).with_name("pom.xml")
+POM = Path(__file__).resolve().parents[1] / "kafka" / "pom.xml"
+"""Kept in tests/kafka beside the Kafka-backed tests; its hash keys the cached classpath."""
 NODE_ID = 1
 JVM_OPTS = ["-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
 TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
@@ -404,26 +407,15 @@ def require_kafka(version: str = KAFKA_VERSION) -> str:
         pytest.skip(f"Apache Kafka {version} unavailable: {exc}")
 
 
-def _session_broker(flavour: str, tmp_dir: Path) -> Iterator[KafkaBroker]:
+def session_broker(flavour: str, tmp_dir: Path) -> Iterator[KafkaBroker]:
+    """The body of the ``kafka_upstream``/``kafka_referee`` session fixtures
+    (``tests/conftest.py``): skip without Kafka (fail in CI), stop the broker at teardown."""
     require_kafka()
     broker = start_kafka(flavour, tmp_dir)
     try:
         yield broker
     finally:
         broker.stop()
-
-
-@pytest.fixture(scope="session")
-def kafka_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """An unsecured Apache Kafka (PLAINTEXT, no authorizer): what kafkaguard protects."""
-    yield from _session_broker("upstream", tmp_path_factory.mktemp("kafka-upstream"))
-
-
-@pytest.fixture(scope="session")
-def kafka_referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """Apache Kafka with StandardAuthorizer and SASL/PLAIN REFEREE_USERS: the reference
-    behaviour. Tests that add ACLs delete them again (the broker lives for the session)."""
-    yield from _session_broker("referee", tmp_path_factory.mktemp("kafka-referee"))
 
 
 if __name__ == "__main__":
