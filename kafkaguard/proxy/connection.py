@@ -45,8 +45,6 @@ from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSa
 from kafkaguard.proxy.session import Session, peer_address
 
 if TYPE_CHECKING:
-    from kafkaguard.protocol.inflight import Slot
-    from kafkaguard.proxy.handlers.base import Respond
     from kafkaguard.proxy.listener import ListenerRuntime
 
 log = logging.getLogger("kafkaguard.proxy")
@@ -67,7 +65,7 @@ class ClientConnection(asyncio.Protocol):
         self.exchange: Exchange | None = None
         """Created once the transport is set up (after any TLS handshake)."""
         self._closed = False
-        self._closing: asyncio.TimerHandle | None = None
+        self._closing: tuple[CloseConnection, asyncio.TimerHandle] | None = None
         """A close the exchange asked to delay (the client reads its last answer first)."""
         self._abandon: set[asyncio.Task[None]] = set()
         """Pending answers abandoned with the connection (SASL steps: a password hash still
@@ -95,10 +93,6 @@ class ClientConnection(asyncio.Protocol):
     @property
     def unanswered(self) -> int:
         return 0 if self.exchange is None else self.exchange.unanswered
-
-    @property
-    def session(self) -> Session | None:
-        return None if self.exchange is None else self.exchange.context.session
 
     # -- client side -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -153,8 +147,8 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         if self._closing is not None:  # left during the grace period: close now
-            self._closing.cancel()
-            self._closing._run()
+            command, _ = self._closing
+            self.close(command.reason, cause=command.cause, level=command.level)
         elif self.exchange is not None:
             self._run(self.exchange.client_closed())
         else:
@@ -187,30 +181,31 @@ class ClientConnection(asyncio.Protocol):
         self._listener.spawn(self._connect_upstream())
 
     def _await(self, command: Await) -> None:
-        task = self._listener.spawn(self._answer(command.slot, command))
+        task = self._listener.spawn(self._answer(command))
         if command.cancel_on_close:
             self._abandon.add(task)
             task.add_done_callback(self._abandon.discard)
 
-    async def _answer(self, slot: Slot, command: Await) -> None:
+    async def _answer(self, command: Await) -> None:
         exchange = self.exchange
         assert exchange is not None
         try:
-            verdict: Respond = await command.answer()
+            verdict = await command.answer()
         except Exception as exc:  # noqa: BLE001 - the exchange logs it and closes
-            self._run(exchange.answer_failed(slot, exc))
+            self._run(exchange.answer_failed(command.slot, exc))
             return
-        self._run(exchange.answered(slot, verdict))
+        self._run(exchange.answered(command.slot, verdict))
 
     def _close_as(self, command: CloseConnection) -> None:
         if command.after_s <= 0:
             self.close(command.reason, cause=command.cause, level=command.level)
             return
         # Let the client read the answer before the FIN reaches it.
-        self._closing = asyncio.get_running_loop().call_later(
+        timer = asyncio.get_running_loop().call_later(
             command.after_s,
             partial(self.close, command.reason, cause=command.cause, level=command.level),
         )
+        self._closing = (command, timer)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if self.exchange is not None:
@@ -242,7 +237,7 @@ class ClientConnection(asyncio.Protocol):
         if self.exchange is not None:
             self.exchange.close()
         if self._closing is not None:
-            self._closing.cancel()
+            self._closing[1].cancel()
         if self._transport is not None:
             self._transport.close()
         if self._upstream is not None:

@@ -179,8 +179,8 @@ class Exchange:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.context = context
-        self._clock = clock
-        """Monotonic seconds, for the SASL gate's session deadlines (KIP-368)."""
+        self._monotonic = clock
+        """Seconds, for the SASL gate's session deadlines (KIP-368)."""
         self._limits = limits
         self._rate_log = rate_log
         self.liveness = Liveness(accepted_at)
@@ -488,7 +488,7 @@ class Exchange:
         ctx = self.context
         sasl = ctx.sasl
         if sasl is not None:  # the SASL gate: fail closed before authentication
-            refused = sasl.check(header.api_key, len(frame), self._clock())
+            refused = sasl.check(header.api_key, len(frame), self._monotonic())
             if refused is not None:
                 self._close(
                     f"{refused} (correlation id {header.correlation_id})",

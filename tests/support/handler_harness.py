@@ -1,9 +1,10 @@
 """Drive handlers without sockets: a real StandardAuthorizer, real kio messages, no mocks.
 
 ``HandlerHarness.send(body)`` encodes a kio request exactly as a client would, runs it through
-the registry's handler with a real :class:`StandardAuthorizer` holding the given ACLs, and
-returns the verdict; ``complete(verdict, broker_response)`` applies the handler's response
-rewrite the way the connection does. ``checks`` records every (action, result) in order, so
+the exchange core's request step (``exchange.handle_request``: registry, version gate,
+decoding, the handler) with a real :class:`StandardAuthorizer` holding the given ACLs, and
+returns the verdict; ``complete(verdict, broker_response)`` runs the broker's encoded response
+through the core's ``response_transform``, as the exchange does. ``checks`` records every (action, result) in order, so
 tests can assert Kafka's check order and log flags.
 """
 
@@ -53,6 +54,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.responses import entity
+from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
 from kafkaguard.proxy.session import Session
 
 
@@ -111,7 +113,7 @@ class HandlerHarness:
         self.upstream_deferred = False
         """True: a SASL listener's client before authentication (no broker connection)."""
         self.connection_state = ConnectionState()
-        self.sasl = None
+        self.sasl: SaslAuthenticator | None = None
         """No SASL state machine: a listener without SASL."""
 
     # -- HandlerContext --------------------------------------------------------------------

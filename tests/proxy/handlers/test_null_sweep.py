@@ -148,10 +148,6 @@ class SaslHarness(HandlerHarness):
         )
         self.session.security_protocol = SecurityProtocol.SASL_PLAINTEXT
         self.sasl = SaslAuthenticator(server, self.session)
-        self.closing: list[str] = []
-
-    def close_after_responses(self, reason: str) -> None:
-        self.closing.append(reason)
 
 
 def contexts(api_key: int) -> dict[str, HandlerHarness]:
