@@ -45,6 +45,7 @@ from kafkaguard.proxy.config import (
     UpstreamConfig,
     load_config,
 )
+from kafkaguard.proxy.log_format import configure_logging
 from kafkaguard.proxy.sasl import cli as users_cli
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError
 from kafkaguard.proxy.sasl.oauthbearer import KeyLoadError
@@ -103,9 +104,7 @@ def _run(config_path: Path) -> int:
     except ConfigError as exc:
         print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    logging.basicConfig(
-        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(config.log_level, config.log_format)
     raise_open_file_limit()
     loop_name = install_event_loop_policy()
     log.info("event loop: %s", loop_name)

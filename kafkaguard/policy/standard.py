@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from kafkaguard.policy.acl_index import (
@@ -96,6 +97,8 @@ class StandardAuthorizer:
         self.decision_listener = decision_listener
         self._index = AclIndex.empty(self.config.host_cidr)
         self._ready = False
+        self.loaded_at: float | None = None
+        """Wall-clock time the ACL snapshot in force was loaded (None: not yet)."""
         self._swap_lock = threading.Lock()
         self._write_lock: asyncio.Lock | None = None
         self._default = _Policy(self.config.super_users, self.config.allow_everyone_if_no_acl_found)
@@ -167,6 +170,7 @@ class StandardAuthorizer:
                 else:
                     self._index = AclIndex.build(snapshot, self.config.host_cidr)
             self._ready = True
+            self.loaded_at = time.time()
 
     async def close(self) -> None:
         if self._unsubscribe is not None:

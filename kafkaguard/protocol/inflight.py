@@ -39,7 +39,15 @@ class OutOfSync(ProtocolError):
 class Slot:
     """One request awaiting its response (upstream or local)."""
 
-    __slots__ = ("answer", "api_key", "api_version", "correlation_id", "response", "transform")
+    __slots__ = (
+        "answer",
+        "api_key",
+        "api_version",
+        "correlation_id",
+        "received_at",
+        "response",
+        "transform",
+    )
 
     def __init__(
         self,
@@ -48,8 +56,11 @@ class Slot:
         api_version: int,
         transform: ResponseTransform | None,
         answer: Callable[[Frame], bool] | None = None,
+        received_at: float = 0.0,
     ) -> None:
         self.correlation_id = correlation_id
+        self.received_at = received_at
+        """When the request arrived (the shell's monotonic clock), for latency metrics."""
         self.api_key = api_key
         self.api_version = api_version
         self.transform = transform
@@ -90,9 +101,10 @@ class InflightQueue:
         api_key: int,
         api_version: int,
         transform: ResponseTransform | None = None,
+        received_at: float = 0.0,
     ) -> None:
         """Reserve a slot that the broker's next unclaimed response will fill."""
-        slot = Slot(correlation_id, api_key, api_version, transform)
+        slot = Slot(correlation_id, api_key, api_version, transform, None, received_at)
         self._slots.append(slot)
         self._upstream.append(slot)
 
@@ -107,14 +119,23 @@ class InflightQueue:
         place in the client's order."""
         self._upstream.append(Slot(correlation_id, api_key, api_version, None, answer))
 
-    def respond(self, correlation_id: int, api_key: int, api_version: int, frame: Frame) -> None:
+    def respond(
+        self,
+        correlation_id: int,
+        api_key: int,
+        api_version: int,
+        frame: Frame,
+        received_at: float = 0.0,
+    ) -> None:
         """Reserve a slot filled by the proxy itself."""
-        self.reserve(correlation_id, api_key, api_version).response = frame
+        self.reserve(correlation_id, api_key, api_version, received_at).response = frame
 
-    def reserve(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
+    def reserve(
+        self, correlation_id: int, api_key: int, api_version: int, received_at: float = 0.0
+    ) -> Slot:
         """Reserve a slot the proxy fills later (an answer computed asynchronously); set its
         ``response`` and call :meth:`take_ready`."""
-        slot = Slot(correlation_id, api_key, api_version, None)
+        slot = Slot(correlation_id, api_key, api_version, None, None, received_at)
         self._slots.append(slot)
         return slot
 
@@ -142,17 +163,15 @@ class InflightQueue:
             and slot.correlation_id == correlation_id
         )
 
-    def claim_for_stream(self) -> None:
+    def claim_for_stream(self) -> Slot:
         """Release the head slot, whose response is being streamed (after :meth:`can_stream`)."""
         self._upstream.popleft()
-        self._slots.popleft()
+        return self._slots.popleft()
 
-    def take_ready(self) -> list[Frame]:
-        """Responses that may be written now, in request order."""
-        out: list[Frame] = []
+    def take_ready(self) -> list[Slot]:
+        """Slots whose responses may be written now, in request order (``response`` set)."""
+        out: list[Slot] = []
         slots = self._slots
         while slots and slots[0].response is not None:
-            response = slots.popleft().response
-            assert response is not None
-            out.append(response)
+            out.append(slots.popleft())
         return out

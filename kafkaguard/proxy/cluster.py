@@ -74,6 +74,10 @@ class UpstreamCluster:
     def node_address(self, node_id: int) -> HostPort | None:
         return self._nodes.get(node_id)
 
+    def node_addresses(self) -> list[HostPort]:
+        """Every broker address learned so far."""
+        return list(self._nodes.values())
+
     def learn_topic_names(self, topics: Iterable[tuple[UUID, str]]) -> None:
         for topic_id, name in topics:
             if topic_id.int and name:

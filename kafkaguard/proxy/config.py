@@ -146,6 +146,30 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AdminConfig:
+    """``admin:``: the operator's HTTP listener (``/metrics``, ``/healthz``, ``/readyz``)."""
+
+    bind_host: str = "127.0.0.1"
+    port: int = 9404
+    allow_remote: bool = False
+    """Without it, binding anything but a loopback address logs a warning: the endpoint has
+    no authentication and tells whoever reaches it about the proxy's traffic."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """``metrics:``: what ``/metrics`` exposes (kafkaguard/proxy/metrics.py)."""
+
+    per_principal: bool = False
+    """Add a ``principal`` label to authorization decisions (bounded by ``max_principals``)."""
+    max_principals: int = 100
+    """Distinct principals labelled at most; later ones are counted as ``other``."""
+
+
+LOG_FORMATS: Final = ("text", "json")
+
+
+@dataclass(frozen=True, slots=True)
 class ProxyConfig:
     listeners: tuple[ListenerConfig, ...]
     upstream: UpstreamConfig
@@ -154,6 +178,11 @@ class ProxyConfig:
     """Authorizer and ACL store. Without an ``authorizer`` section: Kafka's StandardAuthorizer
     with no ACLs and no super users, i.e. every request is denied (fail closed)."""
     log_level: str = "INFO"
+    log_format: str = "text"
+    """``logging.format``: ``text`` lines, or ``json``: one JSON object per line."""
+    admin: AdminConfig | None = None
+    """The admin HTTP listener; None (no ``admin:`` section): not served."""
+    metrics: MetricsConfig = MetricsConfig()
     shutdown_timeout_ms: int = 30_000
     """On SIGTERM/SIGINT: how long in-flight requests may take to finish before the proxy
     closes every connection (a second signal closes at once)."""
@@ -320,6 +349,18 @@ def _listener(
     )
 
 
+def _admin(section: ConfigSection) -> AdminConfig:
+    if section.get_int("port", 9404) > 65535:
+        raise section.error("port", "must be at most 65535")
+    admin = AdminConfig(
+        bind_host=section.get_str("bind_host", "127.0.0.1"),
+        port=section.get_int("port", 9404, minimum=0),
+        allow_remote=section.get_bool("allow_remote", False),
+    )
+    section.reject_unknown()
+    return admin
+
+
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
     limits = parse_limits(root.section("limits"))
     listeners = tuple(_listener(s, limits, base_dir) for s in root.sections("listeners"))
@@ -346,7 +387,15 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     up.reject_unknown()
     logging_section = root.section("logging")
     log_level = logging_section.choice("level", ("DEBUG", "INFO", "WARNING", "ERROR"), "INFO")
+    log_format = logging_section.choice("format", LOG_FORMATS, "text")
     logging_section.reject_unknown()
+    admin = _admin(root.section("admin")) if "admin" in root else None
+    metrics_section = root.section("metrics")
+    metrics = MetricsConfig(
+        per_principal=metrics_section.get_bool("per_principal", False),
+        max_principals=metrics_section.get_int("max_principals", 100, minimum=1),
+    )
+    metrics_section.reject_unknown()
     shutdown_timeout_ms = root.get_int("shutdown_timeout_ms", 30_000, minimum=0)
     policy = parse_policy_config(root)
     # --- enforcement mode and audit trail (kafkaguard/audit) ---
@@ -360,6 +409,9 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         limits=limits,
         policy=policy,
         log_level=log_level,
+        log_format=log_format,
+        admin=admin,
+        metrics=metrics,
         shutdown_timeout_ms=shutdown_timeout_ms,
         enforcement=enforcement,
         audit=audit,

@@ -128,7 +128,9 @@ class ClientConnection(asyncio.Protocol):
             sasl=SaslAuthenticator(listener.sasl, session) if listener.sasl is not None else None,
             peer=self.peer,
         )
-        self.exchange = Exchange(context, listener.limits, listener.rate_log, self._accepted_at)
+        self.exchange = Exchange(
+            context, listener.limits, listener.rate_log, self._accepted_at, stats=listener.stats
+        )
         self._run(self.exchange.client_connected())
 
     def data_received(self, data: bytes) -> None:
@@ -276,6 +278,7 @@ class ClientConnection(asyncio.Protocol):
                 )
             except (OSError, TimeoutError) as exc:
                 error = exc
+                self._listener.stats.upstream_connect_errors += 1
                 continue
             if self._closed:
                 upstream.close()
@@ -285,6 +288,7 @@ class ClientConnection(asyncio.Protocol):
                 if refused:
                     return
                 if error is not None:
+                    self._listener.stats.upstream_connect_errors += 1
                     continue
             self._upstream = upstream
             assert self.exchange is not None

@@ -64,6 +64,7 @@ from kafkaguard.proxy.handlers.base import (
 )
 from kafkaguard.proxy.quotas import CloseCause, Liveness
 from kafkaguard.proxy.sasl.authenticator import SASL_AUTHENTICATE
+from kafkaguard.proxy.stats import ListenerStats
 
 if TYPE_CHECKING:
     from kafkaguard.proxy.config import LimitsConfig
@@ -176,9 +177,12 @@ class Exchange:
         rate_log: RateLimitedLog,
         accepted_at: float,
         *,
+        stats: ListenerStats | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.context = context
+        self.stats = stats if stats is not None else ListenerStats()
+        """The listener's counters (shared by its connections; read by /metrics)."""
         self._monotonic = clock
         """Seconds, for the SASL gate's session deadlines (KIP-368)."""
         self._limits = limits
@@ -189,6 +193,8 @@ class Exchange:
         self._broker_frames = FrameBuffer(_UPSTREAM_MAX_FRAME)
         self._inflight = InflightQueue(limits.max_inflight_requests)
         self._out: list[Command] = []
+        self._read_at = accepted_at
+        """When the current read (client or broker) arrived: the time of its requests."""
         self._paused: set[str] = set()
         self._held: deque[Frame] = deque()
         """Requests received but not yet handled (in-flight queue full, or waiting)."""
@@ -247,6 +253,8 @@ class Exchange:
         if self.closed or self._draining:  # shutting down: no new request is started
             return out
         self.liveness.active = True
+        self._read_at = self._monotonic()
+        self.stats.bytes_from_client += len(data)
         try:
             self._held.extend(self._frames.feed(data))
         except ProtocolError as exc:
@@ -322,6 +330,8 @@ class Exchange:
         out = self._begin()
         if self.closed:
             return out
+        self._read_at = self._monotonic()
+        self.stats.bytes_from_broker += len(data)
         if self._passthrough:
             n = self._passthrough
             if len(data) <= n:
@@ -344,9 +354,13 @@ class Exchange:
             buffer.partial_head(8)
         ):
             chunks, self._passthrough = buffer.take_partial()
-            self._inflight.claim_for_stream()
+            slot = self._inflight.claim_for_stream()
+            self._count_response(self.stats.responses_from_broker, slot)
+            self.stats.observe(self.stats.upstream_latency, slot.api_key, self._waited(slot))
+            self.stats.observe(self.stats.request_latency, slot.api_key, self._waited(slot))
             self._streaming = True
             self.liveness.active = True
+            self.stats.bytes_to_client += sum(map(len, chunks))
             out.append(SendClient(chunks))
         return out
 
@@ -356,6 +370,7 @@ class Exchange:
         if self.closed:
             return out
         slot.response = codec.encode_response(verdict.response, slot.correlation_id)
+        self._count_response(self.stats.responses_from_proxy, slot)
         if slot is self._sasl_step:
             self._sasl_step = None
         if verdict.close_after is not None:
@@ -472,6 +487,7 @@ class Exchange:
 
     def _send(self, outgoing: list[Frame]) -> None:
         if outgoing:
+            self.stats.bytes_to_broker += sum(map(len, outgoing))
             if self._broker_open:
                 self._out.append(SendBroker(outgoing))
             else:
@@ -495,6 +511,9 @@ class Exchange:
                     CloseCause.AUTHENTICATION_FAILED,
                 )
                 return False
+        requests = self.stats.requests
+        key = header.api_key if header.api_key in REGISTRY else -1
+        requests[key] = requests.get(key, 0) + 1
         verdict: Verdict
         try:
             verdict, supported = handle_request(header, frame, ctx)
@@ -566,7 +585,11 @@ class Exchange:
                 if verdict.rewrite is not None:
                     transform = response_transform(verdict.rewrite, header, verdict.decode_if)
                 self._inflight.forward(
-                    header.correlation_id, header.api_key, header.api_version, transform
+                    header.correlation_id,
+                    header.api_key,
+                    header.api_version,
+                    transform,
+                    self._read_at,
                 )
             outgoing.append(frame)
             return True
@@ -576,12 +599,17 @@ class Exchange:
                 header.api_key,
                 header.api_version,
                 codec.encode_response(verdict.response, header.correlation_id),
+                self._read_at,
             )
+            responses = self.stats.responses_from_proxy
+            responses[header.api_key] = responses.get(header.api_key, 0) + 1
             if verdict.close_after is not None:
                 self._close_after_responses(verdict.close_after)
             return True
         if isinstance(verdict, RespondLater):
-            slot = self._inflight.reserve(header.correlation_id, header.api_key, header.api_version)
+            slot = self._inflight.reserve(
+                header.correlation_id, header.api_key, header.api_version, self._read_at
+            )
             is_sasl = header.api_key == SASL_AUTHENTICATE
             if is_sasl:
                 self._sasl_step = slot
@@ -612,6 +640,10 @@ class Exchange:
                         return
                 else:
                     slot.response = frame if slot.transform is None else slot.transform(frame)
+                    self._count_response(self.stats.responses_from_broker, slot)
+                    self.stats.observe(
+                        self.stats.upstream_latency, slot.api_key, self._waited(slot)
+                    )
         except ProtocolError as exc:  # the broker's answer is malformed or out of order
             self._close(f"cannot relay the broker's response: {exc}", CloseCause.UPSTREAM)
             return
@@ -656,13 +688,30 @@ class Exchange:
         ready = self._inflight.take_ready()
         if ready:
             self.liveness.active = True
-            self._out.append(SendClient(ready))
+            stats = self.stats
+            now = self._monotonic()
+            frames: list[bytes | memoryview] = []
+            for slot in ready:
+                response = slot.response
+                assert response is not None
+                frames.append(response)
+                stats.observe(stats.request_latency, slot.api_key, now - slot.received_at)
+            stats.bytes_to_client += sum(map(len, frames))
+            self._out.append(SendClient(frames))
         if self._closing is not None and not len(self._inflight):
             self._close(
                 self._closing, CloseCause.AUTHENTICATION_FAILED, logging.INFO, CLOSE_GRACE_S
             )
         elif self._draining and not self.busy:  # shutdown: every response written
             self._close(None, CloseCause.SHUTDOWN)
+
+    def _waited(self, slot: Slot) -> float:
+        """Seconds from the slot's request to the current read."""
+        return self._read_at - slot.received_at
+
+    @staticmethod
+    def _count_response(table: dict[int, int], slot: Slot) -> None:
+        table[slot.api_key] = table.get(slot.api_key, 0) + 1
 
     # -- flow control and closing ------------------------------------------------------------
     def _pause(self, reason: str) -> None:

@@ -36,6 +36,7 @@ from kafkaguard.proxy.quotas import CloseCause, ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.sasl.authenticator import SaslServer
 from kafkaguard.proxy.sasl.credentials import LiveCredentialStore, build_credential_store
 from kafkaguard.proxy.sasl.executor import AuthExecutor
+from kafkaguard.proxy.stats import ListenerStats
 
 log = logging.getLogger("kafkaguard.proxy")
 
@@ -83,6 +84,8 @@ class ListenerRuntime:
         self.counters: dict[str, int] = dict.fromkeys(map(str, CloseCause), 0)
         """Connections refused or closed since start, by :class:`CloseCause` value (plain
         ints: exported by whoever reads them)."""
+        self.stats = ListenerStats()
+        """Requests, responses, bytes and latencies of the data path (read by /metrics)."""
         self.rate_log = RateLimitedLog(log)
         """Per-connection log lines, at most one a second per (listener, cause)."""
         self._sockets: list[socket.socket] = []
@@ -222,6 +225,7 @@ class ListenerRuntime:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass  # the client already left: the transport will report it
+        self.stats.accepted += 1
         connection = ClientConnection(self, node_id, now)
         connection.quota_host = host
         connection.peer = f"{host}:{address[1]}" if isinstance(address, tuple) else host

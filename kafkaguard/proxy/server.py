@@ -19,15 +19,18 @@ import logging
 import resource
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from kafkaguard.audit import AuditTrail
 from kafkaguard.audit.config import LOG_ONLY
 from kafkaguard.policy.authorizer import Authorizer
 from kafkaguard.policy.config import build_authorizer
+from kafkaguard.proxy.admin import AdminServer
 from kafkaguard.proxy.cluster import UpstreamCluster
-from kafkaguard.proxy.config import ProxyConfig
+from kafkaguard.proxy.config import HostPort, ProxyConfig
 from kafkaguard.proxy.listener import ListenerRuntime
+from kafkaguard.proxy.metrics import DecisionCounter
 from kafkaguard.proxy.sasl.executor import executor_for
 
 log = logging.getLogger("kafkaguard.proxy")
@@ -59,8 +62,12 @@ class ProxyServer:
         self.audit = AuditTrail(config.audit, modes)
         """Audit trail and per-listener decision counters (``audit.counters``); it sees
         decisions only through the decision listener of an authorizer built here."""
+        audit = self.audit.on_decision if self.audit.active else None
+        self.decisions = DecisionCounter(config.metrics, audit) if config.admin else None
+        """Authorization decisions by listener, operation, resource type and result (only
+        counted when the admin listener serves them)."""
         self.authorizer = authorizer or build_authorizer(
-            config.policy, decision_listener=self.audit.on_decision if self.audit.active else None
+            config.policy, decision_listener=self.decisions or audit
         )
         self.auth_executor = executor_for(config.limits)
         """Password hashing for every SASL listener: a bounded share of the CPU."""
@@ -75,11 +82,18 @@ class ProxyServer:
             )
             for listener in config.listeners
         ]
+        self.reloads: dict[str, int] = {}
+        """Configuration reloads by result (``applied``, ``rejected``)."""
+        self.started = False
+        """Every listener is accepting (readiness)."""
+        self.admin = AdminServer(config.admin, self, self.decisions) if config.admin else None
         self._stopped = asyncio.Event()
         self._hurry = asyncio.Event()
         """A second stop signal: end the drain at once."""
 
     async def start(self, probe_attempts: int = 30) -> None:
+        if self.admin is not None:  # first: /healthz and /readyz answer during start-up too
+            self.admin.start()
         for attempt in range(1, probe_attempts + 1):
             try:
                 server = await self.cluster.probe()
@@ -102,6 +116,7 @@ class ProxyServer:
                     listener.config.name,
                 )
             await listener.start()
+        self.started = True
 
     def bootstrap(self, listener_name: str | None = None) -> str:
         listener = (
@@ -198,7 +213,32 @@ class ProxyServer:
         """Wait for :meth:`stop` without installing signal handlers (embedding, tests)."""
         await self._stopped.wait()
 
+    def not_ready(self) -> Iterator[str]:
+        """Each readiness condition that fails, named (``/readyz``; the admin thread calls
+        this: it only reads)."""
+        if not self.started:
+            yield "listeners: not all bound yet"
+        elif self._stopped.is_set():
+            yield "listeners: shutting down"
+        if not getattr(self.authorizer, "ready", True):
+            yield "acls: the ACL snapshot is not loaded yet"
+        stores: list[tuple[str, object]] = [("acl store", getattr(self.authorizer, "store", None))]
+        stores += [
+            (f"listener {ls.config.name} credentials", ls.sasl.store)
+            for ls in self.listeners
+            if ls.sasl is not None
+        ]
+        for what, store in stores:
+            if getattr(store, "connected", True) is False:
+                yield f"zookeeper: the {what} has no ZooKeeper session"
+
+    def upstream_addresses(self) -> list[HostPort]:
+        """Where the upstream can be reached: the bootstrap servers, then known brokers."""
+        return [*self.cluster.bootstrap_servers, *self.cluster.node_addresses()]
+
     async def close(self) -> None:
+        if self.admin is not None:
+            self.admin.stop()
         for listener in self.listeners:
             await listener.close()
         self.auth_executor.close()

@@ -4,8 +4,8 @@
 the exchange core's request step (``exchange.handle_request``: registry, version gate,
 decoding, the handler) with a real :class:`StandardAuthorizer` holding the given ACLs, and
 returns the verdict; ``complete(verdict, broker_response)`` runs the broker's encoded response
-through the core's ``response_transform``, as the exchange does. ``checks`` records every (action, result) in order, so
-tests can assert Kafka's check order and log flags.
+through the core's ``response_transform``, as the exchange does. ``checks`` records every
+(action, result) in order, so tests can assert Kafka's check order and log flags.
 """
 
 from __future__ import annotations

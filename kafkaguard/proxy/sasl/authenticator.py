@@ -167,6 +167,14 @@ class SaslServer:
         """Refused inside the address's failure window, nothing computed."""
         self.refused_queue_full = 0
         """Refused because the authentication executor was full, nothing computed."""
+        self.outcomes: dict[tuple[str, str], int] = {}
+        """Attempts by (mechanism, outcome: success, failure, throttled, busy)."""
+
+    def count(self, mechanism: str | None, outcome: str) -> None:
+        """One evaluated (or refused) authentication attempt."""
+        self.attempts += 1
+        key = (mechanism or "?", outcome)
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
 
     def new_mechanism(self, mechanism: str) -> SaslMechanismServer:
         if mechanism == plain.MECHANISM:
@@ -350,7 +358,7 @@ class SaslAuthenticator:
         if remaining <= 0:
             return None
         self.state = State.FAILED
-        self.server.attempts += 1
+        self.server.count(self._mechanism_name, "throttled")
         self.server.throttled += 1
         return AuthenticateOutcome(
             ErrorCode.sasl_authentication_failed,
@@ -368,7 +376,7 @@ class SaslAuthenticator:
         """The executor is full: fail the pending step at once, nothing computed."""
         assert self.state is State.STEPPING
         self.state = State.FAILED
-        self.server.attempts += 1
+        self.server.count(self._mechanism_name, "busy")
         self.server.refused_queue_full += 1
         return AuthenticateOutcome(
             ErrorCode.sasl_authentication_failed,
@@ -411,7 +419,7 @@ class SaslAuthenticator:
         self._previous = None
         self._mechanism = None
         self.server.throttle.success(self.session.client_host)
-        self.server.attempts += 1
+        self.server.count(self._mechanism_name, "success")
         self.server.successes += 1
         return AuthenticateOutcome(
             ErrorCode.none,
@@ -432,7 +440,7 @@ class SaslAuthenticator:
 
     def _failed(self, reason: str, message: str, now: float) -> AuthenticateOutcome:
         """A failed exchange: counted, and a window opened for the address."""
-        self.server.attempts += 1
+        self.server.count(self._mechanism_name, "failure")
         self.server.failures += 1
         return AuthenticateOutcome(
             ErrorCode.sasl_authentication_failed,

@@ -1,0 +1,166 @@
+"""The admin listener: /metrics counts what the traffic did, /healthz, /readyz.
+
+A proxy with ``admin:`` in front of a real Tansu; confluent-kafka produces to an allowed and a
+denied topic, then the test reads ``/metrics`` over HTTP and checks the counters against that
+traffic. ``/readyz`` is checked against a Tansu that is stopped and started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
+from kafkaguard.proxy.config import AdminConfig
+from kafkaguard.tansu import TansuBroker
+from tests.support.handler_harness import acl
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def get(proxy: RunningProxy, path: str) -> tuple[int, str]:
+    assert proxy.server.admin is not None
+    url = f"http://127.0.0.1:{proxy.server.admin.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples(text).items() if n == name and wanted <= ls)
+
+
+@pytest.fixture
+def admin_proxy(tansu: TansuBroker) -> Iterator[tuple[RunningProxy, str, str]]:
+    allowed, denied = unique_name("ok"), unique_name("secret")
+    bootstrap_admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{tansu.port}"})
+    for future in bootstrap_admin.create_topics(
+        [NewTopic(allowed, 1, 1), NewTopic(denied, 1, 1)]
+    ).values():
+        future.result(15)
+    acls = [
+        acl("User:ANONYMOUS", "WRITE", "TOPIC", allowed),
+        acl("User:ANONYMOUS", "DESCRIBE", "TOPIC", denied),
+    ]
+    policy = PolicyConfig(authorizer=AuthorizerConfig())
+    config = dataclasses.replace(
+        proxy_config(tansu.address, policy=policy), admin=AdminConfig(port=0)
+    )
+    running = start_proxy_thread(config)
+    running.server.authorizer.load_snapshot(acls)  # type: ignore[attr-defined]
+    try:
+        yield running, allowed, denied
+    finally:
+        stop_proxy_thread(running)
+
+
+def test_metrics_count_the_traffic(admin_proxy: tuple[RunningProxy, str, str]) -> None:
+    proxy, allowed, denied = admin_proxy
+    delivered: list[tuple[str, object]] = []
+    producer = Producer(
+        {"bootstrap.servers": proxy.bootstrap, "linger.ms": 0, "message.send.max.retries": 0}
+    )
+    for topic in (allowed, allowed, allowed, denied):
+        producer.produce(
+            topic, b"v", on_delivery=lambda err, msg: delivered.append((msg.topic(), err))
+        )
+        producer.flush(15)
+    assert [err is None for _, err in delivered] == [True, True, True, False]
+
+    status, text = get(proxy, "/metrics")
+    assert status == 200
+    assert value(text, "kafkaguard_build_info") == 1
+    assert value(text, "kafkaguard_connections_accepted_total", listener="PLAINTEXT") >= 1
+    assert value(text, "kafkaguard_connections", listener="PLAINTEXT") >= 1
+    # Produce: three allowed and one denied request (one topic each), one WRITE check each.
+    assert value(text, "kafkaguard_requests_total", api="Produce") == 4
+    assert value(text, "kafkaguard_responses_total", api="Produce", source="broker") == 3
+    assert value(text, "kafkaguard_responses_total", api="Produce", source="proxy") == 1
+    write = {"operation": "WRITE", "resource_type": "TOPIC"}
+    assert value(text, "kafkaguard_authorization_decisions_total", result="allowed", **write) == 3
+    assert value(text, "kafkaguard_authorization_decisions_total", result="denied", **write) == 1
+    assert value(text, "kafkaguard_upstream_latency_seconds_count", api="Produce") == 3
+    assert value(text, "kafkaguard_request_latency_seconds_count", api="Produce") == 4
+    assert value(text, "kafkaguard_bytes_total", peer="client", direction="in") > 0
+    assert value(text, "kafkaguard_acls") == 2
+
+    producer.flush(1)
+    del producer  # closes its connections: counted as client_closed
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        closed = value(
+            get(proxy, "/metrics")[1], "kafkaguard_connections_closed_total", reason="client_closed"
+        )
+        if closed >= 1:
+            break
+        time.sleep(0.1)
+    assert closed >= 1
+
+
+def test_health_and_readiness(admin_proxy: tuple[RunningProxy, str, str]) -> None:
+    proxy, _, _ = admin_proxy
+    assert get(proxy, "/healthz") == (200, "ok\n")
+    assert get(proxy, "/readyz") == (200, "ready\n")
+    assert get(proxy, "/nothing")[0] == 404
+
+
+def test_healthz_fails_while_the_event_loop_is_stuck(
+    admin_proxy: tuple[RunningProxy, str, str],
+) -> None:
+    proxy, _, _ = admin_proxy
+    proxy.loop.call_soon_threadsafe(time.sleep, 2.5)  # a blocking call on the loop
+    time.sleep(0.2)
+    status, body = get(proxy, "/healthz")
+    assert (status, body) == (503, "event loop: no response within 1 s\n")
+    time.sleep(2.5)
+    assert get(proxy, "/healthz")[0] == 200
+
+
+def test_readyz_names_the_upstream_while_it_is_down() -> None:
+    broker = TansuBroker()
+    broker.start()
+    asyncio.run(broker.wait_ready())
+    config = dataclasses.replace(proxy_config(broker.address), admin=AdminConfig(port=0))
+    proxy = start_proxy_thread(config)
+    try:
+        assert get(proxy, "/readyz")[0] == 200
+        broker.stop()
+        status, body = get(proxy, "/readyz")
+        assert status == 503 and body.startswith("upstream: ")
+        broker = TansuBroker(port=broker.port)
+        broker.start()
+        asyncio.run(broker.wait_ready())
+        assert get(proxy, "/readyz") == (200, "ready\n")
+    finally:
+        stop_proxy_thread(proxy)
+        broker.stop()
