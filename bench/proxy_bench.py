@@ -54,7 +54,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -195,12 +197,36 @@ class Timer:
         return elapsed
 
 
+class Scraper:
+    """Scrapes a side's /metrics every second while the benchmark runs (as Prometheus would),
+    so the side's figures include what recording and exposing its metrics cost."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    response.read()
+                self.scrapes += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 @dataclass
 class Env:
     brokers: list[TansuBroker] = field(default_factory=list)
     kafka_brokers: list[Any] = field(default_factory=list)
     """tests.support.kafka_broker.KafkaBroker (``--upstream kafka``); imported lazily."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    scrapers: list[Scraper] = field(default_factory=list)
     tmp: tempfile.TemporaryDirectory[str] = field(default_factory=tempfile.TemporaryDirectory)
 
     def start_broker(self, advertised: HostPort | None = None) -> TansuBroker:
@@ -244,8 +270,13 @@ class Env:
         port = free_port()
         config = Path(self.tmp.name) / f"{name}.yaml"
         (Path(self.tmp.name) / "acls.yaml").write_text(ACLS)
+        admin = ""
+        if name in (args.metrics or ()):  # the admin listener, scraped every second
+            admin_port = free_port()
+            admin = f"admin:\n  port: {admin_port}\n"
+            self.scrapers.append(Scraper(f"http://127.0.0.1:{admin_port}/metrics"))
         config.write_text(
-            "listeners:\n"
+            admin + "listeners:\n"
             "  - name: PLAINTEXT\n"
             "    bind_host: 127.0.0.1\n"
             f"    port: {port}\n"
@@ -270,6 +301,8 @@ class Env:
         return Side("relay", f"127.0.0.1:{port}", str(upstream), pid=pid)
 
     def close(self) -> None:
+        for scraper in self.scrapers:
+            scraper.stop()
         for proc in self.processes:  # SIGINT: lets cProfile write its output
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)
@@ -644,6 +677,13 @@ def main(argv: list[str] | None = None) -> int:
         "--candidate",
         metavar="DIR",
         help="also run a second kafkaguard from DIR (a prototype) as side 'candidate'",
+    )
+    parser.add_argument(
+        "--metrics",
+        action="append",
+        metavar="SIDE",
+        help="serve the admin listener on SIDE (kafkaguard or candidate) and scrape its "
+        "/metrics every second (repeatable)",
     )
     parser.add_argument(
         "--authz",

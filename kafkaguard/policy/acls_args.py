@@ -37,24 +37,49 @@ class UsageError(Exception):
     """Bad option combination (kafka-acls.sh: ``printUsageAndExit``)."""
 
 
+STORES_HELP = (
+    "The store: --config (the proxy's acl_store), --acl-file or --zookeeper-connect; one of "
+    "them for --add/--remove/--list. migrate --from KIND --to KIND copies every ACL of one "
+    "store into the other (one file, one zookeeper; ACLs already there are kept). Each side "
+    "is named by its option (--acl-file, --zookeeper-connect) or by --config, whose acl_store "
+    "is the side of its type: with a ZooKeeper-backed proxy config, 'migrate --from file --to "
+    "zookeeper --config proxy.yaml --acl-file acls.yaml' loads an old ACL file into the "
+    "fleet's ZooKeeper; with a file-backed one, 'migrate --from zookeeper --to file --config "
+    "proxy.yaml --zookeeper-connect zk1:2181/kafka' brings a cluster's ZooKeeper ACLs into "
+    "its file. Naming one side twice (--config and that side's option) is an error."
+)
+"""The epilog of ``kafkaguard acls --help``: how the options pick the store(s)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = STORES_HELP
     parser.add_argument(
         "acls_command",
         metavar="command",
         nargs="?",
         choices=["migrate"],
-        help="migrate: copy ACLs between stores",
+        help="migrate: copy every ACL of the --from store into the --to store",
     )
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--config", help="the proxy's config file (its acl_store is used)")
-    where.add_argument("--acl-file", help="the YAML ACL file to edit directly")
-    parser.add_argument("--zookeeper-connect", help="host:port[,...][/chroot] of ZooKeeper")
-    parser.add_argument("--zookeeper-chroot", default="", help="chroot, e.g. /kafka")
     parser.add_argument(
-        "--zookeeper-digest-auth-file", help="'user:password' or JAAS file for ZooKeeper"
+        "--config",
+        help="the proxy's config file: its acl_store (file or zookeeper) is the store, or "
+        "the migrate side of that type",
     )
-    parser.add_argument("--from", dest="from_store", choices=["file", "zookeeper"])
-    parser.add_argument("--to", dest="to_store", choices=["file", "zookeeper"])
+    parser.add_argument("--acl-file", help="the YAML ACL file to edit directly (a file store)")
+    parser.add_argument("--zookeeper-connect", help="host:port[,...][/chroot] of ZooKeeper")
+    parser.add_argument(
+        "--zookeeper-chroot", default="", help="chroot, e.g. /kafka (with --zookeeper-connect)"
+    )
+    parser.add_argument(
+        "--zookeeper-digest-auth-file",
+        help="'user:password' or JAAS file for ZooKeeper (with --zookeeper-connect)",
+    )
+    parser.add_argument(
+        "--from", dest="from_store", choices=["file", "zookeeper"], help="migrate: the source"
+    )
+    parser.add_argument(
+        "--to", dest="to_store", choices=["file", "zookeeper"], help="migrate: the target"
+    )
     action = parser.add_mutually_exclusive_group(required=False)
     action.add_argument("--add", action="store_true", help="add ACLs")
     action.add_argument("--remove", action="store_true", help="remove ACLs")

@@ -13,8 +13,22 @@ lists or migrates ACLs there, printing what kafka-acls.sh prints.
 Against ZooKeeper (issue 6) it edits Kafka's ``/kafka-acl`` znodes directly, with the same
 conditional writes and change notifications as the proxies (which apply them within a second):
 ``--zookeeper-connect host:2181 [--zookeeper-chroot /kafka]`` or a ``--config`` whose
-``acl_store.type`` is ``zookeeper``. ``kafkaguard acls migrate --from file --to zookeeper``
-(or back) copies every ACL of one store into the other (ACLs already there are kept).
+``acl_store.type`` is ``zookeeper``. --add/--remove/--list take exactly one of ``--config``,
+``--acl-file`` and ``--zookeeper-connect``.
+
+``kafkaguard acls migrate --from file --to zookeeper`` (or back) copies every ACL of one store
+into the other (ACLs already there are kept). Each side is named by its own option
+(``--acl-file``, ``--zookeeper-connect``) or by ``--config``: the proxy config's ``acl_store``
+is the side of its type, so an operator points the command at the config the proxies run with
+and names only the other store. Moving a fleet onto ZooKeeper (issue 14)::
+
+    kafkaguard acls migrate --from file --to zookeeper --config proxy.yaml --acl-file acls.yaml
+
+where ``proxy.yaml`` already has ``acl_store: {type: zookeeper, ...}``; with a file store in
+the config, ``--from zookeeper --to file --config proxy.yaml --zookeeper-connect zk:2181/kafka``
+fills its file from a cluster's ZooKeeper. A side named twice (``--config`` and that side's
+option) or a config store that is neither (``memory``) is a usage error, so a migration never
+guesses which of two stores was meant.
 """
 
 from __future__ import annotations
@@ -106,48 +120,99 @@ class _ZooKeeperStore:
         self.client.stop()
 
 
-def _open_store(args: argparse.Namespace, kind: str | None = None) -> _Store:
-    """The store the options name; ``kind`` picks file or zookeeper (migrate's two sides)."""
-    policy = parse_policy_config(ConfigSection.from_file(args.config)) if args.config else None
-    configured = policy.acl_store if policy is not None else None
-    if kind in (None, "file"):
-        if args.acl_file:
-            return _FileStore(Path(args.acl_file))
-        if configured is not None and configured.type == "file" and configured.path:
-            return _FileStore(configured.path)
-    if kind in (None, "zookeeper"):
-        if args.zookeeper_connect:
-            return _ZooKeeperStore(
-                args.zookeeper_connect,
-                args.zookeeper_chroot,
-                args.zookeeper_digest_auth_file,
-                18.0,
-            )
-        if configured is not None and configured.type == "zookeeper" and configured.connect:
-            return _ZooKeeperStore(
-                configured.connect,
-                configured.chroot,
-                configured.digest_auth_file,
-                configured.session_timeout_s,
-            )
-    if configured is not None:
+_Opener = Callable[[], _Store]
+"""Opens a store; chosen (and the options checked) before any store is opened."""
+
+_SIDE_OPTIONS = {"file": "--acl-file", "zookeeper": "--zookeeper-connect"}
+
+
+def _option_stores(args: argparse.Namespace) -> dict[str, _Opener]:
+    """The stores the explicit options name, by kind (at most one file, one ZooKeeper)."""
+    if (args.zookeeper_chroot or args.zookeeper_digest_auth_file) and not args.zookeeper_connect:
+        # Not silently dropped: with a --config ZooKeeper store they would look like overrides.
         raise UsageError(
-            f"{args.config}: acl_store.type is {configured.type!r}; "
-            + (f"give the {kind} side with options" if kind else "it cannot be edited")
+            "--zookeeper-chroot and --zookeeper-digest-auth-file go with --zookeeper-connect"
         )
-    if kind == "file":
-        raise UsageError("give the file side with --acl-file <file> or --config")
-    if kind == "zookeeper":
-        raise UsageError("give the ZooKeeper side with --zookeeper-connect or --config")
-    raise UsageError("give --config <proxy config>, --acl-file <file> or --zookeeper-connect")
+    stores: dict[str, _Opener] = {}
+    if args.acl_file:
+        path = Path(args.acl_file)
+        stores["file"] = lambda: _FileStore(path)
+    if args.zookeeper_connect:
+        stores["zookeeper"] = lambda: _ZooKeeperStore(
+            args.zookeeper_connect, args.zookeeper_chroot, args.zookeeper_digest_auth_file, 18.0
+        )
+    return stores
+
+
+def _configured_store(args: argparse.Namespace, purpose: str) -> tuple[str, _Opener]:
+    """The kind and opener of the ``acl_store`` of the proxy config ``--config`` names."""
+    configured = parse_policy_config(ConfigSection.from_file(args.config)).acl_store
+    path, connect = configured.path, configured.connect
+    if configured.type == "file" and path is not None:
+        return "file", lambda: _FileStore(path)
+    if configured.type == "zookeeper" and connect:
+        return "zookeeper", lambda: _ZooKeeperStore(
+            connect,
+            configured.chroot,
+            configured.digest_auth_file,
+            configured.session_timeout_s,
+        )
+    raise UsageError(f"{args.config}: acl_store.type is {configured.type!r}; {purpose}")
+
+
+def _open_store(args: argparse.Namespace) -> _Store:
+    """The one store --add/--remove/--list act on (``AclCommandOptions.checkArgs`` likewise
+    refuses two ways to reach the ACLs, e.g. --bootstrap-server with --bootstrap-controller)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--config", args.config),
+            ("--acl-file", args.acl_file),
+            ("--zookeeper-connect", args.zookeeper_connect),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        raise UsageError(f"give one store, not {' and '.join(given)}")
+    stores = _option_stores(args)
+    if args.config:
+        return _configured_store(args, "it cannot be edited")[1]()
+    if not stores:
+        raise UsageError("give --config <proxy config>, --acl-file <file> or --zookeeper-connect")
+    (opener,) = stores.values()
+    return opener()
+
+
+def _migration(args: argparse.Namespace) -> tuple[_Opener, _Opener]:
+    """Source and target: each side from its option, or from --config's ``acl_store`` when that
+    store is of the side's kind; a side named twice, or not at all, is a usage error."""
+    if not args.from_store or not args.to_store or args.from_store == args.to_store:
+        raise UsageError("migrate needs --from and --to, one 'file' and one 'zookeeper'")
+    sides = _option_stores(args)
+    if args.config:
+        kind, opener = _configured_store(
+            args, "migrate copies between a file and a zookeeper store"
+        )
+        if kind in sides:
+            raise UsageError(
+                f"{args.config} (acl_store.type {kind}) is already the {kind} side: "
+                f"drop {_SIDE_OPTIONS[kind]} or --config"
+            )
+        sides[kind] = opener
+    for kind in (args.from_store, args.to_store):
+        if kind not in sides:
+            raise UsageError(
+                f"give the {kind} side with {_SIDE_OPTIONS[kind]} "
+                f"or a --config whose acl_store.type is {kind}"
+            )
+    return sides[args.from_store], sides[args.to_store]
 
 
 def _migrate(args: argparse.Namespace, out: Callable[[str], None]) -> None:
-    if not args.from_store or not args.to_store or args.from_store == args.to_store:
-        raise UsageError("migrate needs --from and --to, one 'file' and one 'zookeeper'")
-    source = _open_store(args, args.from_store)
+    open_source, open_target = _migration(args)
+    source = open_source()
     try:
-        target = _open_store(args, args.to_store)
+        target = open_target()
         try:
             acls = source.read()
             added: list[int] = []

@@ -47,6 +47,7 @@ class Slot:
         "received_at",
         "response",
         "transform",
+        "upstream_s",
     )
 
     def __init__(
@@ -61,6 +62,8 @@ class Slot:
         self.correlation_id = correlation_id
         self.received_at = received_at
         """When the request arrived (the shell's monotonic clock), for latency metrics."""
+        self.upstream_s = 0.0
+        """Seconds the broker took to answer it (0 for answers of the proxy)."""
         self.api_key = api_key
         self.api_version = api_version
         self.transform = transform

@@ -356,11 +356,13 @@ class Exchange:
             chunks, self._passthrough = buffer.take_partial()
             slot = self._inflight.claim_for_stream()
             self._count_response(self.stats.responses_from_broker, slot)
-            self.stats.observe(self.stats.upstream_latency, slot.api_key, self._waited(slot))
-            self.stats.observe(self.stats.request_latency, slot.api_key, self._waited(slot))
+            stats = self.stats  # latencies to the first streamed byte: the proxy adds nothing
+            stats.observe(stats.upstream_latency, slot.api_key, self._waited(slot))
+            stats.observe(stats.request_latency, slot.api_key, self._waited(slot))
+            stats.observe(stats.proxy_latency, slot.api_key, 0.0)
             self._streaming = True
             self.liveness.active = True
-            self.stats.bytes_to_client += sum(map(len, chunks))
+            stats.bytes_to_client += sum(map(len, chunks))
             out.append(SendClient(chunks))
         return out
 
@@ -641,9 +643,8 @@ class Exchange:
                 else:
                     slot.response = frame if slot.transform is None else slot.transform(frame)
                     self._count_response(self.stats.responses_from_broker, slot)
-                    self.stats.observe(
-                        self.stats.upstream_latency, slot.api_key, self._waited(slot)
-                    )
+                    slot.upstream_s = self._waited(slot)
+                    self.stats.observe(self.stats.upstream_latency, slot.api_key, slot.upstream_s)
         except ProtocolError as exc:  # the broker's answer is malformed or out of order
             self._close(f"cannot relay the broker's response: {exc}", CloseCause.UPSTREAM)
             return
@@ -695,7 +696,9 @@ class Exchange:
                 response = slot.response
                 assert response is not None
                 frames.append(response)
-                stats.observe(stats.request_latency, slot.api_key, now - slot.received_at)
+                total = now - slot.received_at
+                stats.observe(stats.request_latency, slot.api_key, total)
+                stats.observe(stats.proxy_latency, slot.api_key, total - slot.upstream_s)
             stats.bytes_to_client += sum(map(len, frames))
             self._out.append(SendClient(frames))
         if self._closing is not None and not len(self._inflight):

@@ -239,6 +239,11 @@ class ProxyCollector(Collector):
             ((ls.config.name, ls.stats.request_latency) for ls in listeners),
         )
         yield _histogram(
+            "kafkaguard_proxy_latency_seconds",
+            "Request latency minus upstream latency: the time the proxy added.",
+            ((ls.config.name, ls.stats.proxy_latency) for ls in listeners),
+        )
+        yield _histogram(
             "kafkaguard_upstream_latency_seconds",
             "From a request leaving for the broker to the broker's response.",
             ((ls.config.name, ls.stats.upstream_latency) for ls in listeners),

@@ -59,6 +59,7 @@ class ListenerStats:
         "bytes_from_client",
         "bytes_to_broker",
         "bytes_to_client",
+        "proxy_latency",
         "request_latency",
         "requests",
         "responses_from_broker",
@@ -86,6 +87,9 @@ class ListenerStats:
         handed to the client's transport."""
         self.upstream_latency: dict[int, Histogram] = {}
         """By API key: from the request leaving for the broker to the broker's response."""
+        self.proxy_latency: dict[int, Histogram] = {}
+        """By API key: the request latency minus the upstream latency — what the proxy added
+        (decoding, deciding, rewriting, and waiting behind earlier responses)."""
 
     def observe(self, table: dict[int, Histogram], api_key: int, seconds: float) -> None:
         histogram = table.get(api_key)

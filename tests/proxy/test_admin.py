@@ -13,12 +13,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
-from kafkaguard.proxy.config import AdminConfig
+from kafkaguard.proxy.config import AdminConfig, MetricsConfig, load_config
 from kafkaguard.tansu import TansuBroker
 from tests.support.handler_harness import acl
 from tests.support.proxy_fixture import (
@@ -111,6 +112,7 @@ def test_metrics_count_the_traffic(admin_proxy: tuple[RunningProxy, str, str]) -
     assert value(text, "kafkaguard_authorization_decisions_total", result="denied", **write) == 1
     assert value(text, "kafkaguard_upstream_latency_seconds_count", api="Produce") == 3
     assert value(text, "kafkaguard_request_latency_seconds_count", api="Produce") == 4
+    assert value(text, "kafkaguard_proxy_latency_seconds_count", api="Produce") == 4
     assert value(text, "kafkaguard_bytes_total", peer="client", direction="in") > 0
     assert value(text, "kafkaguard_acls") == 2
 
@@ -164,3 +166,16 @@ def test_readyz_names_the_upstream_while_it_is_down() -> None:
     finally:
         stop_proxy_thread(proxy)
         broker.stop()
+
+
+def test_the_example_admin_section_uncommented_is_valid(tmp_path: Path) -> None:
+    example = (Path(__file__).parents[2] / "config.example.yaml").read_text(encoding="utf-8")
+    for line in ("#admin:", "#  bind_host: 127.0.0.1", "#  port: 9404", "#  allow_remote: false"):
+        assert line + "\n" in example, line
+        example = example.replace(line + "\n", line[1:] + "\n")
+    path = tmp_path / "config.yaml"
+    path.write_text(example, encoding="utf-8")
+    config = load_config(path)
+    assert config.admin == AdminConfig("127.0.0.1", 9404, allow_remote=False)
+    assert config.metrics == MetricsConfig(per_principal=False, max_principals=100)
+    assert config.log_format == "text"
