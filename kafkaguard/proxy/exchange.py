@@ -672,6 +672,7 @@ class Exchange:
 
     def _stream(self, data: bytes | memoryview, done: bool) -> None:
         self.liveness.active = True
+        self.stats.bytes_to_client += len(data)
         self._out.append(SendClient([data]))
         if done:
             self._streaming = False

@@ -108,6 +108,12 @@ def test_original_bytes_forwarded_and_local_answers_wait_their_turn() -> None:
         produce_response("orders", 3)
     ]
     assert not d.exchange.busy
+    stats = d.exchange.stats  # what /metrics reports
+    assert stats.requests == {0: 3}
+    assert (stats.responses_from_broker, stats.responses_from_proxy) == ({0: 2}, {0: 1})
+    assert stats.bytes_to_broker == len(a) + len(c)
+    assert sum(stats.request_latency[0].counts) == 3
+    assert sum(stats.upstream_latency[0].counts) == 2
 
 
 def test_a_response_out_of_order_closes_as_upstream() -> None:
@@ -209,6 +215,7 @@ def test_a_large_response_next_in_line_streams_as_it_arrives() -> None:
     assert to_client(out) == big[1000:5000]
     out = d.broker(big[5000:])
     data = to_client(out)
+    assert d.exchange.stats.bytes_to_client == len(big) + len(data) - (len(big) - 5000)
     assert data.startswith(big[5000:])  # then the local answer that waited behind it
     denied = decoded(split_frames(data[len(big) - 5000 :])[0], 0, 9)
     assert denied.responses[0].partition_responses[0].error_code == (
