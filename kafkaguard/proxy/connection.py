@@ -72,6 +72,8 @@ class ClientConnection(asyncio.Protocol):
         waiting for the executor never runs for a client that left)."""
         self.peer = "?"
         """``host:port`` of the client (set by the listener), for log lines."""
+        self.connection_id = "?"
+        """Kafka's ``Selector`` connection id (set by the listener), for log lines."""
         self.quota_host: str | None = None
         """The address the listener's ConnectionQuotas counted; cleared when released."""
         self._carry_out: dict[type[Command], Callable[[Any], None]] = {
@@ -93,6 +95,16 @@ class ClientConnection(asyncio.Protocol):
     @property
     def unanswered(self) -> int:
         return 0 if self.exchange is None else self.exchange.unanswered
+
+    def log_fields(self) -> dict[str, object]:
+        """The structured fields of this connection's log lines (``logging.format: json``)."""
+        if self.exchange is not None:
+            return self.exchange.context.log_fields()
+        return {
+            "listener": self._listener.config.name,
+            "connection_id": self.connection_id,
+            "client_address": self.peer,
+        }
 
     # -- client side -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -127,6 +139,7 @@ class ClientConnection(asyncio.Protocol):
             log_only=listener.log_only,
             sasl=SaslAuthenticator(listener.sasl, session) if listener.sasl is not None else None,
             peer=self.peer,
+            connection_id=self.connection_id,
         )
         self.exchange = Exchange(
             context, listener.limits, listener.rate_log, self._accepted_at, stats=listener.stats

@@ -78,6 +78,7 @@ class ConnectionContext:
         "_context_header",
         "_log_only",
         "_nodes",
+        "connection_id",
         "connection_state",
         "listener_name",
         "peer",
@@ -96,6 +97,7 @@ class ConnectionContext:
         log_only: bool = False,
         sasl: SaslAuthenticator | None = None,
         peer: str = "?",
+        connection_id: str = "?",
     ) -> None:
         self.listener_name = listener_name
         self.session = session
@@ -103,6 +105,8 @@ class ConnectionContext:
         """The SASL state machine on SASL_PLAINTEXT/SASL_SSL listeners; gates every request."""
         self.peer = peer
         """``host:port`` of the client, for log lines."""
+        self.connection_id = connection_id
+        """Kafka's ``Selector`` connection id: ``local:port-peer:port-index``."""
         self.connection_state = ConnectionState()
         self._authorizer = authorizer
         self._cluster = cluster
@@ -110,6 +114,15 @@ class ConnectionContext:
         self._log_only = log_only
         self._context_header: RequestHeaderInfo | None = None
         self._context: RequestContext | None = None
+
+    def log_fields(self) -> dict[str, object]:
+        """The structured fields of this connection's log lines (``logging.format: json``)."""
+        return {
+            "listener": self.listener_name,
+            "connection_id": self.connection_id,
+            "client_address": self.peer,
+            "principal": str(self.session.principal),
+        }
 
     @property
     def upstream_deferred(self) -> bool:

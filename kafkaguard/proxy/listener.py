@@ -229,6 +229,9 @@ class ListenerRuntime:
         connection = ClientConnection(self, node_id, now)
         connection.quota_host = host
         connection.peer = f"{host}:{address[1]}" if isinstance(address, tuple) else host
+        local = conn.getsockname()
+        local_text = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else str(local)
+        connection.connection_id = f"{local_text}-{connection.peer}-{self.stats.accepted}"
         return connection
 
     async def _open(self, conn: socket.socket, connection: ClientConnection) -> None:
@@ -285,6 +288,7 @@ class ListenerRuntime:
                 self.config.name,
                 reason,
                 connection.unanswered,
+                extra=connection.log_fields(),
             )
         if self._drained is not None and not self.connections:
             self._drained.set()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 INTERVAL_S: Final = 1.0
@@ -42,8 +42,16 @@ class RateLimitedLog:
         self._state: OrderedDict[object, tuple[float, int]] = OrderedDict()
         """key → (time of the last line written, lines suppressed since)."""
 
-    def log(self, key: object, level: int, msg: str, *args: object) -> bool:
-        """Log unless ``key`` logged less than ``interval_s`` ago; True if written."""
+    def log(
+        self,
+        key: object,
+        level: int,
+        msg: str,
+        *args: object,
+        extra: Mapping[str, object] | None = None,
+    ) -> bool:
+        """Log unless ``key`` logged less than ``interval_s`` ago; True if written. ``extra``:
+        the record's structured fields (``logging.format: json``)."""
         if not self._logger.isEnabledFor(level):
             return False
         now = self._clock()
@@ -58,5 +66,5 @@ class RateLimitedLog:
         if suppressed:
             msg = f"{msg} (%d similar lines suppressed)"
             args = (*args, suppressed)
-        self._logger.log(level, msg, *args)
+        self._logger.log(level, msg, *args, extra=extra)
         return True

@@ -1,4 +1,5 @@
-"""`kafkaguard acls` against a temporary file store (kafka-acls.sh behaviour)."""
+"""`kafkaguard acls` against a temporary file store (kafka-acls.sh behaviour), and which store(s)
+--config, --acl-file and --zookeeper-connect name, for migrate against a real ZooKeeper."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pytest
 
 from kafkaguard.policy import acls_cli
 from kafkaguard.policy.model import ResourceType
+from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.policy.stores.file import read_acl_file
 from tests.support.policy import CLUSTER, DENY, GROUP, PREFIXED, TOPIC, Op, acl
+from tests.support.zookeeper import ZooKeeperServer
 
 
 def run(*argv: str) -> tuple[int, list[str]]:
@@ -316,3 +319,163 @@ def test_invalid_binding_and_config_lookup(tmp_path: Path, capsys) -> None:
 def test_module_entry_point(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("acls: []\n")
     assert acls_cli.main(["--acl-file", str(tmp_path / "a.yaml"), "--list"]) == 0
+
+
+# -- which store(s): --config, --acl-file, --zookeeper-connect (migrate: one per side) ----------
+
+UNREACHABLE_ZK = "127.0.0.1:1"
+"""Usage errors are found before any store is opened: nothing ever connects here."""
+
+MIGRATED = {
+    acl("User:alice", Op.READ, name="orders"),
+    acl("User:bob", Op.WRITE, DENY, name="ord", ptype=PREFIXED, host="10.0.0.1"),
+    acl("User:ops", Op.ALTER, name="kafka-cluster", rtype=CLUSTER),
+    acl("User:app", Op.READ, name="g", rtype=GROUP),
+}
+
+
+def _file_config(tmp_path: Path, acl_file: str = "acls.yaml") -> Path:
+    config = tmp_path / "file-proxy.yaml"
+    config.write_text(f"acl_store:\n  type: file\n  path: {acl_file}\n", encoding="utf-8")
+    return config
+
+
+def _zookeeper_config(tmp_path: Path, connect: str, chroot: str = "") -> Path:
+    config = tmp_path / "zk-proxy.yaml"
+    config.write_text(
+        f"acl_store:\n  type: zookeeper\n  connect: '{connect}'\n  chroot: '{chroot}'\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def test_migrate_file_into_the_configs_zookeeper_and_back(
+    zookeeper: ZooKeeperServer, chroot: str, tmp_path: Path
+) -> None:
+    # The fleet's config already points at ZooKeeper: only the old file is named.
+    config = _zookeeper_config(tmp_path, zookeeper.connect, chroot)
+    old = tmp_path / "old-acls.yaml"
+    old.write_text(format_acl_text(MIGRATED), encoding="utf-8")
+    migrate = ("migrate", "--from", "file", "--to", "zookeeper", "--config", str(config))
+    code, out = run(*migrate, "--acl-file", str(old))
+    assert code == 0, out
+    assert out == [
+        f"Copied 4 ACLs from file {old} to zookeeper {zookeeper.connect}{chroot} "
+        "(4 new, 0 already present)."
+    ]
+    code, out = run(*migrate, "--acl-file", str(old))
+    assert out[0].endswith("(0 new, 4 already present).")
+    # The config's ZooKeeper as the source; the file as the target (created).
+    back = tmp_path / "back.yaml"
+    code, out = run(
+        "migrate", "--from", "zookeeper", "--to", "file", "--config", str(config),
+        "--acl-file", str(back),
+    )  # fmt: skip
+    assert code == 0, out
+    assert stored(back) == MIGRATED
+
+
+def test_migrate_zookeeper_into_the_configs_file(
+    zookeeper: ZooKeeperServer, chroot: str, tmp_path: Path
+) -> None:
+    zk = ("--zookeeper-connect", zookeeper.connect, "--zookeeper-chroot", chroot)
+    source = tmp_path / "seed.yaml"
+    source.write_text(format_acl_text(MIGRATED), encoding="utf-8")
+    code, out = run(
+        "migrate", "--from", "file", "--to", "zookeeper", "--acl-file", str(source), *zk
+    )
+    assert code == 0, out
+    # A file-backed proxy config: its acl_store.path (relative to the config) is the target,
+    # and ACLs already in it are kept.
+    (tmp_path / "conf").mkdir()
+    config = _file_config(tmp_path / "conf")
+    kept = acl("User:carol", Op.DESCRIBE, name="audit")
+    (tmp_path / "conf" / "acls.yaml").write_text(format_acl_text({kept}), encoding="utf-8")
+    code, out = run("migrate", "--from", "zookeeper", "--to", "file", "--config", str(config), *zk)
+    assert code == 0, out
+    assert out[0].endswith("(4 new, 0 already present).")
+    assert stored(tmp_path / "conf" / "acls.yaml") == MIGRATED | {kept}
+
+
+FILE_TO_ZK = ("migrate", "--from", "file", "--to", "zookeeper")
+ZK_TO_FILE = ("migrate", "--from", "zookeeper", "--to", "file")
+OTHER_FILE = ("--acl-file", "other.yaml")
+OTHER_ZK = ("--zookeeper-connect", UNREACHABLE_ZK)
+
+
+@pytest.mark.parametrize(
+    ("config", "argv", "message"),
+    [
+        pytest.param(
+            "file",
+            (*FILE_TO_ZK, *OTHER_FILE, *OTHER_ZK),
+            "is already the file side: drop --acl-file or --config",
+            id="file-side-twice",
+        ),
+        pytest.param(
+            "zookeeper",
+            (*FILE_TO_ZK, *OTHER_FILE, *OTHER_ZK),
+            "is already the zookeeper side: drop --zookeeper-connect or --config",
+            id="zookeeper-side-twice",
+        ),
+        pytest.param(
+            "file",
+            FILE_TO_ZK,
+            "give the zookeeper side with --zookeeper-connect or a --config whose "
+            "acl_store.type is zookeeper",
+            id="no-zookeeper-side",
+        ),
+        pytest.param(
+            "zookeeper", ZK_TO_FILE, "give the file side with --acl-file", id="no-file-side"
+        ),
+        pytest.param(None, (*ZK_TO_FILE, *OTHER_FILE), "give the zookeeper side", id="one-side"),
+        pytest.param(
+            "memory",
+            (*FILE_TO_ZK, *OTHER_FILE, *OTHER_ZK),
+            "acl_store.type is 'memory'; migrate copies between a file and a zookeeper store",
+            id="memory-config",
+        ),
+        pytest.param(
+            "zookeeper",
+            (*ZK_TO_FILE, *OTHER_FILE, "--zookeeper-chroot", "/kafka"),
+            "--zookeeper-chroot and --zookeeper-digest-auth-file go with --zookeeper-connect",
+            id="chroot-without-connect",
+        ),
+        pytest.param(
+            "file",
+            ("--list", *OTHER_FILE),
+            "give one store, not --config and --acl-file",
+            id="list-config-and-file",
+        ),
+        pytest.param(
+            None,
+            ("--list", *OTHER_FILE, *OTHER_ZK),
+            "give one store, not --acl-file and --zookeeper-connect",
+            id="list-file-and-zookeeper",
+        ),
+        pytest.param(
+            "memory", ("--list",), "acl_store.type is 'memory'; it cannot be edited", id="memory"
+        ),
+        pytest.param(None, ("--list",), "give --config <proxy config>, --acl-file", id="none"),
+    ],
+)
+def test_store_choice_errors_open_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    config: str | None,
+    argv: tuple[str, ...],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    configs = {
+        "file": _file_config(tmp_path),
+        "zookeeper": _zookeeper_config(tmp_path, UNREACHABLE_ZK),
+        "memory": tmp_path / "memory.yaml",
+    }
+    configs["memory"].write_text("authorizer: {}\n", encoding="utf-8")
+    before = sorted(tmp_path.iterdir())
+    code, out = run(*argv, *(("--config", str(configs[config])) if config else ()))
+    assert (code, out) == (2, [])
+    assert message in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == before  # no ACL file created, none written

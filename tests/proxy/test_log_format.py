@@ -45,8 +45,9 @@ def _record(msg: str, *args: object, exc: bool = False, **extra: object) -> logg
     )
 
 
-def _line(record: logging.LogRecord, formatter: logging.Formatter | None = None) -> Any:
-    text = (formatter or JsonFormatter()).format(record)
+def _line(record: logging.LogRecord) -> Any:
+    """The JSON line for ``record``, parsed, after checking it is one ASCII line."""
+    text = JsonFormatter().format(record)
     assert "\n" not in text and "\r" not in text and text.isascii()
     return json.loads(text)
 
@@ -74,8 +75,9 @@ def test_connection_fields_come_from_extra_and_are_strings() -> None:
         client_address="10.0.0.1:51234",
         principal="User:alice",
     )
-    assert _line(record) == {
-        "time": _line(record)["time"],
+    document = _line(record)
+    assert document == {
+        "time": document["time"],
         "level": "WARNING",
         "logger": "kafkaguard.proxy",
         "message": "closed",
@@ -237,7 +239,8 @@ def test_run_with_json_logging_writes_only_json_lines_to_stderr(
             assert client.api_versions()
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
             raw.sendall(b"\x7f\xff\xff\xff")  # a frame size no broker accepts: a close line
-            raw.recv(1)
+            with contextlib.suppress(ConnectionResetError):
+                raw.recv(1)  # the proxy closes the connection
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
     finally:
@@ -256,3 +259,8 @@ def test_run_with_json_logging_writes_only_json_lines_to_stderr(
     assert any(level == "WARNING" and "exceeds the limit" in m for level, _, m in messages), (
         messages
     )
+    (closing,) = [d for d in documents if d["message"].startswith("closing connection from")]
+    assert closing["listener"] == "PLAINTEXT" and closing["principal"] == "User:ANONYMOUS"
+    assert closing["client_address"].startswith("127.0.0.1:")
+    # Kafka's Selector connection id: local address - peer address - index
+    assert closing["connection_id"].startswith(f"127.0.0.1:{port}-127.0.0.1:")
