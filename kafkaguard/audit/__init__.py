@@ -7,6 +7,10 @@ listener and hands the event to the :class:`~kafkaguard.audit.writer.AuditWriter
 Counters (decisions, denied, would-deny, dropped) are logged on ``kafkaguard.audit`` every
 ``report_interval_s`` when they changed, and once more at shutdown.
 
+A configuration reload may switch listeners between ``enforce`` and ``log_only`` and add
+listeners (:meth:`AuditTrail.set_modes`); the ``audit:`` settings themselves (the writer, its
+files) stay as started until a restart (kafkaguard/proxy/reload.py).
+
 The record format is :mod:`kafkaguard.audit.events`; the settings :mod:`kafkaguard.audit.config`;
 the Spark jobs that read the files live in ``kafkaguard.audit.spark``.
 """
@@ -89,11 +93,27 @@ class AuditTrail:
         self._reported: dict[str, tuple[int, int, int, int]] = {}
         self._last_drop_log = -math.inf
         self._task: asyncio.Task[None] | None = None
+        self._started = False
 
     @property
     def active(self) -> bool:
         """Whether decisions need to be seen at all (else no listener is installed)."""
         return self.writer is not None or LOG_ONLY in self.modes.values()
+
+    def set_modes(self, modes: Mapping[str, str]) -> None:
+        """A reload: each listener's enforcement mode from now on. Decisions already counted
+        keep the mode they were made in; a listener no longer configured keeps its totals.
+        Becoming :attr:`active` (a first ``log_only`` listener) starts the periodic report."""
+        counters = dict(self.counters)  # a new dict: /metrics may be iterating the old one
+        for name, mode in modes.items():
+            if name not in counters:
+                counters[name] = ListenerCounters(mode)
+            else:
+                counters[name].mode = mode  # read by on_decision for each decision from now on
+        self.counters = counters
+        self.modes = dict(modes)
+        if self._started:
+            self._start_reports()
 
     # -- the hot path (event loop) ---------------------------------------------------------
     def on_decision(self, event: DecisionEvent) -> None:
@@ -151,6 +171,10 @@ class AuditTrail:
                 raise PermissionError(f"audit.dir {self.config.dir} is not writable")
             self.writer.start()
             log.info("audit trail: writing to %s", self.config.dir)
+        self._started = True
+        self._start_reports()
+
+    def _start_reports(self) -> None:
         if self._task is None and self.active:
             self._task = asyncio.get_running_loop().create_task(
                 self._report_periodically(), name="audit-report"
@@ -182,6 +206,7 @@ class AuditTrail:
 
     async def close(self) -> None:
         """Stop reporting, write everything queued (bounded time), log the totals."""
+        self._started = False
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -13,6 +13,10 @@ Theory of operation
 * Decisions follow ``StandardAuthorizerData.findAclRule``/``findResult`` exactly (see
   :mod:`.acl_index`); the audit line is ``StandardAuthorizerData.buildAuditMessage``'s.
 * Beyond Kafka, off unless configured: CIDR hosts, per-listener super users / allow-everyone.
+* ``super_users``, ``allow_everyone_if_no_acl_found`` and the per-listener overrides can be
+  replaced at run time (:meth:`StandardAuthorizer.reconfigure`, a configuration reload): they
+  are one immutable :class:`_Policies` object, swapped like the index. Kafka reads these two
+  settings once, in ``configure``; here a reload must not need a restart (issue 14).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from kafkaguard.policy.acl_index import (
     USER_WILDCARD_KEY,
@@ -82,6 +87,25 @@ class _Policy:
         self.allow_everyone = allow_everyone
 
 
+class _Policies:
+    """The default policy and the per-listener ones, built together from one
+    :class:`AuthorizerConfig`: one reference to swap, so a decision never mixes two configs."""
+
+    __slots__ = ("by_listener", "default")
+
+    def __init__(self, config: AuthorizerConfig) -> None:
+        self.default = _Policy(config.super_users, config.allow_everyone_if_no_acl_found)
+        self.by_listener: dict[str, _Policy] = {
+            name: _Policy(
+                config.super_users if o.super_users is None else o.super_users,
+                config.allow_everyone_if_no_acl_found
+                if o.allow_everyone_if_no_acl_found is None
+                else o.allow_everyone_if_no_acl_found,
+            )
+            for name, o in config.listeners.items()
+        }
+
+
 class StandardAuthorizer:
     """The default :class:`~kafkaguard.policy.authorizer.Authorizer` (Kafka's semantics)."""
 
@@ -101,16 +125,7 @@ class StandardAuthorizer:
         """Wall-clock time the ACL snapshot in force was loaded (None: not yet)."""
         self._swap_lock = threading.Lock()
         self._write_lock: asyncio.Lock | None = None
-        self._default = _Policy(self.config.super_users, self.config.allow_everyone_if_no_acl_found)
-        self._listener_policy: dict[str, _Policy] = {
-            name: _Policy(
-                self.config.super_users if o.super_users is None else o.super_users,
-                self.config.allow_everyone_if_no_acl_found
-                if o.allow_everyone_if_no_acl_found is None
-                else o.allow_everyone_if_no_acl_found,
-            )
-            for name, o in self.config.listeners.items()
-        }
+        self._policies = _Policies(self.config)
         self._load_task: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
 
@@ -172,6 +187,22 @@ class StandardAuthorizer:
             self._ready = True
             self.loaded_at = time.time()
 
+    def reconfigure(self, config: AuthorizerConfig) -> None:
+        """Apply a reloaded ``authorizer:`` section: super users, allow-everyone, the
+        per-listener overrides and ``host_cidr`` (the ACL index is rebuilt for it). Decisions
+        made after the call use the new settings, on every connection, as an ACL change does.
+
+        ``class`` and ``options`` are not applied (they choose and configure the authorizer
+        itself: a restart); the ACL store is untouched."""
+        policies = _Policies(config)
+        with self._swap_lock:
+            if config.host_cidr != self.config.host_cidr:
+                self._index = AclIndex.build(self._index.bindings, config.host_cidr)
+            self.config = replace(
+                config, class_path=self.config.class_path, options=self.config.options
+            )
+            self._policies = policies
+
     async def close(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -185,10 +216,11 @@ class StandardAuthorizer:
         self, context: RequestContext, actions: Sequence[Action]
     ) -> list[AuthorizationResult]:
         """``StandardAuthorizer.authorize``: one result per action, in order."""
+        policies = self._policies  # read once: a reconfigure swaps it whole
         policy = (
-            self._listener_policy.get(context.listener_name, self._default)
-            if self._listener_policy
-            else self._default
+            policies.by_listener.get(context.listener_name, policies.default)
+            if policies.by_listener
+            else policies.default
         )
         listener = self.decision_listener
         if context.principal.text in policy.super_users:

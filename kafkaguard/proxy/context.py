@@ -6,7 +6,9 @@ shared services (authorizer, upstream cluster view, node ports) and the connecti
 ``AuthorizableRequestContext`` of each request, built once per request however many checks
 its handler makes. Under ``enforcement: log_only`` the authorizer decides and audits as usual,
 then the request is handled as if allowed (``dry_run_results``), except ACL and credential
-administration (``ENFORCED_IN_LOG_ONLY``).
+administration (``ENFORCED_IN_LOG_ONLY``). The mode is read from the listener at each request,
+so a configuration reload that switches it applies to connections already open, as a new
+super user or ACL does (kafkaguard/proxy/reload.py).
 
 No I/O and no asyncio here: :mod:`kafkaguard.proxy.exchange` and the handler tests drive it in
 memory (docs/design.md#request-path).
@@ -15,7 +17,7 @@ memory (docs/design.md#request-path).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from uuid import UUID
 
 from kafkaguard.audit.config import ENFORCED_IN_LOG_ONLY, dry_run_results
@@ -68,6 +70,23 @@ class NodePorts(Protocol):
     def advertised_node(self, node_id: int) -> tuple[str, int] | None: ...
 
 
+@runtime_checkable
+class Enforcement(Protocol):
+    """Where the listener's current enforcement mode is read (``ListenerRuntime``)."""
+
+    @property
+    def log_only(self) -> bool: ...
+
+
+class _FixedEnforcement:
+    """The mode of a context whose ``nodes`` has none (handler tests): set once."""
+
+    __slots__ = ("log_only",)
+
+    def __init__(self, log_only: bool) -> None:
+        self.log_only = log_only
+
+
 class ConnectionContext:
     """The :class:`HandlerContext` of one client connection."""
 
@@ -76,7 +95,7 @@ class ConnectionContext:
         "_cluster",
         "_context",
         "_context_header",
-        "_log_only",
+        "_enforcement",
         "_nodes",
         "connection_id",
         "connection_state",
@@ -111,7 +130,11 @@ class ConnectionContext:
         self._authorizer = authorizer
         self._cluster = cluster
         self._nodes = nodes
-        self._log_only = log_only
+        # The listener (``nodes`` in the proxy) knows the mode in force; ``log_only`` is the
+        # mode of a context built without one.
+        self._enforcement: Enforcement = (
+            nodes if isinstance(nodes, Enforcement) else _FixedEnforcement(log_only)
+        )
         self._context_header: RequestHeaderInfo | None = None
         self._context: RequestContext | None = None
 
@@ -140,7 +163,7 @@ class ConnectionContext:
         return self._context
 
     def _dry_run(self, request: Request) -> bool:
-        return self._log_only and request.header.api_key not in ENFORCED_IN_LOG_ONLY
+        return self._enforcement.log_only and request.header.api_key not in ENFORCED_IN_LOG_ONLY
 
     # -- authorization -----------------------------------------------------------------------
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:

@@ -14,6 +14,15 @@ one ``accept`` and one ``close``. The TLS handshake is bounded by ``authenticati
 sweep per listener closes idle and unauthenticated connections (``connections.max.idle.ms``).
 Refusals and closes are counted per cause in :attr:`ListenerRuntime.counters`; their log lines
 are rate-limited per cause (:class:`~kafkaguard.proxy.log_limit.RateLimitedLog`).
+
+Reload (kafkaguard/proxy/reload.py): :meth:`ListenerRuntime.reconfigure` swaps the limits and
+the enforcement mode. Connections admitted from then on are checked against the new limits and
+get them (frame size, requests in flight, idle and authentication deadlines); connections
+already open keep the ones they were admitted with and count against the new
+``max_connections``/``max_connections_per_ip``; lowering a limit closes no open connection,
+as with Kafka's dynamically updated ``max.connections`` (KIP-402). An added listener is first
+opened (:meth:`ListenerRuntime.open`), then accepts (:meth:`ListenerRuntime.accept`); a removed
+one is drained and closed as at shutdown.
 """
 
 from __future__ import annotations
@@ -89,6 +98,8 @@ class ListenerRuntime:
         self.rate_log = RateLimitedLog(log)
         """Per-connection log lines, at most one a second per (listener, cause)."""
         self._sockets: list[socket.socket] = []
+        self._unserved: socket.socket | None = None
+        """The bootstrap socket between :meth:`open` and :meth:`accept`."""
         self._acceptors: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
@@ -121,12 +132,29 @@ class ListenerRuntime:
         return task
 
     async def start(self) -> None:
+        """:meth:`open`, then :meth:`accept`."""
+        await self.open()
+        self.accept()
+
+    async def open(self) -> None:
+        """Load what the listener needs and bind its bootstrap port, without accepting yet: a
+        reload opens every added listener before it applies anything (a port already in use
+        rejects the whole reload), and accepts on them only once the new settings are in
+        force. :meth:`close` releases what this took."""
         # SASL credentials kept in ZooKeeper: first full load before the port opens.
         if self.sasl is not None and isinstance(self.sasl.store, LiveCredentialStore):
             await self.sasl.store.start()
         sock = self._bind(self.config.port)
+        self._sockets.append(sock)  # closed by stop_accepting even if never served
+        self._unserved = sock
         self.bootstrap_port = sock.getsockname()[1]
-        self._serve(sock, None)
+
+    def accept(self) -> None:
+        """Start accepting on the port :meth:`open` bound, and the idle sweep."""
+        sock, self._unserved = self._unserved, None
+        if sock is None:
+            raise RuntimeError(f"listener {self.config.name} is not open")
+        self._accept_on(sock, None)
         self._schedule_sweep()
         log.info(
             "listener %s (%s) ready on %s:%d, advertised as %s",
@@ -152,8 +180,35 @@ class ListenerRuntime:
 
     def _serve(self, sock: socket.socket, node_id: int | None) -> None:
         self._sockets.append(sock)
+        self._accept_on(sock, node_id)
+
+    def _accept_on(self, sock: socket.socket, node_id: int | None) -> None:
         task = asyncio.get_running_loop().create_task(self._accept_loop(sock, node_id))
         self._acceptors.append(task)
+
+    # -- reload ----------------------------------------------------------------------------------
+    def reconfigure(self, limits: LimitsConfig, *, log_only: bool) -> None:
+        """A reload: the listener's limits and enforcement mode from now on (see the module
+        docstring for which connections see what)."""
+        if log_only != self.log_only:
+            self.log_only = log_only  # ConnectionContext reads it for every decision
+            if log_only:
+                log.warning(
+                    "listener %s is now in log_only mode: requests are authorized and audited "
+                    "but forwarded even when denied",
+                    self.config.name,
+                )
+            else:
+                log.info("listener %s now enforces its authorization decisions", self.config.name)
+        if limits == self.limits:
+            return
+        self.limits = limits  # read by _admit, _open and each new connection's Exchange
+        # The counts of open connections stay: they are checked against the new limits at the
+        # next accept (ConnectionQuotas reads its limits there; quotas.py has no setter).
+        self.quotas._limits = limits
+        if self._sweeper is not None:  # the next sweep at the new interval
+            self._sweeper.cancel()
+            self._schedule_sweep()
 
     # -- accepting (Kafka's Acceptor + ConnectionQuotas) -------------------------------------
     async def _accept_loop(self, sock: socket.socket, node_id: int | None) -> None:
