@@ -1,4 +1,4 @@
-"""``kafkaguard`` command line: run, demo, check-config, acls, certs, users, explain.
+"""``kafkaguard`` command line: run, demo, check-config, reload, acls, certs, users, explain.
 
 Each sub-command is one ``add_parser`` in :func:`build_parser` whose ``handler`` default is
 the function :func:`main` calls with the parsed arguments (returning the exit code).
@@ -10,7 +10,9 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -68,7 +70,7 @@ _STARTUP_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-async def _serve(config: ProxyConfig) -> None:
+async def _serve(config: ProxyConfig, pid_file: Path | None = None) -> None:
     from kafkaguard.tansu import TansuBroker
 
     broker: TansuBroker | None = None
@@ -79,7 +81,7 @@ async def _serve(config: ProxyConfig) -> None:
         config = replace(
             config, upstream=UpstreamConfig((broker.address,), config.upstream.connect_timeout_s)
         )
-    server = ProxyServer(config)
+    server = ProxyServer(config, embedded_upstream=broker is not None)
     try:
         await server.start()
         for listener in server.listeners:
@@ -90,15 +92,20 @@ async def _serve(config: ProxyConfig) -> None:
             )
         # Until SIGTERM/SIGINT, then the graceful drain (requests in flight answered for up to
         # shutdown_timeout_ms; a second signal cuts it short). close() then flushes the audit
-        # trail; the process exits 0.
-        await server.serve_forever()
+        # trail; the process exits 0. SIGHUP reloads (kafkaguard/proxy/reload.py); the pid
+        # file is written once it can.
+        await server.serve_forever(
+            serving=None if pid_file is None else lambda: _write_pid_file(pid_file)
+        )
     finally:
         await server.close()
         if broker is not None:
             broker.stop()
+        if pid_file is not None:
+            _remove_pid_file(pid_file)
 
 
-def _run(config_path: Path) -> int:
+def _run(config_path: Path, pid_file: Path | None = None) -> int:
     try:
         config = load_config(config_path)
     except ConfigError as exc:
@@ -109,7 +116,7 @@ def _run(config_path: Path) -> int:
     loop_name = install_event_loop_policy()
     log.info("event loop: %s", loop_name)
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, pid_file))
     except _STARTUP_ERRORS as exc:
         # Expected start failures (unreachable upstream, refused upstream credentials, ACL
         # store or credential source not loadable, key files): one clear line, no traceback.
@@ -137,6 +144,117 @@ def _check_config(config_path: Path) -> int:
         print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     print(f"{config_path}: ok")  # noqa: T201
+    return 0
+
+
+# -- reload -------------------------------------------------------------------------------
+
+_RELOAD_DESCRIPTION = """\
+Check a configuration file as check-config does, then send SIGHUP to the running proxy
+(kafkaguard run --pid-file P writes its process id to P). The proxy re-reads its ACL store
+and the configuration file it was started with, which must be this file, and applies without
+a restart: super_users, allow_everyone_if_no_acl_found and the per-listener authorizer
+extensions, enforcement (top level and per listener), limits (except the two
+authentication pool settings), logging, shutdown_timeout_ms, and listeners added or removed
+(a removed listener is drained as at shutdown). Any other changed setting (upstream, a
+listener's address, port, protocol, ssl or sasl section, admin, metrics, audit, acl_store,
+authorizer class or options) keeps its running value: the proxy logs a WARNING naming each,
+and a restart applies it. Certificate and SASL credential files are re-read when they change,
+without a reload. The proxy checks the file again: an invalid one is rejected with the
+check-config error in its log and the running configuration stays. Each outcome is counted
+in kafkaguard_config_reloads_total{result="applied"|"rejected"}.
+
+Exit status: 0 signalled, 1 no such kafkaguard process, 2 invalid configuration (nothing is
+signalled)."""
+
+
+def _add_reload_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        required=True,
+        help="the configuration file the proxy runs with, edited",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int, help="process id of kafkaguard run")
+    target.add_argument("--pid-file", type=Path, help="the file kafkaguard run --pid-file wrote")
+
+
+def _write_pid_file(path: Path) -> None:
+    """Written whole or not at all: a reader never sees half a number."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(f"{os.getpid()}\n", encoding="ascii")
+    partial.replace(path)
+
+
+def _remove_pid_file(path: Path) -> None:
+    """Remove the pid file if it still names this process (a newer proxy may have taken it)."""
+    try:
+        if path.read_text(encoding="ascii").strip() == str(os.getpid()):
+            path.unlink()
+    except OSError:
+        pass
+
+
+def _read_pid(path: Path) -> int:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the pid file {path}: {exc}") from exc
+    if not text.isdigit():
+        raise ValueError(f"the pid file {path} holds no process id")
+    return int(text)
+
+
+def _kafkaguard_config(argv: Sequence[str]) -> Path | None:
+    """The configuration file of a ``kafkaguard run``/``demo`` command line; None for any
+    other command line."""
+    for index, word in enumerate(argv[1:], start=1):
+        if word in ("run", "demo") and "kafkaguard" in Path(argv[index - 1]).name:
+            try:
+                args, _ = build_parser().parse_known_args(argv[index:])
+            except SystemExit:  # argparse's way of refusing a command line
+                return None
+            return Path(args.config) if word == "run" else Path(args.dir) / "config.yaml"
+    return None
+
+
+def _check_target(pid: int, config_path: Path) -> None:
+    """Refuse to signal a process that is not a proxy reading ``config_path``: SIGHUP ends a
+    process that does not handle it. Linux only (``/proc``); elsewhere nothing is checked."""
+    proc = Path("/proc") / str(pid)
+    try:
+        argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
+        cwd = Path(os.readlink(proc / "cwd"))
+    except FileNotFoundError as exc:
+        raise ProcessLookupError(f"no process {pid}") from exc
+    except OSError:
+        return  # no /proc, or another user's process: os.kill decides
+    running = _kafkaguard_config([a for a in argv if a])
+    if running is None:
+        raise ValueError(f"process {pid} is not kafkaguard run: {' '.join(argv).strip()[:200]}")
+    if (cwd / running).resolve() != config_path.resolve():
+        raise ValueError(
+            f"process {pid} runs with {cwd / running}, not {config_path}: it re-reads its own file"
+        )
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """``kafkaguard reload``: exit 0 once signalled, 1 no such process, 2 invalid file."""
+    code = _check_config(args.config)
+    if code != 0:
+        return code
+    try:
+        pid: int = args.pid if args.pid is not None else _read_pid(args.pid_file)
+        _check_target(pid, args.config)
+        os.kill(pid, signal.SIGHUP)
+    except (OSError, ValueError) as exc:
+        print(f"kafkaguard reload: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
+    print(  # noqa: T201
+        f"sent SIGHUP to process {pid}: it reloads {args.config} and its ACL store "
+        "(the outcome is in its log and in kafkaguard_config_reloads_total)"
+    )
     return 0
 
 
@@ -254,7 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the proxy")
     run.add_argument("--config", type=Path, required=True, help="YAML configuration")
-    run.set_defaults(handler=lambda args: _run(args.config))
+    run.add_argument(
+        "--pid-file",
+        type=Path,
+        help="write the process id here once serving (for kafkaguard reload); removed at exit",
+    )
+    run.set_defaults(handler=lambda args: _run(args.config, args.pid_file))
     demo = commands.add_parser(
         "demo", help="embedded Tansu broker + the proxy with the sample config and ACLs"
     )
@@ -283,6 +406,14 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("--config", type=Path, required=True)
     check.set_defaults(handler=lambda args: _check_config(args.config))
+    reload = commands.add_parser(
+        "reload",
+        help="check a configuration file, then have the running proxy reload it (SIGHUP)",
+        description=_RELOAD_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_reload_arguments(reload)
+    reload.set_defaults(handler=_reload)
     explain_parser = commands.add_parser(
         "explain",
         help="why a request is allowed or denied (exit 0 allowed, 1 denied, 2 error)",

@@ -10,6 +10,9 @@ connection is closed, the authorizer stopped and the audit queue flushed. A prod
 acks=all therefore sees each of its requests either acknowledged or failed by a disconnect,
 never acknowledged-and-lost. A second signal ends the wait at once (Kafka's broker, by
 contrast, has no such drain: ``SocketServer.shutdown`` closes its processors).
+
+SIGHUP re-reads the ACL store and the configuration file, and applies what can change without
+a restart (:meth:`ProxyServer.reload_config`; what is reloadable: kafkaguard/proxy/reload.py).
 """
 
 from __future__ import annotations
@@ -19,21 +22,30 @@ import logging
 import resource
 import signal
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final
 
 from kafkaguard.audit import AuditTrail
 from kafkaguard.audit.config import LOG_ONLY
+from kafkaguard.config_tree import ConfigError
+from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Authorizer
 from kafkaguard.policy.config import build_authorizer
+from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.proxy.admin import AdminServer
 from kafkaguard.proxy.cluster import UpstreamCluster
-from kafkaguard.proxy.config import HostPort, ProxyConfig
+from kafkaguard.proxy.config import HostPort, ListenerConfig, ProxyConfig, load_config
 from kafkaguard.proxy.listener import ListenerRuntime
+from kafkaguard.proxy.log_format import configure_logging
 from kafkaguard.proxy.metrics import DecisionCounter
+from kafkaguard.proxy.reload import ReloadPlan, describe, plan_reload
 from kafkaguard.proxy.sasl.executor import executor_for
 
 log = logging.getLogger("kafkaguard.proxy")
+
+_LISTENER_READY_TIMEOUT_S: Final = 30.0
+"""A reload waits this long for the authorizer to be ready for an added listener."""
 
 
 def raise_open_file_limit() -> int:
@@ -50,8 +62,22 @@ def raise_open_file_limit() -> int:
 
 
 class ProxyServer:
-    def __init__(self, config: ProxyConfig, authorizer: Authorizer | None = None) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        authorizer: Authorizer | None = None,
+        *,
+        config_path: str | Path | None = None,
+        embedded_upstream: bool = False,
+    ) -> None:
+        """``config_path``: the file a reload re-reads (default: the file ``config`` was loaded
+        from, none for a config built in code); ``embedded_upstream``: ``config.upstream`` is
+        the embedded broker ``kafkaguard run`` started for a file without one."""
         self.config = config
+        if config_path is None and not config.source.startswith("<"):  # "<defaults>", "<string>"
+            config_path = config.source
+        self.config_path = Path(config_path) if config_path is not None else None
+        self.embedded_upstream = embedded_upstream
         self.cluster = UpstreamCluster(
             config.upstream.bootstrap_servers,
             config.upstream.connect_timeout_s,
@@ -62,12 +88,15 @@ class ProxyServer:
         self.audit = AuditTrail(config.audit, modes)
         """Audit trail and per-listener decision counters (``audit.counters``); it sees
         decisions only through the decision listener of an authorizer built here."""
-        audit = self.audit.on_decision if self.audit.active else None
-        self.decisions = DecisionCounter(config.metrics, audit) if config.admin else None
+        self._audit_hook = self.audit.on_decision if self.audit.active else None
+        """The audit trail's decision listener while it needs decisions (a reload switching
+        a listener to log_only may set it: :meth:`_wire_audit`)."""
+        self.decisions = DecisionCounter(config.metrics, self._to_audit) if config.admin else None
         """Authorization decisions by listener, operation, resource type and result (only
         counted when the admin listener serves them)."""
+        self._own_authorizer = authorizer is None
         self.authorizer = authorizer or build_authorizer(
-            config.policy, decision_listener=self.decisions or audit
+            config.policy, decision_listener=self.decisions or self._audit_hook
         )
         self.auth_executor = executor_for(config.limits)
         """Password hashing for every SASL listener: a bounded share of the CPU."""
@@ -82,8 +111,13 @@ class ProxyServer:
             )
             for listener in config.listeners
         ]
-        self.reloads: dict[str, int] = {}
+        self.reloads: dict[str, int] = {"applied": 0, "rejected": 0}
         """Configuration reloads by result (``applied``, ``rejected``)."""
+        self._reload_lock = asyncio.Lock()
+        """One reload at a time: a SIGHUP during a reload is served after it."""
+        self._reloads: set[asyncio.Task[Any]] = set()
+        self._retired: dict[ListenerRuntime, asyncio.Task[None]] = {}
+        """Listeners a reload removed, still draining."""
         self.started = False
         """Every listener is accepting (readiness)."""
         self.admin = AdminServer(config.admin, self, self.decisions) if config.admin else None
@@ -136,20 +170,216 @@ class ProxyServer:
         self._stopped.set()
 
     def reload(self) -> None:
-        """SIGHUP: re-read the ACL store now (stores that can, e.g. the file store)."""
+        """SIGHUP: re-read the ACL store now (stores that can, e.g. the file store), then the
+        configuration file (:meth:`reload_config`, in a task of its own)."""
         store = getattr(self.authorizer, "store", None)
         request_reload = getattr(store, "request_reload", None)
         if callable(request_reload):
             log.info("SIGHUP: reloading the ACL store")
             request_reload()
+        task = asyncio.get_running_loop().create_task(self.reload_config(), name="config-reload")
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
 
-    async def serve_forever(self) -> None:
+    # -- configuration reload (kafkaguard/proxy/reload.py) -------------------------------------
+    async def reload_config(self, path: str | Path | None = None) -> ReloadPlan | None:
+        """Re-read the configuration (``path``, default :attr:`config_path`) and apply what can
+        change without a restart. The file is parsed and validated whole, and added listeners
+        are opened, before anything is applied; any failure rejects the reload (logged with
+        the reason, counted in :attr:`reloads`) and the running configuration stays. Returns
+        the plan applied, or None."""
+        async with self._reload_lock:
+            source = Path(path) if path is not None else self.config_path
+            if source is None:
+                log.info("configuration reload: the proxy was not started from a file")
+                return None
+            if not self.started or self._stopped.is_set():
+                self._reject(source, "the proxy is not serving (starting or stopping)")
+                return None
+            try:
+                new = await asyncio.to_thread(load_config, source)
+            except ConfigError as exc:  # check-config's message, word for word
+                self._reject(source, f"configuration error: {exc}")
+                return None
+            plan = plan_reload(
+                self.config,
+                new,
+                reconfigurable_authorizer=callable(getattr(self.authorizer, "reconfigure", None)),
+                embedded_upstream=self.embedded_upstream,
+            )
+            try:
+                added = await self._open_listeners(plan.config, plan.added)
+            except Exception as exc:  # any failure to open one rejects the reload
+                log.debug("opening the added listeners failed", exc_info=True)
+                self._reject(source, f"cannot open an added listener: {exc}")
+                return None
+            self._apply(plan, added)
+            self._log_applied(source, plan)
+            return plan
+
+    def _reject(self, source: Path, reason: str) -> None:
+        self.reloads["rejected"] += 1
+        log.error(
+            "configuration reload from %s rejected, the running configuration stays: %s",
+            source,
+            reason,
+        )
+
+    async def _open_listeners(
+        self, config: ProxyConfig, listeners: Iterable[ListenerConfig]
+    ) -> list[ListenerRuntime]:
+        """Runtimes for the added listeners, opened (bound) but not accepting yet; on any
+        failure the ones already opened are closed again."""
+        opened: list[ListenerRuntime] = []
+        try:
+            for listener in listeners:
+                runtime = ListenerRuntime(
+                    listener,
+                    self.cluster,
+                    config.listener_limits(listener),
+                    self.authorizer,
+                    log_only=config.listener_enforcement(listener) == LOG_ONLY,
+                    auth_executor=self.auth_executor,
+                )
+                opened.append(runtime)
+                try:
+                    await runtime.open()
+                except Exception as exc:
+                    raise RuntimeError(
+                        f"listener {listener.name} on {listener.bind_host}:{listener.port}: {exc}"
+                    ) from exc
+            if opened:  # KIP-504: a listener accepts only once its authorizer is ready
+                await self._authorizer_ready([ls.config.name for ls in opened])
+        except BaseException:
+            for runtime in opened:
+                await runtime.close()
+            raise
+        return opened
+
+    async def _authorizer_ready(self, listeners: list[str]) -> None:
+        ready = self.authorizer.start(listeners)
+        try:
+            async with asyncio.timeout(_LISTENER_READY_TIMEOUT_S):
+                for future in ready.values():
+                    await future
+        except TimeoutError as exc:
+            raise RuntimeError(
+                f"the authorizer was not ready for {', '.join(listeners)} within "
+                f"{_LISTENER_READY_TIMEOUT_S:.0f} s"
+            ) from exc
+
+    def _apply(self, plan: ReloadPlan, added: list[ListenerRuntime]) -> None:
+        """Swap every reloadable setting in, without awaiting: no request sees half of it."""
+        old, new = self.config, plan.config
+        reconfigure = getattr(self.authorizer, "reconfigure", None)
+        if callable(reconfigure) and new.policy.authorizer != old.policy.authorizer:
+            reconfigure(new.policy.authorizer)
+        modes = {ls.name: new.listener_enforcement(ls) for ls in new.listeners}
+        runtimes = {ls.config.name: ls for ls in (*self.listeners, *added)}
+        for listener in new.listeners:
+            runtimes[listener.name].reconfigure(
+                new.listener_limits(listener), log_only=modes[listener.name] == LOG_ONLY
+            )
+        retired = [ls for ls in self.listeners if ls.config.name not in modes]
+        self.listeners = [runtimes[ls.name] for ls in new.listeners]  # a new list: /metrics
+        self.audit.set_modes(modes)
+        self._wire_audit()
+        if (new.log_level, new.log_format) != (old.log_level, old.log_format):
+            configure_logging(new.log_level, new.log_format)
+        self.config = new
+        for runtime in added:
+            runtime.accept()
+        for runtime in retired:
+            self._retire(runtime)
+        self.reloads["applied"] += 1
+
+    def _log_applied(self, source: Path, plan: ReloadPlan) -> None:
+        applied = describe(plan.applied) if plan.applied else "no reloadable setting changed"
+        log.info("configuration reloaded from %s: %s", source, applied)
+        if plan.restart_needed:
+            log.warning(
+                "configuration reload: %s changed but need%s a restart; the running value%s "
+                "stay%s in force",
+                describe(plan.restart_needed),
+                "s" if len(plan.restart_needed) == 1 else "",
+                "" if len(plan.restart_needed) == 1 else "s",
+                "s" if len(plan.restart_needed) == 1 else "",
+            )
+        if any(ls.ssl is not None or ls.sasl is not None for ls in plan.config.listeners):
+            log.info(
+                "configuration reload: TLS certificate, key and CA files and SASL credential "
+                "files need no reload, they are re-read when they change"
+            )
+
+    def _to_audit(self, event: DecisionEvent) -> None:
+        """After the decision counter: the audit trail, while it needs decisions."""
+        hook = self._audit_hook
+        if hook is not None:
+            hook(event)
+
+    def _wire_audit(self) -> None:
+        """After a reload changed the enforcement modes: hand decisions to the audit trail
+        only while it needs them (a ``log_only`` listener or ``audit.enabled``); without one,
+        the authorizer skips the work a decision listener costs."""
+        hook = self.audit.on_decision if self.audit.active else None
+        if hook == self._audit_hook:
+            return
+        self._audit_hook = hook
+        if (
+            self.decisions is None
+            and self._own_authorizer
+            and isinstance(self.authorizer, StandardAuthorizer)
+        ):
+            self.authorizer.decision_listener = hook
+
+    def _retire(self, listener: ListenerRuntime) -> None:
+        """A listener a reload removed: drain it as at shutdown, in the background."""
+        self._retired[listener] = asyncio.get_running_loop().create_task(
+            self._drain_retired(listener), name=f"retire-{listener.config.name}"
+        )
+
+    async def _drain_retired(self, listener: ListenerRuntime) -> None:
+        name = listener.config.name
+        timeout = self.config.shutdown_timeout_ms / 1000
+        connections, in_flight, dropped = listener.drain()
+        log.info(
+            "listener %s removed by a reload: stopped accepting; %d connections with %d "
+            "requests in flight get up to %.1f s to be answered (%d not started are dropped)",
+            name,
+            connections,
+            in_flight,
+            timeout,
+            dropped,
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                await listener.drained()
+        except TimeoutError:
+            pass
+        cut, unanswered = listener.cut()
+        await listener.close()
+        self._retired.pop(listener, None)
+        log.info(
+            "listener %s closed: %d of %d connections closed in time, %d cut with %d requests "
+            "unanswered",
+            name,
+            connections - cut,
+            connections,
+            cut,
+            unanswered,
+        )
+
+    async def serve_forever(self, *, serving: Callable[[], None] | None = None) -> None:
         """Serve until SIGTERM/SIGINT, then drain (:meth:`drain`); the signal handlers stay
-        installed meanwhile, so a second signal cuts the drain short. :meth:`close` follows."""
+        installed meanwhile, so a second signal cuts the drain short. :meth:`close` follows.
+        ``serving`` is called once the handlers are installed (a SIGHUP before that would
+        end the process: ``kafkaguard run --pid-file`` writes the file then)."""
         loop = asyncio.get_running_loop()
         handlers = {signal.SIGINT: self.stop, signal.SIGTERM: self.stop, signal.SIGHUP: self.reload}
         for sig, handler in handlers.items():
             loop.add_signal_handler(sig, handler)
+        if serving is not None:
+            serving()
         try:
             await self._stopped.wait()
             await self.drain()
@@ -239,6 +469,12 @@ class ProxyServer:
     async def close(self) -> None:
         if self.admin is not None:
             self.admin.stop()
+        for task in list(self._reloads):
+            task.cancel()
+        for listener, task in list(self._retired.items()):
+            task.cancel()
+            await listener.close()
+        self._retired.clear()
         for listener in self.listeners:
             await listener.close()
         self.auth_executor.close()
