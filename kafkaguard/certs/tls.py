@@ -205,6 +205,14 @@ def _stamp(paths: tuple[Path, ...]) -> _Stamp:
     return tuple(out)
 
 
+def _not_after(path: Path) -> float | None:
+    """The ``notAfter`` of the first certificate in a PEM file."""
+    try:
+        return x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc.timestamp()
+    except (OSError, ValueError):
+        return None
+
+
 class ServerTls:
     """A listener's TLS: its current context (reloaded when the files change) and the
     principal mapping of its client certificates."""
@@ -221,7 +229,11 @@ class ServerTls:
             stamp = _stamp(self._paths)
         except OSError as exc:
             raise _load_error("cannot read", Path(exc.filename or "?"), exc) from None
+        self._built_not_after: float | None = None
         self._current = self._build()
+        self.not_after: float | None = self._built_not_after
+        """POSIX time the certificate being served expires (None: unreadable), for metrics;
+        a replacement file that fails to load does not change it."""
         self._stamp: _Stamp = stamp
         self._rejected: object = None
         self.reloads = 0
@@ -232,6 +244,7 @@ class ServerTls:
     def _build(self) -> ssl.SSLContext:
         context = build_server_context(self.config)
         context.sni_callback = self._on_client_hello
+        self._built_not_after = _not_after(self.config.cert_file)
         return context
 
     def current(self) -> ssl.SSLContext:
@@ -251,6 +264,7 @@ class ServerTls:
                     self._reject(stamp, str(exc))
                     return self._current
                 self._current, self._stamp, self._rejected = context, stamp, None
+                self.not_after = self._built_not_after
                 self.reloads += 1
                 log.info(
                     "listener %s: reloaded TLS certificate %s (new connections use it)",

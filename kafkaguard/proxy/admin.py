@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from kafkaguard.proxy.config import AdminConfig, HostPort
-from kafkaguard.proxy.metrics import DecisionCounter, ProxyCollector
+from kafkaguard.proxy.metrics import UPSTREAM_UNREACHABLE, DecisionCounter, ProxyCollector
 
 if TYPE_CHECKING:
     from kafkaguard.proxy.server import ProxyServer
@@ -77,7 +77,8 @@ class AdminServer:
         self._proxy = server
         self._loop: asyncio.AbstractEventLoop | None = None
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(ProxyCollector(server, decisions))
+        registry.register(ProxyCollector(server, decisions, self.not_ready))
+        ProcessCollector(registry=registry)  # CPU, memory, file descriptors of the process
         self._metrics = make_wsgi_app(registry)
         self._httpd: ThreadingWSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -137,10 +138,15 @@ class AdminServer:
             return "503 Service Unavailable", "event loop: no response within 1 s\n"
         return "200 OK", "ok\n"
 
-    def _readyz(self) -> tuple[str, str]:
+    def not_ready(self) -> list[str]:
+        """Each failing readiness condition, named (empty: ready)."""
         failing = list(self._proxy.not_ready())
         if not _upstream_reachable(self._proxy.upstream_addresses()):
-            failing.append("upstream: no bootstrap server or broker accepts a TCP connection")
+            failing.append(UPSTREAM_UNREACHABLE)
+        return failing
+
+    def _readyz(self) -> tuple[str, str]:
+        failing = self.not_ready()
         if failing:
             return "503 Service Unavailable", "".join(f"{line}\n" for line in failing)
         return "200 OK", "ready\n"

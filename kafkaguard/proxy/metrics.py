@@ -17,10 +17,8 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -40,6 +38,9 @@ from kafkaguard.proxy.stats import LATENCY_BUCKETS_S, Histogram
 if TYPE_CHECKING:
     from kafkaguard.proxy.listener import ListenerRuntime
     from kafkaguard.proxy.server import ProxyServer
+
+UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker accepts a TCP connection"
+"""The readiness condition that the upstream is down (``/readyz`` and its gauge)."""
 
 OTHER = "other"
 """The principal label of every principal past ``metrics.max_principals``."""
@@ -110,36 +111,18 @@ def _histogram(
     return family
 
 
-class _CertificateExpiry:
-    """Seconds until a certificate file's ``notAfter``, re-read only when the file changes."""
-
-    def __init__(self) -> None:
-        self._cache: dict[Path, tuple[int, float | None]] = {}
-
-    def not_after(self, path: Path) -> float | None:
-        try:
-            stamp = path.stat().st_mtime_ns
-        except OSError:
-            return None
-        cached = self._cache.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        try:
-            certificate = x509.load_pem_x509_certificate(path.read_bytes())
-            value: float | None = certificate.not_valid_after_utc.timestamp()
-        except (OSError, ValueError):
-            value = None
-        self._cache[path] = (stamp, value)
-        return value
-
-
 class ProxyCollector(Collector):
     """Everything ``/metrics`` shows, read from the running :class:`ProxyServer`."""
 
-    def __init__(self, server: ProxyServer, decisions: DecisionCounter | None) -> None:
+    def __init__(
+        self,
+        server: ProxyServer,
+        decisions: DecisionCounter | None,
+        not_ready: Callable[[], list[str]] | None = None,
+    ) -> None:
         self._server = server
         self._decisions = decisions
-        self._certificates = _CertificateExpiry()
+        self._not_ready = not_ready
 
     def collect(self) -> Iterator[Metric]:
         server = self._server
@@ -149,6 +132,16 @@ class ProxyCollector(Collector):
             "kafkaguard version and Python runtime.",
             value={"version": _version(), "python": sys.version.split()[0]},
         )
+        if self._not_ready is not None:
+            failing = self._not_ready()
+            yield GaugeMetricFamily(
+                "kafkaguard_ready", "1 when /readyz answers 200.", value=int(not failing)
+            )
+            yield GaugeMetricFamily(
+                "kafkaguard_upstream_reachable",
+                "1 when a bootstrap server or a known broker accepts a TCP connection.",
+                value=int(UPSTREAM_UNREACHABLE not in failing),
+            )
         yield from self._connections(listeners)
         yield from self._requests(listeners)
         yield from self._authorization(listeners)
@@ -324,15 +317,20 @@ class ProxyCollector(Collector):
             "Seconds until the certificate a TLS listener serves expires.",
             labels=["listener"],
         )
+        reloads = CounterMetricFamily(
+            "kafkaguard_certificate_reloads",
+            "Times a TLS listener loaded changed certificate files.",
+            labels=["listener"],
+        )
         now = time.time()
         for listener in listeners:
             tls = listener.tls
             if tls is None:
                 continue
-            not_after = self._certificates.not_after(Path(tls.config.cert_file))
-            if not_after is not None:
-                expiry.add_metric([listener.config.name], not_after - now)
-        yield expiry
+            reloads.add_metric([listener.config.name], tls.reloads)
+            if tls.not_after is not None:
+                expiry.add_metric([listener.config.name], tls.not_after - now)
+        yield from (expiry, reloads)
 
 
 def _version() -> str:

@@ -115,6 +115,9 @@ def test_metrics_count_the_traffic(admin_proxy: tuple[RunningProxy, str, str]) -
     assert value(text, "kafkaguard_proxy_latency_seconds_count", api="Produce") == 4
     assert value(text, "kafkaguard_bytes_total", peer="client", direction="in") > 0
     assert value(text, "kafkaguard_acls") == 2
+    assert value(text, "kafkaguard_ready") == 1
+    assert value(text, "kafkaguard_upstream_reachable") == 1
+    assert value(text, "process_open_fds") > 0
 
     producer.flush(1)
     del producer  # closes its connections: counted as client_closed
@@ -159,6 +162,9 @@ def test_readyz_names_the_upstream_while_it_is_down() -> None:
         broker.stop()
         status, body = get(proxy, "/readyz")
         assert status == 503 and body.startswith("upstream: ")
+        metrics = get(proxy, "/metrics")[1]
+        assert value(metrics, "kafkaguard_upstream_reachable") == 0
+        assert value(metrics, "kafkaguard_ready") == 0
         broker = TansuBroker(port=broker.port)
         broker.start()
         asyncio.run(broker.wait_ready())
