@@ -152,17 +152,25 @@ def _check_config(config_path: Path) -> int:
 _RELOAD_DESCRIPTION = """\
 Check a configuration file as check-config does, then send SIGHUP to the running proxy
 (kafkaguard run --pid-file P writes its process id to P). The proxy re-reads its ACL store
-and the configuration file it was started with, which must be this file, and applies without
-a restart: super_users, allow_everyone_if_no_acl_found and the per-listener authorizer
-extensions, enforcement (top level and per listener), limits (except the two
-authentication pool settings), logging, shutdown_timeout_ms, and listeners added or removed
-(a removed listener is drained as at shutdown). Any other changed setting (upstream, a
-listener's address, port, protocol, ssl or sasl section, admin, metrics, audit, acl_store,
-authorizer class or options) keeps its running value: the proxy logs a WARNING naming each,
-and a restart applies it. Certificate and SASL credential files are re-read when they change,
-without a reload. The proxy checks the file again: an invalid one is rejected with the
-check-config error in its log and the running configuration stays. Each outcome is counted
-in kafkaguard_config_reloads_total{result="applied"|"rejected"}.
+and the configuration file it was started with, which must be this file.
+
+Applied without a restart: authorizer super_users, allow_everyone_if_no_acl_found and
+extensions (per-listener overrides, host_cidr); enforcement, top level and per listener;
+limits, except authentication_threads and authentication_queue_size; logging level and
+format; shutdown_timeout_ms; listeners added (opened, then accepting) or removed (drained as
+at shutdown; its port can be taken by a listener added in a later reload, not in the same).
+New decisions on every connection follow the new authorizer settings and enforcement modes;
+new connections get the new limits.
+
+Kept until a restart (the proxy logs a WARNING naming each changed one): upstream; a
+listener's bind_host, port, advertised_host, broker_ports, security_protocol, ssl and sasl;
+admin, metrics, audit, acl_store; authorizer class and options; the two authentication pool
+limits. Certificate and SASL credential files need no reload: they are re-read when they
+change.
+
+The proxy checks the file again: an invalid one is rejected, with the check-config error in
+its log, and the running configuration stays. Outcomes are counted in
+kafkaguard_config_reloads_total{result="applied"|"rejected"}.
 
 Exit status: 0 signalled, 1 no such kafkaguard process, 2 invalid configuration (nothing is
 signalled)."""

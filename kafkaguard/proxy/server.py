@@ -213,6 +213,11 @@ class ProxyServer:
                 log.debug("opening the added listeners failed", exc_info=True)
                 self._reject(source, f"cannot open an added listener: {exc}")
                 return None
+            if self._stopped.is_set():  # a stop signal came while they were being opened
+                for runtime in added:
+                    await runtime.close()
+                self._reject(source, "the proxy is stopping")
+                return None
             self._apply(plan, added)
             self._log_applied(source, plan)
             return plan
@@ -233,21 +238,7 @@ class ProxyServer:
         opened: list[ListenerRuntime] = []
         try:
             for listener in listeners:
-                runtime = ListenerRuntime(
-                    listener,
-                    self.cluster,
-                    config.listener_limits(listener),
-                    self.authorizer,
-                    log_only=config.listener_enforcement(listener) == LOG_ONLY,
-                    auth_executor=self.auth_executor,
-                )
-                opened.append(runtime)
-                try:
-                    await runtime.open()
-                except Exception as exc:
-                    raise RuntimeError(
-                        f"listener {listener.name} on {listener.bind_host}:{listener.port}: {exc}"
-                    ) from exc
+                opened.append(await self._open_listener(config, listener))
             if opened:  # KIP-504: a listener accepts only once its authorizer is ready
                 await self._authorizer_ready([ls.config.name for ls in opened])
         except BaseException:
@@ -255,6 +246,31 @@ class ProxyServer:
                 await runtime.close()
             raise
         return opened
+
+    async def _open_listener(
+        self, config: ProxyConfig, listener: ListenerConfig
+    ) -> ListenerRuntime:
+        """One added listener, opened; closed again if that fails (the error names it)."""
+        runtime: ListenerRuntime | None = None
+        try:
+            runtime = ListenerRuntime(  # loads its TLS files and SASL credential store
+                listener,
+                self.cluster,
+                config.listener_limits(listener),
+                self.authorizer,
+                log_only=config.listener_enforcement(listener) == LOG_ONLY,
+                auth_executor=self.auth_executor,
+            )
+            await runtime.open()
+        except BaseException as exc:  # cancelled (a shutdown) too: release what it took
+            if runtime is not None:
+                await runtime.close()
+            if not isinstance(exc, Exception):
+                raise
+            raise RuntimeError(
+                f"listener {listener.name} on {listener.bind_host}:{listener.port}: {exc}"
+            ) from exc
+        return runtime
 
     async def _authorizer_ready(self, listeners: list[str]) -> None:
         ready = self.authorizer.start(listeners)
@@ -294,7 +310,7 @@ class ProxyServer:
         self.reloads["applied"] += 1
 
     def _log_applied(self, source: Path, plan: ReloadPlan) -> None:
-        applied = describe(plan.applied) if plan.applied else "no reloadable setting changed"
+        applied = f"applied {describe(plan.applied)}" if plan.applied else "nothing to apply"
         log.info("configuration reloaded from %s: %s", source, applied)
         if plan.restart_needed:
             log.warning(
