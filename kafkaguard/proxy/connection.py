@@ -136,7 +136,7 @@ class ClientConnection(asyncio.Protocol):
             listener.authorizer,
             listener.cluster,
             listener,
-            log_only=listener.log_only,
+            enforcement=listener,
             sasl=SaslAuthenticator(listener.sasl, session) if listener.sasl is not None else None,
             peer=self.peer,
             connection_id=self.connection_id,

@@ -17,7 +17,7 @@ memory (docs/design.md#request-path).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
 from kafkaguard.audit.config import ENFORCED_IN_LOG_ONLY, dry_run_results
@@ -70,21 +70,24 @@ class NodePorts(Protocol):
     def advertised_node(self, node_id: int) -> tuple[str, int] | None: ...
 
 
-@runtime_checkable
 class Enforcement(Protocol):
-    """Where the listener's current enforcement mode is read (``ListenerRuntime``)."""
+    """Where the listener's current enforcement mode is read (``ListenerRuntime``: a reload
+    may switch it, and the next decision of every connection follows)."""
 
     @property
     def log_only(self) -> bool: ...
 
 
-class _FixedEnforcement:
-    """The mode of a context whose ``nodes`` has none (handler tests): set once."""
+class FixedEnforcement:
+    """An enforcement mode set once (contexts built outside a listener: tests, tools)."""
 
     __slots__ = ("log_only",)
 
     def __init__(self, log_only: bool) -> None:
         self.log_only = log_only
+
+
+ENFORCE = FixedEnforcement(log_only=False)
 
 
 class ConnectionContext:
@@ -113,7 +116,7 @@ class ConnectionContext:
         cluster: ClusterView,
         nodes: NodePorts,
         *,
-        log_only: bool = False,
+        enforcement: Enforcement = ENFORCE,
         sasl: SaslAuthenticator | None = None,
         peer: str = "?",
         connection_id: str = "?",
@@ -130,11 +133,7 @@ class ConnectionContext:
         self._authorizer = authorizer
         self._cluster = cluster
         self._nodes = nodes
-        # The listener (``nodes`` in the proxy) knows the mode in force; ``log_only`` is the
-        # mode of a context built without one.
-        self._enforcement: Enforcement = (
-            nodes if isinstance(nodes, Enforcement) else _FixedEnforcement(log_only)
-        )
+        self._enforcement = enforcement
         self._context_header: RequestHeaderInfo | None = None
         self._context: RequestContext | None = None
 

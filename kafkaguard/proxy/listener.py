@@ -203,9 +203,7 @@ class ListenerRuntime:
         if limits == self.limits:
             return
         self.limits = limits  # read by _admit, _open and each new connection's Exchange
-        # The counts of open connections stay: they are checked against the new limits at the
-        # next accept (ConnectionQuotas reads its limits there; quotas.py has no setter).
-        self.quotas._limits = limits
+        self.quotas.reconfigure(limits)
         if self._sweeper is not None:  # the next sweep at the new interval
             self._sweeper.cancel()
             self._schedule_sweep()

@@ -81,6 +81,12 @@ class ConnectionQuotas:
         self._tokens = float(limits.max_connection_creation_rate)
         self._refilled_at: float | None = None
 
+    def reconfigure(self, limits: LimitsConfig) -> None:
+        """New limits (a reload): the counts of open connections stay, checked against the
+        new limits at the next accept; the token bucket is capped at the new rate."""
+        self._limits = limits
+        self._tokens = min(self._tokens, float(limits.max_connection_creation_rate))
+
     def count(self, host: str) -> int:
         return self._per_ip.get(host, 0)
 
