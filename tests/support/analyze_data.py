@@ -8,6 +8,7 @@ writes: ``date=YYYY-MM-DD/hour=HH/audit-*.jsonl``.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -69,13 +70,15 @@ def rec(
 
 def write_audit(directory: Path, records: list[AuditEvent], *, junk: bool = True) -> Path:
     """Write ``records`` as the writer would; with ``junk``, add what readers must ignore: a
-    half-written ``.inprogress`` file and a malformed line in a closed file."""
+    half-written ``.inprogress`` file and, in a closed file of the earliest hour,
+    :data:`JUNK_LINES` bad lines (malformed, another schema version, a bad time, and a last
+    line cut short without its newline)."""
     files = AuditFiles(directory, max_file_bytes=1 << 30, max_file_seconds=1e9)
     for r in records:
         files.write(epoch(r.time), (r.to_json() + "\n").encode())
     files.close()
     if junk and records:
-        hour = next(directory.glob("date=*/hour=*"))
+        hour = min(directory.glob("date=*/hour=*"))
         (hour / "audit-zz-1-99.jsonl.inprogress").write_text(
             records[0].to_json()[:40] + "\n", encoding="utf-8"
         )
@@ -83,7 +86,19 @@ def write_audit(directory: Path, records: list[AuditEvent], *, junk: bool = True
         (hour / "audit-zz-1-98.jsonl").write_text(
             '{"schema_version": 1, "kind": "decis\nnot json at all\n{"schema_version": 2}\n'
             + bad_time  # valid but for its time: Spark's ANSI cast would fail the whole job
-            + "\n",
+            + "\n\n"  # a blank line is no line (Spark skips it)
+            + records[0].to_json()[:-20],  # half-written: cut, no newline
             encoding="utf-8",
         )
     return directory
+
+
+JUNK_LINES = 5
+"""Bad lines :func:`write_audit` adds with ``junk``."""
+
+
+def set_mtimes(directory: Path, when: float) -> None:
+    """Make ``directory`` and everything under it look last modified at ``when`` (epoch s):
+    how old a trail looks decides which hours ``analyze compact`` takes as closed."""
+    for path in [directory, *directory.rglob("*")]:
+        os.utime(path, (when, when), follow_symlinks=False)

@@ -173,6 +173,15 @@ def heatmap(heat: Mapping[str, Any]) -> str:
     return _svg(width, height, body, "principal by topic heatmap")
 
 
+def _per(hours: int) -> str:
+    """The chart's bucket, in words (:func:`.report.bucket_hours`)."""
+    if hours == 1:
+        return "per hour"
+    if hours % 24 == 0:
+        return "per day" if hours == 24 else f"per {hours // 24} days"
+    return f"per {hours} hours"
+
+
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     if not rows:
         return "<p>None.</p>"
@@ -216,7 +225,8 @@ def render(data: Mapping[str, Any]) -> str:
         f"<h1>kafkaguard audit report</h1><p>Window: {_e(span)} (UTC). "
         f"Generated {_e(data['generated_at'])}.</p>",
         "<h2>Summary</h2>" + summary,
-        "<h2>Decisions over time (per hour)</h2>" + over_time_chart(data["decisions_over_time"]),
+        f"<h2>Decisions over time ({_per(int(data.get('hours_per_bar', 1)))})</h2>"
+        + over_time_chart(data["decisions_over_time"]),
         "<h2>Top denied principals</h2>"
         + bar_chart(data["top_denied_principals"], "principal", "top denied principals"),
         "<h2>Top denied resources</h2>"

@@ -4,6 +4,7 @@ Both run the same code::
 
     kafkaguard analyze report --input audit/ --since 2026-11-22 --html report.html
     spark-submit --master yarn kafkaguard/audit/spark/main.py propose --input hdfs://nn/audit
+    kafkaguard analyze compact --input audit/     # from cron: closed hours -> Parquet
 
 This module owns the command line only and imports pyspark lazily (inside :func:`run`), so
 ``kafkaguard`` works without the ``analytics`` extra until ``analyze`` is used.
@@ -42,14 +43,49 @@ def _common() -> argparse.ArgumentParser:
     )
     common.add_argument("--since", help="window start, inclusive (ISO date or timestamp, UTC)")
     common.add_argument("--until", help="window end, exclusive (ISO date or timestamp, UTC)")
-    common.add_argument("--output", help="directory (or URI) for result tables: Parquet + JSON")
+    common.add_argument("--output", help="directory (or URI) for result tables (Parquet)")
     common.add_argument(
+        "--json", action="store_true", help="with --output: a JSON-lines copy of every table too"
+    )
+    common.add_argument(
+        "--compacted",
+        metavar="DIR",
+        help="where `analyze compact` wrote (default: INPUT/_compacted); its hours are read"
+        " from Parquet, the others from JSON",
+    )
+    common.add_argument(
+        "--json-only", action="store_true", help="ignore compacted Parquet: read the JSON lines"
+    )
+    _spark_arguments(common)
+    return common
+
+
+def _spark_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--master", help="Spark master (default local[*]; under spark-submit: its --master)"
     )
-    common.add_argument(
+    parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting"
     )
-    return common
+
+
+def _add_compact(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from kafkaguard.audit.spark.hours import DEFAULT_GRACE_S  # no pyspark: see module doc
+
+    compact = jobs.add_parser(
+        "compact", help="turn the closed hours of the audit trail into Parquet (incremental)"
+    )
+    compact.add_argument("--input", required=True, help="the proxy's (local) audit directory")
+    compact.add_argument("--output", help="the Parquet directory (default: INPUT/_compacted)")
+    compact.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help="an hour is closed once it ended, and its directory last changed, this long ago"
+        f" (default {DEFAULT_GRACE_S:.0f}; above audit.aggregate_window_seconds)",
+    )
+    _spark_arguments(compact)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 3 when some allowed decision would be denied",
     )
+    _add_compact(jobs)
 
 
 def _conf(pairs: Sequence[str]) -> dict[str, str]:
@@ -129,7 +166,7 @@ def _report(spark: SparkSession, events: DataFrame, args: argparse.Namespace, ou
     baseline = parse_time(args.baseline_until) if args.baseline_until else None
     built = build_report(events, window, top_n=args.top, baseline_until=baseline)
     if args.output:
-        write_tables(built.tables, args.output, partitioned=LARGE_TABLES)
+        write_tables(built.tables, args.output, partitioned=LARGE_TABLES, json=args.json)
         out(f"report tables written to {args.output}")
     if args.html:
         page = render(report_data(built, window, datetime.now(UTC)))
@@ -170,7 +207,7 @@ def _propose(spark: SparkSession, events: DataFrame, args: argparse.Namespace, o
             render_commands(made.acls, args.bootstrap_server), encoding="utf-8"
         )
     if args.output:
-        write_tables(proposal_tables(spark, made), args.output)
+        write_tables(proposal_tables(spark, made), args.output, json=args.json)
     note = f"; {made.skipped} unusable tuples skipped" if made.skipped else ""
     sys.stderr.write(f"proposed {len(made.acls)} ACLs for {principals} principals{note}\n")
     return 0
@@ -186,7 +223,7 @@ def _unused(spark: SparkSession, events: DataFrame, args: argparse.Namespace, ou
     usage = acl_usage(events, policy).cache()
     unused = unused_acls(usage)
     if args.output:
-        write_tables({"acl_usage": usage, "unused_acls": unused}, args.output)
+        write_tables({"acl_usage": usage, "unused_acls": unused}, args.output, json=args.json)
     indexes = [r["acl_index"] for r in unused.select("acl_index").collect()]
     out(f"{len(indexes)} of {len(policy.acls)} ACLs ({policy.source}) matched no decision:")
     for i in indexes:
@@ -209,7 +246,7 @@ def _whatif(spark: SparkSession, events: DataFrame, args: argparse.Namespace, ou
             "whatif_flips": flipped,
             "whatif_summary": summary_table(flipped, counts),
         }
-        write_tables(tables, args.output)
+        write_tables(tables, args.output, json=args.json)
     for c in counts:
         out(f"{c.direction}: {c.decisions} decisions ({c.tuples} distinct requests)")
     for r in flipped.limit(args.show).collect():
@@ -228,15 +265,75 @@ def _whatif(spark: SparkSession, events: DataFrame, args: argparse.Namespace, ou
 JOBS = {"report": _report, "propose": _propose, "unused": _unused, "whatif": _whatif}
 
 
+class _Session:
+    """The session a run uses: the one passed in (left running), else one built on first use
+    from ``--master``/``--conf`` and stopped at the end — ``compact`` with nothing to do
+    starts no JVM."""
+
+    def __init__(self, given: SparkSession | None, master: str | None, conf: dict[str, str]):
+        self._given, self._master, self._conf = given, master, conf
+        self._built: SparkSession | None = None
+
+    def get(self) -> SparkSession:
+        if self._given is not None:
+            return self._given
+        if self._built is None:  # no JVM (no Java >= 17) fails here, as a PySparkException
+            from kafkaguard.audit.spark.session import build_session
+
+            self._built = build_session(self._master, self._conf)
+        return self._built
+
+    def close(self) -> None:
+        if self._built is not None:
+            self._built.stop()
+
+
+def _compact(session: _Session, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.compact import compact
+    from kafkaguard.audit.spark.source import compacted_path
+
+    if "://" in args.input or (args.output and "://" in args.output):
+        raise ValueError("compact works on the proxy's local audit directory (a path, no URI)")
+    output = Path(args.output or compacted_path(args.input))
+    lines = compact(session.get, Path(args.input), output, grace=args.grace)
+    if lines is None:
+        out(f"another compaction holds {output}; nothing done")
+        return 0
+    for line in lines:
+        out(line)
+    return 0
+
+
+def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.source import read_audit
+
+    spark = session.get()
+    events = read_audit(
+        spark, args.input, _window(args), compacted=args.compacted, json_only=args.json_only
+    )
+    return JOBS[args.job](spark, events, args, out)
+
+
 def _print(line: str) -> None:
     sys.stdout.write(line + "\n")
+
+
+def _arguments_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, found before any JVM starts."""
+    try:
+        _conf(args.conf)
+        if args.job != "compact":
+            _window(args)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | None = None) -> int:
     """Run one job; 0 ok, 1 error, 2 bad arguments (3: ``whatif --fail-on-breakage``).
 
     A ``spark`` session passed in is used and left running (tests share one); otherwise one
-    is built from ``--master``/``--conf`` and stopped at the end.
+    is built from ``--master``/``--conf`` when first needed and stopped at the end.
     """
     write = out or _print
     try:
@@ -247,34 +344,28 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | 
             "kafkaguard analyze needs PySpark and Java >= 17: pip install 'kafkaguard[analytics]'\n"
         )
         return 2
-    try:
-        conf = _conf(args.conf)
-        _window(args)  # refuse a bad window before starting a JVM
-    except ValueError as exc:
-        sys.stderr.write(f"kafkaguard analyze: {exc}\n")
+    problem = _arguments_error(args)
+    if problem is not None:
+        sys.stderr.write(f"kafkaguard analyze: {problem}\n")
         return 2
     if "://" not in args.input and not Path(args.input).is_dir():
         sys.stderr.write(f"kafkaguard analyze {args.job}: error: no such directory {args.input}\n")
         return 1
 
-    from kafkaguard.audit.spark.session import build_session
-    from kafkaguard.audit.spark.source import read_audit
     from kafkaguard.config_tree import ConfigError
     from kafkaguard.policy.stores.base import AclStoreError
 
-    session = spark
+    session = _Session(spark, args.master, _conf(args.conf))
     try:
-        if session is None:  # no JVM (no Java >= 17) fails here, as a PySparkException
-            session = build_session(args.master, conf)
-        events = read_audit(session, args.input, _window(args))
-        return JOBS[args.job](session, events, args, write)
+        if args.job == "compact":
+            return _compact(session, args, write)
+        return _analyze(session, args, write)
     except (PySparkException, Py4JError, ConfigError, AclStoreError, ValueError, OSError) as exc:
         log.debug("analyze failed", exc_info=True)
         sys.stderr.write(f"kafkaguard analyze {args.job}: error: {exc}\n")
         return 1
     finally:
-        if spark is None and session is not None:
-            session.stop()
+        session.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

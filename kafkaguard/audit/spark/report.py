@@ -6,6 +6,18 @@ would-deny, with first and last time seen); every other table is a roll-up of th
 10 million records are read once. Counts always sum the records' ``count`` (an aggregate line
 stands for ``count`` decisions), never count rows.
 
+Time resolution: the over-time chart draws at most :data:`CHART_BARS` bars, so a long window
+is shown per 2, 3, 4, 6, 8, 12 or 24 hours, or per days (:func:`bucket_hours`, from the first
+and last record). ``decisions_over_time`` and the written cube (table ``hourly``) are kept at
+that resolution (column ``hours``: the bucket's width; ``hour_start``: where it starts, in
+UTC); a finer cube would be written and read by nobody who looks at the chart, and for a
+quarter it is about 24 times the rows.
+
+Fixed costs: each table is computed once. The tables the HTML page shows are small and
+cached, so writing them (``--output``) and collecting them for the page share one
+computation; the cube table is written as it is (no global sort: Parquet readers do not
+need one, and sorting millions of rows took as long as writing them).
+
 Columns: ``allowed`` and ``denied`` are the authorizer's results; ``would_deny`` is the part
 of ``denied`` that a ``log_only`` listener forwarded anyway (so ``denied - would_deny`` were
 really refused).
@@ -18,10 +30,11 @@ window did not appear during the first half, which is the best a single window c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -38,6 +51,11 @@ CUBE_DIMENSIONS = (
     "resource_name",
 )
 OUTCOMES = ("allowed", "denied", "would_deny")
+CHART_BARS: Final = 200
+"""Most bars of the over-time chart (830 px wide: at least 4 px a bar). A week of hours is
+168 bars, so up to about eight days keep one bar per hour."""
+_BUCKETS: Final = (1, 2, 3, 4, 6, 8, 12, 24)
+"""Bucket widths in hours up to a day: each divides 24, so buckets start at fixed UTC hours."""
 
 
 def _outcome_sums() -> list[Column]:
@@ -68,10 +86,57 @@ def _rollup(cube: DataFrame, keys: Sequence[str]) -> DataFrame:
     )
 
 
+def _buckets_between(first_hour: int, last_hour: int, width: int) -> int:
+    return last_hour // width - first_hour // width + 1
+
+
+def bucket_hours(first: datetime | None, last: datetime | None, bars: int = CHART_BARS) -> int:
+    """The chart's bucket width in hours: the finest of :data:`_BUCKETS`, then whole days,
+    that spans ``first`` .. ``last`` in at most ``bars`` buckets (aligned to the epoch).
+
+    >>> day = datetime(2026, 11, 1, tzinfo=UTC)
+    >>> [bucket_hours(day, day + timedelta(days=n)) for n in (7, 8.4, 30, 92, 365)]
+    [1, 2, 4, 12, 48]
+    """
+    if first is None or last is None:
+        return 1
+    first_hour = math.floor(first.timestamp() / 3600)
+    last_hour = math.floor(last.timestamp() / 3600)
+    for width in _BUCKETS:
+        if _buckets_between(first_hour, last_hour, width) <= bars:
+            return width
+    days = max(2, math.ceil((last_hour - first_hour) / 24 / (bars - 1)))
+    while _buckets_between(first_hour, last_hour, 24 * days) > bars:
+        days += 1
+    return 24 * days
+
+
+def at_resolution(cube: DataFrame, hours: int) -> DataFrame:
+    """The hourly cube rolled up to buckets of ``hours`` (``hour_start`` becomes the
+    bucket's start), with the bucket width as column ``hours``."""
+    if hours > 1:
+        seconds = 3600 * hours
+        start = F.timestamp_seconds(F.floor(F.unix_seconds("hour_start") / seconds) * seconds)
+        cube = cube.groupBy(start.alias("hour_start"), *CUBE_DIMENSIONS).agg(
+            *(F.sum(name).alias(name) for name in OUTCOMES),
+            F.min("first_seen").alias("first_seen"),
+            F.max("last_seen").alias("last_seen"),
+        )
+    return cube.select(
+        "hour_start",
+        F.lit(hours).alias("hours"),
+        *CUBE_DIMENSIONS,
+        *OUTCOMES,
+        "first_seen",
+        "last_seen",
+    )
+
+
 def decisions_over_time(cube: DataFrame) -> DataFrame:
-    """Per hour: allowed, denied, would_deny (hours without decisions have no row)."""
+    """Per bucket of :func:`at_resolution`'s cube: allowed, denied, would_deny (buckets
+    without decisions have no row)."""
     return (
-        cube.groupBy("hour_start")
+        cube.groupBy("hour_start", "hours")
         .agg(*(F.sum(name).alias(name) for name in OUTCOMES))
         .orderBy("hour_start")
     )
@@ -174,6 +239,16 @@ def new_principal_cutoff(
 
 LARGE_TABLES = ("hourly",)
 """Tables that grow with the input (written in parallel, not as one file)."""
+HTML_TABLES = (
+    "decisions_over_time",
+    "top_denied_principals",
+    "top_denied_resources",
+    "principal_topic",
+    "new_principals",
+    "by_operation",
+    "by_listener",
+)
+"""The tables :func:`report_data` collects (cached: see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +256,8 @@ class Report:
     tables: dict[str, DataFrame]
     summary: WindowSummary
     cutoff: datetime | None
+    hours: int = 1
+    """The time resolution of ``decisions_over_time`` and ``hourly`` (:func:`bucket_hours`)."""
 
 
 def build_report(
@@ -194,8 +271,10 @@ def build_report(
     cube = hourly_cube(events).cache()
     summary = summarize(cube)
     cutoff = new_principal_cutoff(window, summary, baseline_until)
+    hours = bucket_hours(summary.first_event, summary.last_event)
+    charted = at_resolution(cube, hours)
     tables = {
-        "decisions_over_time": decisions_over_time(cube),
+        "decisions_over_time": decisions_over_time(charted),
         "by_principal": by_dimension(cube, ["principal"]),
         "by_resource": by_dimension(cube, ["resource_type", "resource_name"]),
         "by_operation": by_dimension(cube, ["operation"]),
@@ -204,14 +283,15 @@ def build_report(
         "top_denied_resources": top_denied(cube, ["resource_type", "resource_name"], top_n),
         "principal_topic": principal_topic(cube),
         "new_principals": new_principals(cube, cutoff),
-        "hourly": cube.orderBy("hour_start", *CUBE_DIMENSIONS),
+        "hourly": charted,
     }
-    return Report(tables, summary, cutoff)
+    for name in HTML_TABLES:
+        tables[name] = tables[name].cache()
+    return Report(tables, summary, cutoff, hours)
 
 
 HEATMAP_LIMIT = 25
 """Principals and topics shown in the heatmap (the busiest); the table has them all."""
-_MAX_FILLED_HOURS = 24 * 92
 
 
 def iso(value: datetime | None) -> str | None:
@@ -231,20 +311,20 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _filled_hours(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Hours without decisions as zero rows, so the time axis is linear."""
+def _filled(rows: list[dict[str, Any]], hours: int) -> list[dict[str, Any]]:
+    """Buckets without decisions as zero rows, so the time axis is linear (at most
+    :data:`CHART_BARS` of them: :func:`bucket_hours`)."""
     if not rows:
         return rows
-    by_hour = {r["hour_start"]: r for r in rows}
+    by_start = {r["hour_start"]: r for r in rows}
     first = datetime.fromisoformat(rows[0]["hour_start"])
     last = datetime.fromisoformat(rows[-1]["hour_start"])
-    hours = int((last - first).total_seconds() // 3600) + 1
-    if hours > _MAX_FILLED_HOURS:
-        return rows
+    buckets = int((last - first).total_seconds() // (3600 * hours)) + 1
     out = []
-    for i in range(hours):
-        key = iso(first + timedelta(hours=i))
-        out.append(by_hour.get(key) or {"hour_start": key, **dict.fromkeys(OUTCOMES, 0)})
+    for i in range(buckets):
+        key = iso(first + timedelta(hours=i * hours))
+        empty = {"hour_start": key, "hours": hours, **dict.fromkeys(OUTCOMES, 0)}
+        out.append(by_start.get(key) or empty)
     return out
 
 
@@ -287,7 +367,8 @@ def report_data(report: Report, window: TimeRange, generated_at: datetime) -> di
             "would_deny": s.would_deny,
             "principals": s.principals,
         },
-        "decisions_over_time": _filled_hours(_rows(t["decisions_over_time"])),
+        "hours_per_bar": report.hours,
+        "decisions_over_time": _filled(_rows(t["decisions_over_time"]), report.hours),
         "top_denied_principals": _rows(t["top_denied_principals"]),
         "top_denied_resources": resources,
         "heatmap": _heatmap(_rows(t["principal_topic"])),

@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 SCHEMA_VERSION = 1
@@ -74,3 +75,12 @@ PARTITION_COLUMNS: tuple[str, str] = ("date", "hour")
 
 EVENT_TIME = "event_time"
 """The parsed ``time`` (TimestampType, UTC) that :func:`.source.read_audit` adds."""
+
+COMPACTED_SCHEMA = StructType([*AUDIT_SCHEMA.fields, StructField(EVENT_TIME, TimestampType())])
+"""The data columns of ``analyze compact``'s Parquet: the valid records as
+:func:`.source.valid_records` returns them, ``event_time`` included (parsed once, at
+compaction); ``date`` and ``hour`` are its directories, as in the JSON trail."""
+
+RECORD_COLUMNS: tuple[str, ...] = (*FIELD_NAMES, *PARTITION_COLUMNS, EVENT_TIME)
+"""The columns (and their order) of every DataFrame :func:`.source.read_audit` returns,
+whether its rows come from JSON lines or from compacted Parquet."""

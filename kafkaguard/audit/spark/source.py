@@ -3,20 +3,41 @@
 Owns how a job turns ``--input``/``--since``/``--until`` into a DataFrame of valid records
 with an ``event_time`` column. It must not aggregate; jobs do that. Only ``*.jsonl`` files are
 read: the writer's ``*.jsonl.inprogress`` files may end in half a line.
+
+Hours that ``analyze compact`` turned into Parquet (:mod:`.compact`; by default under
+``<input>/_compacted``) are read from there and their JSON lines are skipped; the other hours
+are read from JSON. Both give the same rows with the same columns (:data:`RECORD_COLUMNS`):
+the Parquet holds exactly the records :func:`valid_records` keeps, ``event_time`` included.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Final
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, IntegerType
 
-from kafkaguard.audit.spark.schema import AUDIT_SCHEMA, EVENT_TIME, SCHEMA_VERSION
+from kafkaguard.audit.spark.schema import (
+    AUDIT_SCHEMA,
+    COMPACTED_SCHEMA,
+    EVENT_TIME,
+    RECORD_COLUMNS,
+    SCHEMA_VERSION,
+)
 
+COMPACTED_DIR: Final = "_compacted"
+"""Where ``analyze compact`` writes by default: inside the audit directory, under a name
+Spark's file listing skips (a leading ``_``), so a JSON read of the audit directory never
+descends into it and the proxy's writer never collides with it."""
+_HOUR_PATH: Final = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/hour=(\d{1,2})/[^/]*$")
+_EPOCH_DAY: Final = date(1970, 1, 1)
 RESULTS = ("ALLOWED", "DENIED")
 
 
@@ -89,10 +110,19 @@ def _and(conditions: list[Column]) -> Column | None:
     return combined
 
 
-def valid_records(df: DataFrame) -> DataFrame:
-    """Drop what a reader cannot trust (malformed lines parse to nulls; other schema
-    versions may mean other things), add ``event_time``, and make ``would_deny`` total."""
-    checked = df.where(
+def with_event_time(df: DataFrame) -> DataFrame:
+    """Add ``event_time`` (null for an unparseable ``time``) and make ``would_deny`` total."""
+    # try_to_timestamp: Spark 4 runs in ANSI mode, where a cast of one bad time fails the
+    # whole job instead of dropping that line.
+    return df.withColumn(EVENT_TIME, F.try_to_timestamp(F.col("time"))).withColumn(
+        "would_deny", F.coalesce(F.col("would_deny"), F.lit(False))
+    )
+
+
+def is_valid() -> Column:
+    """What a reader can trust, on :func:`with_event_time`'s output: malformed lines parse
+    to nulls, and other schema versions may mean other things."""
+    return (
         (F.col("schema_version") == SCHEMA_VERSION)
         & F.col("count").isNotNull()
         & (F.col("count") > 0)
@@ -101,25 +131,84 @@ def valid_records(df: DataFrame) -> DataFrame:
         & F.col("resource_type").isNotNull()
         & F.col("resource_name").isNotNull()
         & F.col("result").isin(*RESULTS)
-    )
-    return (
-        # try_to_timestamp: Spark 4 runs in ANSI mode, where a cast of one bad time fails
-        # the whole job instead of dropping that line.
-        checked.withColumn(EVENT_TIME, F.try_to_timestamp(F.col("time")))
-        .where(F.col(EVENT_TIME).isNotNull())
-        .withColumn("would_deny", F.coalesce(F.col("would_deny"), F.lit(False)))
+        & F.col(EVENT_TIME).isNotNull()
     )
 
 
-def read_audit(spark: SparkSession, path: str, window: TimeRange | None = None) -> DataFrame:
-    """The valid records under ``path`` (a local path or any Hadoop URI) inside ``window``.
+def valid_records(df: DataFrame) -> DataFrame:
+    """Drop what a reader cannot trust (:func:`is_valid`), with ``event_time`` added."""
+    return with_event_time(df).where(is_valid())
 
-    The partition predicate is applied before anything else so that it reaches the file scan
-    as ``PartitionFilters`` (see ``bench/analyze_bench.py`` for the plan).
+
+def compacted_path(path: str) -> str:
+    """The default home of ``analyze compact``'s Parquet for the audit directory ``path``."""
+    return f"{path.rstrip('/')}/{COMPACTED_DIR}"
+
+
+def hour_number(day: date, hour: int) -> int:
+    """Hours since the epoch of a ``date=``/``hour=`` directory (a set of them is a cheap
+    ``INSET`` partition filter)."""
+    return (day - _EPOCH_DAY).days * 24 + hour
+
+
+def _hour_number_column() -> Column:
+    return F.datediff(F.col("date"), _lit_date(_EPOCH_DAY)) * 24 + F.col("hour")
+
+
+def hours_of(files: Iterable[str]) -> frozenset[int]:
+    """The hour directories (:func:`hour_number`) that ``files`` (paths or URIs) lie in."""
+    found = set()
+    for name in files:
+        match = _HOUR_PATH.search(name)
+        if match is not None:
+            found.add(hour_number(date.fromisoformat(match.group(1)), int(match.group(2))))
+    return frozenset(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """The Parquet of ``analyze compact``: its records and the hours it holds."""
+
+    records: DataFrame
+    hours: frozenset[int]
+
+
+def read_compacted(spark: SparkSession, location: str) -> Compacted | None:
+    """The compacted hours under ``location``, or None when there are none.
+
+    An hour is there once its directory is (``compact`` moves it in with one rename, see
+    :mod:`.compact`); the hours come from the file listing Spark makes anyway, so nothing
+    beyond it is read here.
     """
-    window = window or TimeRange()
-    if "://" not in path and not Path(path).is_dir():
-        raise ValueError(f"{path}: no such audit directory")
+    if "://" not in location and not Path(location).is_dir():
+        return None
+    try:
+        df = spark.read.schema(COMPACTED_SCHEMA).option("basePath", location).parquet(location)
+    except AnalysisException as exc:
+        if exc.getCondition() == "PATH_NOT_FOUND":
+            return None
+        raise
+    hours = hours_of(df.inputFiles())
+    if not hours:
+        return None
+    # The JSON side's types: Spark infers these from the directory names in both trees.
+    typed = df.withColumn("date", F.col("date").cast(DateType())).withColumn(
+        "hour", F.col("hour").cast(IntegerType())
+    )
+    return Compacted(typed.select(*RECORD_COLUMNS), hours)
+
+
+def _pruned(df: DataFrame, window: TimeRange) -> DataFrame:
+    """The window's partition predicate, applied first so that it reaches the file scan as
+    ``PartitionFilters``."""
+    pruning = window.partition_filter()
+    return df.where(pruning) if pruning is not None else df
+
+
+def _json_records(
+    spark: SparkSession, path: str, window: TimeRange, skip: frozenset[int]
+) -> DataFrame | None:
+    """The valid JSON records under ``path`` outside the ``skip`` hours (None: nothing left)."""
     df = (
         spark.read.schema(AUDIT_SCHEMA)
         .option("basePath", path)
@@ -127,16 +216,48 @@ def read_audit(spark: SparkSession, path: str, window: TimeRange | None = None) 
         .option("mode", "PERMISSIVE")
         .json(path)
     )
-    partitioned = "date" in df.columns and "hour" in df.columns
-    if partitioned:
-        pruning = window.partition_filter()
-        if pruning is not None:
-            df = df.where(pruning)
-    else:  # files directly under path: no pruning possible, keep the columns for callers
+    if "date" not in df.columns or "hour" not in df.columns:
+        # files directly under path: no pruning possible, keep the columns for callers
         df = df.withColumn("date", F.lit(None).cast(DateType())).withColumn(
             "hour", F.lit(None).cast(IntegerType())
         )
-    df = valid_records(df)
+        return valid_records(df).select(*RECORD_COLUMNS)
+    if skip:
+        present = hours_of(df.inputFiles())
+        if present and present <= skip:
+            return None
+        if present & skip:  # a partition filter: the compacted hours' files are never opened
+            df = df.where(~_hour_number_column().isin(sorted(present & skip)))
+    return valid_records(_pruned(df, window)).select(*RECORD_COLUMNS)
+
+
+def read_audit(
+    spark: SparkSession,
+    path: str,
+    window: TimeRange | None = None,
+    *,
+    compacted: str | None = None,
+    json_only: bool = False,
+) -> DataFrame:
+    """The valid records under ``path`` (a local path or any Hadoop URI) inside ``window``.
+
+    Args:
+        compacted: where ``analyze compact`` wrote (default ``<path>/_compacted``); its hours
+            are read from Parquet, the others from JSON.
+        json_only: ignore compacted Parquet (to compare it with the JSON it came from).
+
+    The partition predicate is applied before anything else so that it reaches the file scan
+    as ``PartitionFilters`` (see ``bench/analyze_bench.py`` for the plan).
+    """
+    window = window or TimeRange()
+    if "://" not in path and not Path(path).is_dir():
+        raise ValueError(f"{path}: no such audit directory")
+    stored = None if json_only else read_compacted(spark, compacted or compacted_path(path))
+    parts = [_json_records(spark, path, window, stored.hours if stored else frozenset())]
+    if stored is not None:
+        parts.insert(0, _pruned(stored.records, window))
+    present = [p for p in parts if p is not None]
+    df = present[0] if len(present) == 1 else present[0].unionByName(present[1])
     exact = window.time_filter()
     return df.where(exact) if exact is not None else df
 

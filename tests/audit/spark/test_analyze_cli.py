@@ -52,7 +52,7 @@ def test_report_writes_parquet_json_and_html(
     out, html = tmp_path / "out", tmp_path / "report.html"
     code, lines = analyze(
         spark, "report", "--input", trail, "--since", "2026-11-22T10:00Z",
-        "--output", str(out), "--html", str(html),
+        "--output", str(out), "--json", "--html", str(html),
     )  # fmt: skip
     assert code == 0
     assert (

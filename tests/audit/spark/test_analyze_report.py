@@ -70,10 +70,10 @@ def test_decisions_over_time(report: Report) -> None:
     _check(
         report.tables["decisions_over_time"],
         [
-            Row(hour_start=h(10), allowed=11, denied=1, would_deny=0),
-            Row(hour_start=h(11), allowed=3, denied=1, would_deny=0),
-            Row(hour_start=h(12), allowed=0, denied=1, would_deny=1),
-            Row(hour_start=h(13), allowed=4, denied=1, would_deny=0),
+            Row(hour_start=h(10), hours=1, allowed=11, denied=1, would_deny=0),
+            Row(hour_start=h(11), hours=1, allowed=3, denied=1, would_deny=0),
+            Row(hour_start=h(12), hours=1, allowed=0, denied=1, would_deny=1),
+            Row(hour_start=h(13), hours=1, allowed=4, denied=1, would_deny=0),
         ],
     )
 
@@ -168,6 +168,45 @@ def test_baseline_until_defines_new_principals(spark: SparkSession, tmp_path: Pa
     assert names == ["User:bob", "User:carol", "User:dave"]
 
 
+def test_a_long_window_is_charted_and_cubed_per_bucket(spark: SparkSession, tmp_path: Path) -> None:
+    """Ten days are 241 hours, more than the chart's 200 bars: both the chart and the written
+    cube are per 2 hours (aligned to UTC midnight), and the chart has no gap."""
+    records = [
+        rec("2026-11-10T00:10:00.000Z", "User:a", "READ", "TOPIC", "t"),
+        rec("2026-11-10T01:50:00.000Z", "User:a", "READ", "TOPIC", "t", "DENIED"),
+        rec("2026-11-10T02:00:00.000Z", "User:a", "READ", "TOPIC", "t", count=3),
+        rec("2026-11-20T00:00:00.000Z", "User:b", "WRITE", "TOPIC", "t"),
+    ]
+    directory = write_audit(tmp_path, records, junk=False)
+    built = build_report(read_audit(spark, str(directory)), TimeRange())
+    assert built.hours == 2
+    day = "2026-11-{}T{}:00:00Z"
+    _check(
+        built.tables["decisions_over_time"],
+        [
+            Row(hour_start=ts(day.format(10, "00")), hours=2, allowed=1, denied=1, would_deny=0),
+            Row(hour_start=ts(day.format(10, "02")), hours=2, allowed=3, denied=0, would_deny=0),
+            Row(hour_start=ts(day.format(20, "00")), hours=2, allowed=1, denied=0, would_deny=0),
+        ],
+    )
+    assertDataFrameEqual(
+        built.tables["hourly"].select("hour_start", "hours", "principal", *OUT, "first_seen"),
+        [
+            Row(ts(day.format(10, "00")), 2, "User:a", 1, 1, 0, ts("2026-11-10T00:10:00Z")),
+            Row(ts(day.format(10, "02")), 2, "User:a", 3, 0, 0, ts("2026-11-10T02:00:00Z")),
+            Row(ts(day.format(20, "00")), 2, "User:b", 1, 0, 0, ts("2026-11-20T00:00:00Z")),
+        ],
+    )
+    data = report_data(built, TimeRange(), datetime(2026, 11, 21, tzinfo=UTC))
+    bars = data["decisions_over_time"]
+    assert (data["hours_per_bar"], len(bars)) == (2, 121)  # 10T00, 10T02, ... 20T00
+    assert bars[60] == {
+        "hour_start": "2026-11-15T00:00:00.000Z", "hours": 2, "allowed": 0, "denied": 0,
+        "would_deny": 0,
+    }  # fmt: skip
+    assert "<h2>Decisions over time (per 2 hours)</h2>" in render(data)
+
+
 class _Page(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -207,12 +246,14 @@ def test_html_report_structure_and_embedded_data(report: Report) -> None:
     assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"] * 4
     embedded = json.loads("".join(parser.script))
     assert embedded == json.loads(json.dumps(data))
+    assert embedded["hours_per_bar"] == 1
     assert embedded["decisions_over_time"] == [
-        {"hour_start": "2026-11-22T10:00:00.000Z", "allowed": 11, "denied": 1, "would_deny": 0},
-        {"hour_start": "2026-11-22T11:00:00.000Z", "allowed": 3, "denied": 1, "would_deny": 0},
-        {"hour_start": "2026-11-22T12:00:00.000Z", "allowed": 0, "denied": 1, "would_deny": 1},
-        {"hour_start": "2026-11-22T13:00:00.000Z", "allowed": 4, "denied": 1, "would_deny": 0},
-    ]
+        {"hour_start": f"2026-11-22T{hour}:00:00.000Z", "hours": 1, "allowed": allowed,
+         "denied": denied, "would_deny": would_deny}
+        for hour, allowed, denied, would_deny in (
+            ("10", 11, 1, 0), ("11", 3, 1, 0), ("12", 0, 1, 1), ("13", 4, 1, 0)
+        )
+    ]  # fmt: skip
     assert embedded["totals"] == {"allowed": 18, "denied": 4, "would_deny": 1, "principals": 4}
     assert embedded["heatmap"]["principals"] == ["User:alice", "User:bob", "User:carol"]
     assert embedded["heatmap"]["topics"] == ["orders", "payments"]
