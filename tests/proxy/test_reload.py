@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
+from kafkaguard.certs import tooling
 from kafkaguard.cli import main
 from kafkaguard.config_tree import ConfigSection
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
@@ -439,8 +442,8 @@ def run_proxy(tmp_path: Path) -> Iterator[Any]:
 class LoadProducer:
     """A confluent-kafka producer (acks=all) producing continuously from a thread."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    def __init__(self, bootstrap: str, topic: str, **config: Any) -> None:
+        self.bootstrap, self.topic, self.config = bootstrap, topic, config
         self.delivered = 0
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -467,7 +470,13 @@ class LoadProducer:
         from confluent_kafka import Producer
 
         producer = Producer(
-            {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5, **QUIET}
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                **QUIET,
+                **self.config,
+            }
         )
 
         def delivered(err: Any, _message: Any) -> None:
@@ -641,3 +650,51 @@ def test_reload_refuses_a_process_that_is_not_kafkaguard(tmp_path: Path) -> None
     finally:
         sleeper.kill()
         sleeper.wait(10)
+
+
+def served_serial(port: int, ca_file: Path) -> int:
+    """The serial number of the certificate a new TLS connection to ``port`` is served."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_rotated_certificate_and_a_reload_under_load_drop_no_tls_client(
+    tansu: TansuBroker, tmp_path: Path
+) -> None:
+    """A producer keeps producing over TLS while the listener's certificate is replaced and
+    the configuration reloaded (with a new super user): new handshakes get the new
+    certificate, the producer's open connections and deliveries are untouched."""
+    tooling.init_ca(tmp_path)
+    tooling.issue_server(tmp_path, hosts=["localhost"], ips=["127.0.0.1"])
+    topic = create_topic(tansu, "tls")
+    secure = Listener(
+        "SECURE",
+        extra="    security_protocol: SSL\n"
+        "    ssl: {cert_file: server.pem, key_file: server-key.pem}\n",
+    )
+    body = "authorizer:\n  super_users: 'User:ANONYMOUS'\n"
+    config = write_config(tmp_path / "config.yaml", tansu, [secure], body)
+    tls_client = {"security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "ca.pem")}
+    with proxy_from(config) as running:
+        first = served_serial(secure.port, tmp_path / "ca.pem")
+        with LoadProducer(f"127.0.0.1:{secure.port}", topic, **tls_client) as load:
+            tooling.issue_server(tmp_path, hosts=["localhost"], ips=["127.0.0.1"], force=True)
+            write_config(config, tansu, [secure], body + "logging:\n  level: DEBUG\n")
+            applied = reload(running)
+            load.wait_for(100)
+            second = served_serial(secure.port, tmp_path / "ca.pem")
+            assert second != first  # new handshakes get the new certificate
+            load.wait_for(100)
+        tls = running.server.listeners[0].tls
+        assert tls is not None and tls.reloads == 1
+    assert applied is not None and applied.applied == ("logging.level",)
+    assert applied.restart_needed == ()  # the certificate files reload by themselves
+    assert load.errors == [] and load.unflushed == 0, load.errors[:5]
