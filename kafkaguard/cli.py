@@ -45,6 +45,7 @@ from kafkaguard.proxy.config import (
     ListenerConfig,
     ProxyConfig,
     UpstreamConfig,
+    config_warnings,
     load_config,
 )
 from kafkaguard.proxy.log_format import configure_logging
@@ -138,11 +139,15 @@ def prepare_demo(directory: Path) -> Path:
 
 
 def _check_config(config_path: Path) -> int:
+    """Errors refuse the file (exit 2); warnings name what may still go wrong with a valid
+    file (a ``broker_ports.base`` range reaching another port, ``config_warnings``)."""
     try:
-        load_config(config_path)
+        config = load_config(config_path)
     except ConfigError as exc:
         print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
+    for warning in config_warnings(config):
+        print(f"kafkaguard: warning: {config_path}: {warning}", file=sys.stderr)  # noqa: T201
     print(f"{config_path}: ok")  # noqa: T201
     return 0
 

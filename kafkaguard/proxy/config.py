@@ -37,6 +37,18 @@ TLS_SECURITY_PROTOCOLS: Final = ("SSL", "SASL_SSL")
 """Listeners of these protocols need an ``ssl:`` section (kafkaguard/certs/tls.py)."""
 SASL_SECURITY_PROTOCOLS: Final = ("SASL_PLAINTEXT", "SASL_SSL")
 """Listeners of these protocols need a ``sasl:`` section (kafkaguard/proxy/sasl/config.py)."""
+PROXY_PROTOCOL_MODES: Final = ("off", "v1", "v2", "any")
+"""A listener's ``proxy_protocol``: the PROXY protocol header versions it requires."""
+_PROXY_PROTOCOL_VERSIONS: Final = {
+    "v1": frozenset({1}),
+    "v2": frozenset({2}),
+    "any": frozenset({1, 2}),
+}
+BASE_RANGE_NODES: Final = 100
+"""``check-config`` looks for collisions of a ``broker_ports.base`` range for node ids
+0..99 (``base`` .. ``base + 99``): the node ids a cluster will have are not in the file."""
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +104,33 @@ class ListenerConfig:
     """``enforce`` | ``log_only`` for this listener; None: the top-level ``enforcement``."""
     limits: LimitsConfig | None = None
     """The listener's ``limits:`` merged over the top-level ones; None: the top-level ones."""
+    proxy_protocol: str = "off"
+    """``off`` | ``v1`` | ``v2`` | ``any``: every connection must start with a PROXY protocol
+    header of that version (``any``: either), whose client address then stands for the
+    connection everywhere (kafkaguard/proxy/proxy_protocol.py)."""
+    proxy_protocol_trusted_cidrs: tuple[IPNetwork, ...] = ()
+    """Who may send that header (the load balancers); connections from elsewhere are closed
+    at accept. Required unless ``proxy_protocol`` is ``off``."""
+
+    @property
+    def proxy_protocol_versions(self) -> frozenset[int] | None:
+        """The header versions accepted, None when the listener takes no header."""
+        return _PROXY_PROTOCOL_VERSIONS.get(self.proxy_protocol)
+
+    def proxy_protocol_trusts(self, host: str) -> bool:
+        """Whether ``host`` (the TCP peer, an IP address) may send a PROXY protocol header."""
+        try:
+            address = ipaddress.ip_address(canonical_ip(host))
+        except ValueError:
+            return False
+        return any(address in network for network in self.proxy_protocol_trusted_cidrs)
+
+    def fixed_ports(self) -> dict[int, str]:
+        """The ports this listener binds whatever the cluster: bootstrap and explicit map
+        (port → what it is, for messages)."""
+        ports = {port: f"node {node}'s port" for node, port in self.broker_ports.explicit.items()}
+        ports[self.port] = "bootstrap port"
+        return ports
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,16 +324,62 @@ def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
     base = section.get_int("base", None, minimum=1)
     raw = section.raw("map", None)
     section.reject_unknown()
-    if raw is not None:
-        if base is not None:
-            raise section.error("map", "give either base or map, not both")
-        # The configuration reader keeps mapping keys as text: "0" is node 0.
-        if not isinstance(raw, dict) or not all(
-            str(k).isdigit() and isinstance(v, int) and 0 < v < 65536 for k, v in raw.items()
-        ):
-            raise section.error("map", "must map node ids (integers) to ports")
-        return BrokerPorts(None, MappingProxyType({int(k): v for k, v in raw.items()}))
-    return BrokerPorts(base if base is not None else listener_port + 1, MappingProxyType({}))
+    if raw is None:
+        if base is not None and base > 65535:
+            raise section.error("base", "must be a TCP port")
+        return BrokerPorts(base if base is not None else listener_port + 1, MappingProxyType({}))
+    if base is not None:
+        raise section.error("map", "give either base or map, not both")
+    if not isinstance(raw, dict) or not raw:
+        raise section.error("map", "must map node ids (integers) to ports, e.g. {0: 9300}")
+    explicit: dict[int, int] = {}
+    for key, port in raw.items():
+        node = _node_id(section, key)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise section.error("map", f"node {node}: {port!r} is not a TCP port (1-65535)")
+        if port == listener_port:
+            raise section.error("map", f"node {node}: port {port} is the listener's own port")
+        for other, taken in explicit.items():
+            if taken == port:
+                raise section.error("map", f"nodes {other} and {node} both map to port {port}")
+        explicit[node] = port
+    return BrokerPorts(None, MappingProxyType(explicit))
+
+
+def _node_id(section: ConfigSection, key: object) -> int:
+    """A ``map`` key: Kafka's ``node.id``, an integer of 0 or more. (The configuration reader
+    keeps mapping keys as text: ``0`` is ``"0"``; ``-1`` and ``1.5`` are not node ids.)"""
+    text = str(key)
+    if not (text.isascii() and text.isdigit()) or int(text) > INT_MAX:
+        raise section.error("map", f"node id {text!r} is not an integer (Kafka's node.id)")
+    return int(text)
+
+
+def _proxy_protocol(section: ConfigSection) -> tuple[str, tuple[IPNetwork, ...]]:
+    """``proxy_protocol`` and ``proxy_protocol_trusted_cidrs`` of a listener."""
+    raw = section.raw("proxy_protocol", "off")
+    mode = "off" if raw is False else raw  # YAML 1.1 reads a bare ``off`` as false
+    if mode not in PROXY_PROTOCOL_MODES:
+        raise section.error(
+            "proxy_protocol", f"must be one of {', '.join(PROXY_PROTOCOL_MODES)}, got {raw!r}"
+        )
+    key = "proxy_protocol_trusted_cidrs"
+    cidrs = section.str_list(key, None)
+    if mode == "off":
+        if cidrs is not None:
+            raise section.error(key, "is only for listeners with proxy_protocol v1, v2 or any")
+        return mode, ()
+    if not cidrs:
+        raise section.error(
+            key, f"is required with proxy_protocol {mode}: the load balancers' addresses"
+        )
+    networks: list[IPNetwork] = []
+    for text in cidrs:
+        try:
+            networks.append(ipaddress.ip_network(text.strip()))
+        except ValueError as exc:
+            raise section.error(key, f"{text!r} is not an address block: {exc}") from None
+    return mode, tuple(networks)
 
 
 def _listener(
@@ -318,6 +403,7 @@ def _listener(
             raise section.error("advertised_host", f"is required when binding to {bind_host}")
         advertised = bind_host
     ports = _broker_ports(section.section("broker_ports"), port)
+    proxy_protocol, trusted = _proxy_protocol(section)
     # --- TLS (kafkaguard/certs) ---
     tls: TlsConfig | None = None
     if protocol in TLS_SECURITY_PROTOCOLS:
@@ -346,6 +432,8 @@ def _listener(
         sasl=sasl,
         enforcement=enforcement,
         limits=own_limits,
+        proxy_protocol=proxy_protocol,
+        proxy_protocol_trusted_cidrs=trusted,
     )
 
 
@@ -361,9 +449,110 @@ def _admin(section: ConfigSection) -> AdminConfig:
     return admin
 
 
+def hosts_overlap(a: str, b: str) -> bool:
+    """Whether listeners bound to ``a`` and ``b`` can want the same port: the same address,
+    or a wildcard covering the other (``::`` covers IPv4 too: Linux binds it dual-stack).
+    Host names count only when spelled the same (they are not resolved here)."""
+    if a == b:
+        return True
+    try:
+        x, y = ipaddress.ip_address(a), ipaddress.ip_address(b)
+    except ValueError:
+        return False
+    if x == y:
+        return True
+    return any(
+        wildcard.is_unspecified and (wildcard.version == 6 or other.version == 4)
+        for wildcard, other in ((x, y), (y, x))
+    )
+
+
+def _check_fixed_ports(
+    root: ConfigSection,
+    sections: list[ConfigSection],
+    listeners: tuple[ListenerConfig, ...],
+    admin: AdminConfig | None,
+) -> None:
+    """Two listeners (or a listener and the admin listener) that would bind the same port
+    on overlapping addresses: the second bind fails at start, or a node's port can never be
+    bound (its clients fail closed). Bootstrap and ``map`` ports are fixed, so this is an
+    error; ``base`` ranges depend on node ids and are warnings (:func:`config_warnings`)."""
+    for index, listener in enumerate(listeners):
+        ports = listener.fixed_ports()
+        for other in listeners[:index]:
+            if not hosts_overlap(listener.bind_host, other.bind_host):
+                continue
+            theirs = other.fixed_ports()
+            for port in sorted(ports.keys() & theirs.keys()):
+                key = "port" if port == listener.port else "broker_ports"
+                raise sections[index].error(
+                    key,
+                    f"port {port} ({ports[port]}) is also listener {other.name}'s {theirs[port]}",
+                )
+        if (
+            admin is not None
+            and admin.port in ports
+            and hosts_overlap(listener.bind_host, admin.bind_host)
+        ):
+            raise root.section("admin").error(
+                "port", f"port {admin.port} is also listener {listener.name}'s {ports[admin.port]}"
+            )
+
+
+def config_warnings(config: ProxyConfig) -> list[str]:
+    """What ``check-config`` reports without refusing the file: ports that a
+    ``broker_ports.base`` range would give a node id 0..99 (:data:`BASE_RANGE_NODES`) although
+    another port of the file has them, and a ``proxy_protocol_trusted_cidrs`` that trusts
+    every address. Larger node ids are not checked: keep base ranges clear of them."""
+    fixed = [
+        (listener.bind_host, port, f"listener {listener.name}'s {what}")
+        for listener in config.listeners
+        for port, what in listener.fixed_ports().items()
+    ]
+    if config.admin is not None and config.admin.port:
+        fixed.append((config.admin.bind_host, config.admin.port, "the admin listener's port"))
+    warnings: list[str] = []
+    for index, listener in enumerate(config.listeners):
+        base = listener.broker_ports.base
+        if base is not None:
+            warnings += [
+                f"listener {listener.name}: broker_ports base {base} would serve node "
+                f"{port - base} on port {port}, {what}"
+                for host, port, what in fixed
+                if 0 <= port - base < BASE_RANGE_NODES and hosts_overlap(listener.bind_host, host)
+            ]
+            warnings += _base_overlaps(listener, config.listeners[:index])
+        if any(network.prefixlen == 0 for network in listener.proxy_protocol_trusted_cidrs):
+            warnings.append(
+                f"listener {listener.name}: proxy_protocol_trusted_cidrs trusts every address, "
+                "so any client can claim to be any address (list the load balancers only)"
+            )
+    return warnings
+
+
+def _base_overlaps(listener: ListenerConfig, others: tuple[ListenerConfig, ...]) -> list[str]:
+    """Two base ranges sharing a port within node ids 0..99 of each."""
+    base = listener.broker_ports.base
+    assert base is not None
+    warnings = []
+    for other in others:
+        theirs = other.broker_ports.base
+        if theirs is None or not hosts_overlap(listener.bind_host, other.bind_host):
+            continue
+        if abs(base - theirs) < BASE_RANGE_NODES:
+            port = max(base, theirs)
+            warnings.append(
+                f"listeners {other.name} and {listener.name}: broker_ports bases {theirs} and "
+                f"{base} both serve port {port} (node {port - theirs} of {other.name}, node "
+                f"{port - base} of {listener.name})"
+            )
+    return warnings
+
+
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
     limits = parse_limits(root.section("limits"))
-    listeners = tuple(_listener(s, limits, base_dir) for s in root.sections("listeners"))
+    sections = root.sections("listeners")
+    listeners = tuple(_listener(s, limits, base_dir) for s in sections)
     if not listeners:
         raise root.error("listeners", "at least one listener is required")
     names = [ls.name for ls in listeners]
@@ -390,6 +579,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     log_format = logging_section.choice("format", LOG_FORMATS, "text")
     logging_section.reject_unknown()
     admin = _admin(root.section("admin")) if "admin" in root else None
+    _check_fixed_ports(root, sections, listeners, admin)
     metrics_section = root.section("metrics")
     metrics = MetricsConfig(
         per_principal=metrics_section.get_bool("per_principal", False),

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+from kafkaguard.policy.authorizer import IPAddress
 from kafkaguard.policy.principal_mapping import NoMatchingRuleError
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
@@ -76,6 +77,11 @@ class ClientConnection(asyncio.Protocol):
         """Kafka's ``Selector`` connection id (set by the listener), for log lines."""
         self.quota_host: str | None = None
         """The address the listener's ConnectionQuotas counted; cleared when released."""
+        self.client_address: IPAddress | None = None
+        """The client named by a PROXY protocol header (set by the listener); None: the
+        socket's peer is the client."""
+        self.authority: str | None = None
+        """The PROXY protocol v2 AUTHORITY (the client's SNI at the balancer), if any."""
         self._carry_out: dict[type[Command], Callable[[Any], None]] = {
             SendBroker: self._send_broker,
             SendClient: self._send_client,
@@ -117,7 +123,8 @@ class ClientConnection(asyncio.Protocol):
         session = Session(
             listener.config.name,
             listener.security_protocol,
-            peer_address(transport.get_extra_info("peername")),
+            self.client_address or peer_address(transport.get_extra_info("peername")),
+            authority=self.authority,
         )
         listener.connections.add(self)
         tls = listener.tls

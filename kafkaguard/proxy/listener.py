@@ -15,6 +15,15 @@ sweep per listener closes idle and unauthenticated connections (``connections.ma
 Refusals and closes are counted per cause in :attr:`ListenerRuntime.counters`; their log lines
 are rate-limited per cause (:class:`~kafkaguard.proxy.log_limit.RateLimitedLog`).
 
+PROXY protocol (``proxy_protocol: v1 | v2 | any``, kafkaguard/proxy/proxy_protocol.py): the TCP
+peer is a load balancer, and the client is the one its header names. At accept, only a peer
+in ``proxy_protocol_trusted_cidrs`` is kept (anyone else could claim any address). The header
+is then read in a task of the connection's own, peeking so that exactly the header is taken
+off the socket (:func:`read_proxy_header`): the TLS handshake on SSL/SASL_SSL listeners starts
+on the byte after it. ConnectionQuotas run once the header names the client, and the client's
+address is the one of the connection's :class:`~kafkaguard.proxy.session.Session`, quota and
+log lines. Header and handshake share the ``authentication_timeout_ms`` deadline.
+
 Reload (kafkaguard/proxy/reload.py): :meth:`ListenerRuntime.reconfigure` swaps the limits and
 the enforcement mode. Connections admitted from then on are checked against the new limits and
 get them (frame size, requests in flight, idle and authentication deadlines); connections
@@ -41,6 +50,14 @@ from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import LimitsConfig, ListenerConfig, canonical_ip
 from kafkaguard.proxy.connection import ClientConnection
 from kafkaguard.proxy.log_limit import RateLimitedLog
+from kafkaguard.proxy.proxy_protocol import (
+    MAX_HEADER_BYTES,
+    Endpoint,
+    ProxyHeader,
+    ProxyProtocolError,
+    client_endpoint,
+)
+from kafkaguard.proxy.proxy_protocol import parse as parse_proxy_header
 from kafkaguard.proxy.quotas import CloseCause, ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.sasl.authenticator import SaslServer
 from kafkaguard.proxy.sasl.credentials import LiveCredentialStore, build_credential_store
@@ -102,6 +119,9 @@ class ListenerRuntime:
         """The bootstrap socket between :meth:`open` and :meth:`accept`."""
         self._acceptors: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()
+        """Connections being set up off the accept loop: TLS handshakes, PROXY headers."""
+        self._awaiting_header = 0
+        """Connections accepted whose PROXY protocol header has not been read yet."""
         self._sweeper: asyncio.TimerHandle | None = None
         self.draining = False
         """Shutdown: accepting stopped, connections close once their requests are answered."""
@@ -226,15 +246,10 @@ class ListenerRuntime:
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                     continue
                 try:
-                    connection = self._admit(conn, address, node_id, loop.time())
-                    if connection is None:
-                        continue
-                    if self.tls is None:  # no handshake: completes within this loop iteration
-                        await self._open(conn, connection)
-                    else:  # a handshake must not hold up the next accept
-                        task = loop.create_task(self._open(conn, connection))
-                        self._handshakes.add(task)
-                        task.add_done_callback(self._handshakes.discard)
+                    if self.config.proxy_protocol_versions is None:
+                        await self._accept_direct(conn, address, node_id, loop.time())
+                    else:
+                        self._accept_proxied(conn, address, node_id, loop.time())
                 except Exception:  # noqa: BLE001 - a bug must not end accepting on the port
                     conn.close()
                     self.rate_log.log(
@@ -247,31 +262,161 @@ class ListenerRuntime:
         finally:  # here, once the loop no longer watches the socket (its fd may be reused)
             sock.close()
 
-    def _admit(
+    async def _accept_direct(
         self, conn: socket.socket, address: Any, node_id: int | None, now: float
-    ) -> ClientConnection | None:
-        """ConnectionQuotas at accept: count the connection, or close it at once."""
-        host = str(address[0]) if isinstance(address, tuple) else str(address)
-        with contextlib.suppress(ValueError):  # (a UNIX socket's address is not an IP)
-            host = canonical_ip(host)
-        cause = self.quotas.admit(host, now)
-        if cause is not None:
+    ) -> None:
+        """The TCP peer is the client: ConnectionQuotas at once, then the TLS handshake."""
+        host, port = _peer(address)
+        connection = self._admit(conn, host, port, node_id, now, now)
+        if connection is None:
+            return
+        deadline = now + self.limits.authentication_timeout_ms / 1000
+        if self.tls is None:  # no handshake: completes within this loop iteration
+            await self._open(conn, connection, deadline)
+        else:  # a handshake must not hold up the next accept
+            self._track(self._open(conn, connection, deadline))
+
+    def _accept_proxied(
+        self, conn: socket.socket, address: Any, node_id: int | None, now: float
+    ) -> None:
+        """A ``proxy_protocol`` listener: the TCP peer must be a trusted load balancer,
+        checked here on the bare socket before anything else is done for it. Its header
+        names the client, so ConnectionQuotas (per client address) and the TLS handshake wait
+        for the header, in a task of the connection's own (:meth:`_proxied`). Connections
+        still sending their header count against ``max_connections`` with those admitted."""
+        host, port = _peer(address)
+        if not self.config.proxy_protocol_trusts(host):
             conn.close()
-            self.counters[cause] += 1
-            limits = self.limits
-            detail = _REFUSAL_DETAIL[cause].format(
-                limits=limits, host=host, per_ip=limits.max_connections_for(host)
-            )
-            port = address[1] if isinstance(address, tuple) else "?"
+            self.counters[CloseCause.PROXY_PROTOCOL] += 1
             self.rate_log.log(
-                (self.config.name, cause),
+                (self.config.name, CloseCause.PROXY_PROTOCOL, "untrusted"),
                 logging.WARNING,
-                "refused connection from %s:%s on listener %s: %s",
+                "refused connection from %s:%s on listener %s: not in "
+                "proxy_protocol_trusted_cidrs (only the load balancers may connect)",
                 host,
                 port,
                 self.config.name,
-                detail,
             )
+            return
+        if self.quotas.total + self._awaiting_header >= self.limits.max_connections:
+            self._refuse(conn, host, port, CloseCause.MAX_CONNECTIONS)
+            return
+        conn.setblocking(False)  # peeked at without blocking the loop
+        self._awaiting_header += 1
+        self._track(self._proxied(conn, host, port, node_id, now))
+
+    async def _proxied(
+        self, conn: socket.socket, balancer: str, port: object, node_id: int | None, now: float
+    ) -> None:
+        """:meth:`_set_up_proxied`, guarded as the accept loop is: a bug closes this
+        connection (with a rate-limited traceback), never the listener's others."""
+        try:
+            await self._set_up_proxied(conn, balancer, port, node_id, now)
+        except Exception:  # noqa: BLE001 - logged with its traceback, like the accept loop's
+            conn.close()
+            self.rate_log.log(
+                (self.config.name, CloseCause.INTERNAL_ERROR, "accept"),
+                logging.ERROR,
+                "listener %s failed to set up an accepted connection\n%s",
+                self.config.name,
+                traceback.format_exc().rstrip(),
+            )
+
+    async def _set_up_proxied(
+        self, conn: socket.socket, balancer: str, port: object, node_id: int | None, now: float
+    ) -> None:
+        """The balancer's PROXY protocol header, then the connection as the client it names:
+        ConnectionQuotas for the client's address, then the TLS handshake (the balancer sends
+        the header before the client's first byte, ClientHello included). Header and
+        handshake together are bounded by ``authentication_timeout_ms`` from accept."""
+        deadline = now + self.limits.authentication_timeout_ms / 1000
+        try:
+            received = await self._receive_header(conn, f"{balancer}:{port}", deadline)
+        finally:
+            self._awaiting_header -= 1
+        if received is None:
+            return
+        header, client = received
+        host, client_port = balancer, port  # LOCAL: the balancer's own connection
+        if client is not None:
+            host, client_port = canonical_ip(str(client.address)), client.port
+        loop = asyncio.get_running_loop()
+        connection = self._admit(conn, host, client_port, node_id, now, loop.time())
+        if connection is None:
+            return
+        connection.client_address = None if client is None else client.address
+        connection.authority = header.authority
+        log.debug(
+            "%s: PROXY protocol v%d %s header from %s:%s",
+            connection.peer,
+            header.version,
+            header.command.name,
+            balancer,
+            port,
+        )
+        await self._open(conn, connection, deadline)
+
+    async def _receive_header(
+        self, conn: socket.socket, balancer: str, deadline: float
+    ) -> tuple[ProxyHeader, Endpoint | None] | None:
+        """The header and the client it names, or None once the connection is closed (and
+        counted): :class:`CloseCause` PROXY_PROTOCOL for no header, a malformed or incomplete
+        one, or one naming no client IP address; CLIENT_CLOSED, unlogged, when the balancer
+        closed without sending a byte (a plain TCP health check)."""
+        versions = self.config.proxy_protocol_versions
+        assert versions is not None
+        cause = CloseCause.PROXY_PROTOCOL
+        try:
+            async with asyncio.timeout_at(deadline):
+                header = await read_proxy_header(conn, versions)
+            return header, client_endpoint(header)
+        except TimeoutError:
+            reason: str | None = (
+                "no complete PROXY protocol header within "
+                f"{self.limits.authentication_timeout_ms} ms (authentication_timeout_ms)"
+            )
+        except ProxyProtocolError as exc:
+            reason = str(exc)
+        except (EOFError, OSError):  # left (or reset) before its first byte
+            cause, reason = CloseCause.CLIENT_CLOSED, None
+        except asyncio.CancelledError:
+            conn.close()
+            raise
+        conn.close()
+        self.counters[cause] += 1
+        if reason is not None:
+            self.rate_log.log(
+                (self.config.name, cause, "header"),
+                logging.WARNING,
+                "closing connection from %s on listener %s: %s",
+                balancer,
+                self.config.name,
+                reason,
+            )
+        return None
+
+    def _track(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a connection's set-up (header, handshake) off the accept loop; shutdown
+        cancels what is still running (:meth:`stop_accepting`)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    def _admit(
+        self,
+        conn: socket.socket,
+        host: str,
+        port: object,
+        node_id: int | None,
+        accepted_at: float,
+        now: float,
+    ) -> ClientConnection | None:
+        """ConnectionQuotas for the client at ``host``: count the connection, or close it at
+        once. ``accepted_at`` starts its authentication deadline; ``now`` is the quotas'
+        clock (later than ``accepted_at`` when a PROXY protocol header was read first)."""
+        cause = self.quotas.admit(host, now)
+        if cause is not None:
+            self._refuse(conn, host, port, cause)
             return None
         try:
             conn.setblocking(False)
@@ -279,27 +424,48 @@ class ListenerRuntime:
         except OSError:
             pass  # the client already left: the transport will report it
         self.stats.accepted += 1
-        connection = ClientConnection(self, node_id, now)
+        connection = ClientConnection(self, node_id, accepted_at)
         connection.quota_host = host
-        connection.peer = f"{host}:{address[1]}" if isinstance(address, tuple) else host
+        connection.peer = host if port is None else f"{host}:{port}"
         local = conn.getsockname()
         local_text = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else str(local)
         connection.connection_id = f"{local_text}-{connection.peer}-{self.stats.accepted}"
         return connection
 
-    async def _open(self, conn: socket.socket, connection: ClientConnection) -> None:
-        """Hand the accepted socket to its connection, through the TLS handshake if any."""
+    def _refuse(self, conn: socket.socket, host: str, port: object, cause: CloseCause) -> None:
+        conn.close()
+        self.counters[cause] += 1
+        limits = self.limits
+        detail = _REFUSAL_DETAIL[cause].format(
+            limits=limits, host=host, per_ip=limits.max_connections_for(host)
+        )
+        self.rate_log.log(
+            (self.config.name, cause),
+            logging.WARNING,
+            "refused connection from %s:%s on listener %s: %s",
+            host,
+            "?" if port is None else port,
+            self.config.name,
+            detail,
+        )
+
+    async def _open(
+        self, conn: socket.socket, connection: ClientConnection, deadline: float
+    ) -> None:
+        """Hand the accepted socket to its connection, through the TLS handshake if any,
+        which must be done by ``deadline`` (loop time)."""
         loop = asyncio.get_running_loop()
         tls = self.tls
-        timeout_s = self.limits.authentication_timeout_ms / 1000
         try:
-            async with asyncio.timeout(timeout_s):  # only a TLS handshake can take long
+            async with asyncio.timeout_at(deadline):  # only a TLS handshake can take long
                 await loop.connect_accepted_socket(
                     lambda: connection,
                     conn,
                     ssl=tls.context if tls is not None else None,
-                    # the timeout above decides
-                    ssl_handshake_timeout=timeout_s + 1.0 if tls is not None else None,
+                    # the deadline above decides
+                    ssl_handshake_timeout=(
+                        max(deadline - loop.time(), 0.0) + 1.0 if tls is not None else None
+                    ),
                 )
         except TimeoutError:
             conn.close()
@@ -459,3 +625,78 @@ class ListenerRuntime:
             task.cancel()
         if self.sasl is not None and isinstance(self.sasl.store, LiveCredentialStore):
             await self.sasl.store.close()
+
+
+def _peer(address: Any) -> tuple[str, object]:
+    """(host, port) of an accepted socket's peer, the host as ConnectionQuotas keys it (one
+    spelling per IP address; a UNIX socket's address is not an IP and stays as it is)."""
+    if not isinstance(address, tuple):
+        return str(address), None
+    host = str(address[0])
+    with contextlib.suppress(ValueError):
+        host = canonical_ip(host)
+    return host, address[1]
+
+
+# -- reading a PROXY protocol header (kafkaguard/proxy/proxy_protocol.py parses it) -------------
+async def read_proxy_header(sock: socket.socket, versions: frozenset[int]) -> ProxyHeader:
+    """Take exactly one PROXY protocol header off the non-blocking ``sock``: what follows it
+    (a TLS ClientHello, a Kafka request) stays in the socket for the TLS layer or the
+    connection. Each read peeks (``MSG_PEEK``, as the spec's §9 sample receiver does) at up to
+    :data:`MAX_HEADER_BYTES`; a complete header is then taken off by its exact length, the
+    bytes of an incomplete one are taken off (they can only be header bytes) before waiting
+    for more, so the wait for readability never spins on bytes already seen.
+
+    Raises :class:`ProxyProtocolError` (not a valid header, or closed inside one),
+    ``EOFError`` (closed before its first byte) or ``OSError``."""
+    loop = asyncio.get_running_loop()
+    taken = b""
+    while True:
+        await _readable(loop, sock)
+        try:
+            peeked = sock.recv(MAX_HEADER_BYTES - len(taken), socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            continue
+        if not peeked:
+            if taken:
+                raise ProxyProtocolError(
+                    f"the connection closed after {len(taken)} bytes of a PROXY protocol header"
+                )
+            raise EOFError("the connection closed before its PROXY protocol header")
+        header = parse_proxy_header(taken + peeked, versions)
+        if header is not None:
+            await _take(loop, sock, header.length - len(taken))
+            return header
+        taken += await _take(loop, sock, len(peeked))
+
+
+async def _take(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
+    """Read exactly ``size`` bytes already peeked at (so they are in the socket's buffer)."""
+    chunks = []
+    while size > 0:
+        try:
+            chunk = sock.recv(size)
+        except (BlockingIOError, InterruptedError):
+            await _readable(loop, sock)
+            continue
+        if not chunk:
+            raise ProxyProtocolError("the connection closed inside its PROXY protocol header")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Wait until ``sock`` has bytes (or EOF) to read. ``loop.sock_recv`` cannot peek."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    fd = sock.fileno()
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)

@@ -36,6 +36,10 @@ class CloseCause(enum.StrEnum):
     """Refused at accept: the client's address holds its ``max_connections_per_ip``."""
     CONNECTION_RATE = "max_connection_creation_rate"
     """Refused at accept: more new connections this second than the listener's rate."""
+    PROXY_PROTOCOL = "proxy_protocol"
+    """A ``proxy_protocol`` listener: the TCP peer is not in ``proxy_protocol_trusted_cidrs``
+    (closed at accept), or the PROXY protocol header is missing, malformed, incomplete
+    within ``authentication_timeout_ms`` or names no client IP address."""
     AUTHENTICATION_TIMEOUT = "authentication_timeout"
     """TLS handshake and SASL not completed within ``authentication_timeout_ms``."""
     AUTHENTICATION_FAILED = "authentication_failed"

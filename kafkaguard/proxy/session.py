@@ -2,6 +2,10 @@
 
 The principal starts as ``User:ANONYMOUS`` (Kafka's PLAINTEXT principal) and is replaced when a
 listener authenticates the client (TLS client certificate or SASL).
+
+The client address is the socket's peer, or on a ``proxy_protocol`` listener the client the
+load balancer's PROXY protocol header names (kafkaguard/proxy/proxy_protocol.py): what the
+authorizer matches ACL hosts against, what audit events and SASL failure throttling key on.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ class Session:
     security_protocol: SecurityProtocol
     client_address: IPAddress
     principal: KafkaPrincipal = KafkaPrincipal.ANONYMOUS
+    authority: str | None = None
+    """The host name the client asked the load balancer for (its TLS SNI), from a PROXY
+    protocol v2 PP2_TYPE_AUTHORITY TLV; kept for SNI routing (issue #15 part 1, not
+    implemented): nothing is decided on it yet."""
     client_host: str = field(init=False)
     """The address as Java prints it (ACL host matching and audit lines)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -19,11 +20,34 @@ API_VERSIONS = 18
 
 
 class RawKafkaClient:
-    """One connection; ``request()`` sends a request and returns (raw frame, decoded body)."""
+    """One connection; ``request()`` sends a request and returns (raw frame, decoded body).
 
-    def __init__(self, host: str, port: int, timeout_s: float = 10.0) -> None:
+    ``source``: the local address to connect from (any 127.x.y.z on Linux's loopback, so
+    one test can be several clients). ``preamble``: bytes written first (a PROXY protocol
+    header, as a load balancer would), then ``tls`` wraps the socket (handshake done)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = 10.0,
+        *,
+        source: str | None = None,
+        preamble: bytes = b"",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.address = (host, port)
-        self.sock = socket.create_connection(self.address, timeout=timeout_s)
+        self.sock = socket.create_connection(
+            self.address, timeout=timeout_s, source_address=None if source is None else (source, 0)
+        )
+        try:
+            if preamble:
+                self.sock.sendall(preamble)
+            if tls is not None:
+                self.sock = tls.wrap_socket(self.sock, server_hostname=host)
+        except BaseException:
+            self.sock.close()
+            raise
         self.timeout_s = timeout_s
         self._frames = FrameBuffer()
         self._pending: list[bytes] = []
