@@ -204,8 +204,8 @@ class HandlerHarness:
 
     @classmethod
     def answer_metadata(cls, verdict: Verdict, cluster: dict[UUID, str]) -> Verdict:
-        """Answer the proxy's Metadata question (by topic id or by name) as a broker holding
-        the topics ``cluster`` (id → name) would."""
+        """Answer the proxy's Metadata question (by topic id, by name, or for every topic) as a
+        broker holding the topics ``cluster`` (id → name) would."""
         assert isinstance(verdict, AskFirst), verdict
         question: Any = verdict.question
         assert question.__api_key__ == 3 and not question.allow_auto_topic_creation
@@ -248,11 +248,14 @@ class HandlerHarness:
 
 
 def described_topics(
-    schema: type[Any], asked: Iterable[Any], cluster: dict[UUID, str]
+    schema: type[Any], asked: Iterable[Any] | None, cluster: dict[UUID, str]
 ) -> tuple[Any, ...]:
     """Metadata ``schema``'s topic entries for the ``asked`` request topics (by id or by
-    name), as a broker holding the topics ``cluster`` (id → name) answers them."""
+    name; ``None``: every topic), as a broker holding the topics ``cluster`` (id → name)
+    answers them."""
     topic_type = codec.nested_type(schema, "topics")
+    if asked is None:
+        return tuple(entity(topic_type, name=n, topic_id=i) for i, n in cluster.items())
     ids = {name: topic_id for topic_id, name in cluster.items()}
     topics = []
     for asked_topic in asked:

@@ -30,6 +30,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.groups import GroupGateHandler
+from kafkaguard.proxy.handlers.regex_subscriptions import heartbeat_verdict
 from kafkaguard.proxy.handlers.responses import chain, response_type, split, whole_error
 
 
@@ -56,36 +57,22 @@ class SubscribedTopicsGateHandler(GroupGateHandler):
         return FORWARD
 
 
-REGEX_NOT_ENFORCEABLE = (
-    "kafkaguard cannot enforce regular-expression subscriptions (subscribedTopicRegex): "
-    "subscribe to topic names instead."
-)
-
-
 class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler):
     """v0–1. v1 (KIP-848, KIP-1082) adds ``subscribedTopicRegex`` and client-generated member
     ids; librdkafka ≥ 2.10 needs v1 for ``group.protocol=consumer`` even without a regex.
 
-    A regex is resolved on the coordinator, which keeps only topics the member may DESCRIBE
-    (``GroupMetadataManager.filterTopicDescribeAuthorizedTopics``, with the principal of the
-    member whose heartbeat triggered the resolution). The broker behind the proxy has no
-    authorizer and the proxy never sees the resolved list, so a heartbeat carrying a regex is
-    refused after the group and topic-name checks, with UNSUPPORTED_VERSION — the error Kafka
-    uses for "this cluster cannot resolve regular expressions", fatal in the clients (fail
-    closed). A heartbeat without one (null, or "" which clears it) behaves as v0.
+    After the group and topic-name checks (``KafkaApis.handleConsumerGroupHeartbeat``), a
+    regex subscription is resolved by the proxy — the coordinator's part in Kafka
+    (``GroupMetadataManager``, ``TopicRegexResolver``), which the broker behind the proxy cannot
+    do without an authorizer: ``regex_subscriptions.py``. A heartbeat without a regex of a
+    member that never subscribed with one is forwarded as it is.
     """
 
     api_key = 68
     max_version = 1
 
     def after_topics(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        if getattr(body, "subscribed_topic_regex", None):
-            return Respond(
-                whole_error(
-                    request, ErrorCode.unsupported_version, error_message=REGEX_NOT_ENFORCEABLE
-                )
-            )
-        return FORWARD
+        return heartbeat_verdict(request, body, ctx)
 
 
 class DescribedGroupsHandler(ApiHandler):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
 from tests.support.entities import MIN_OPS, item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 
@@ -52,15 +52,15 @@ def test_heartbeat_v1_without_regex_is_enforced_like_v0() -> None:
     assert isinstance(clear, Forward)
 
 
-def test_heartbeat_regex_is_refused_after_the_group_check() -> None:
+def test_heartbeat_regex_is_resolved_after_the_group_check() -> None:
+    # The resolution itself: test_consumer_groups_regex.py.
     regex = req(68, 1, group_id="g", member_id="m", member_epoch=0, subscribed_topic_regex=".*")
     h = HandlerHarness([])
     denied = h.send(regex)
     assert isinstance(denied, Respond) and int(denied.response.error_code) == 30
     h = HandlerHarness([READ_G])
     verdict = h.send(regex)
-    assert isinstance(verdict, Respond) and int(verdict.response.error_code) == 35
-    assert "regular-expression" in verdict.response.error_message
+    assert isinstance(verdict, AskFirst) and int(verdict.question.__api_key__) == 3
     assert h.checked() == [("READ", "GROUP", "g", "ALLOWED")]
 
 
