@@ -17,10 +17,11 @@ WriteTxnMarkers, the Raft quorum and registration APIs, Envelope, AlterPartition
 AllocateProducerIds, the share-group *state* APIs) are deliberately absent. The SASL APIs
 (SaslHandshake, SaslAuthenticate) are answered by the proxy itself (``sasl.py``), which
 terminates authentication. DescribeQuorum is absent because
-its reply carries controller endpoints the proxy does not expose. ShareFetch and
-ShareAcknowledge are absent because Kafka re-authorizes every partition of the member's share
-session on each request, state the proxy does not keep yet; StreamsGroupHeartbeat because
-Kafka's internal-topic creation check depends on broker state the proxy cannot see.
+its reply carries controller endpoints the proxy does not expose; StreamsGroupHeartbeat because
+Kafka's internal-topic creation check depends on broker state the proxy cannot see. ShareFetch
+and ShareAcknowledge are served (``share_sessions.py``): the proxy mirrors each share session
+opened on a connection, because Kafka re-authorizes every partition of the session on each
+ShareFetch.
 
 Every other API key has exactly one handler, in the module of its family; each module lists
 its handlers in ``HANDLERS`` and this registry collects them.
@@ -50,6 +51,7 @@ _FAMILIES: Final = (
     "produce",
     "sasl",
     "share_groups",
+    "share_sessions",
     "streams_groups",
     "telemetry",
     "topics_admin",

@@ -10,7 +10,7 @@ Which responses carry broker addresses (checked against every kio response schem
 FindCoordinator v0–3 top level and v4+ ``coordinators`` (:func:`rewrite_coordinators`);
 DescribeCluster ``brokers`` (:func:`rewrite_describe_cluster_brokers`); Produce v10+, Fetch
 v16+, ShareFetch and ShareAcknowledge ``node_endpoints`` (KIP-951,
-:func:`node_endpoints_rewrite`; the last two are refused). DescribeQuorum and the
+:func:`node_endpoints_rewrite`). DescribeQuorum and the
 Raft/registration APIs carry controller endpoints and are refused (broker-internal). The
 ``host`` fields of Describe/DeleteAcls are ACL hosts and those of the Streams group APIs are
 application endpoints: neither is a broker address.

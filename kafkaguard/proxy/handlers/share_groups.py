@@ -3,13 +3,9 @@ offset admin APIs (90–92), as ``KafkaApis.handleShareGroupHeartbeat``, ``handl
 ``handleDescribeShareGroupOffsetsRequest``, ``handleAlterShareGroupOffsetsRequest`` and
 ``handleDeleteShareGroupOffsetsRequest`` do.
 
-ShareFetch (78) and ShareAcknowledge (79) are refused (absent from :data:`HANDLERS`): Kafka
-authorizes READ TOPIC on every partition of the member's *share session* on every ShareFetch,
-including partitions added by earlier requests and not named again, and a ShareAcknowledge only
-makes sense inside such a session. Enforcing that needs a per-connection mirror of the share
-session (as :mod:`fetch` keeps for KIP-227 sessions), which is not written yet; stripping denied
-data from the broker's answer instead would let the broker acquire records for the member that
-it never delivers (acquisition locks expire, delivery counts rise): not Kafka's behaviour.
+ShareFetch (78) and ShareAcknowledge (79), the share-group data path, are in
+:mod:`share_sessions`: Kafka re-authorizes every partition of the member's share session on each
+ShareFetch, so those handlers keep a per-connection mirror of each share session.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers import share_groups
+from kafkaguard.proxy.handlers import share_groups, share_sessions
 from kafkaguard.proxy.handlers.base import Forward, Respond
 from tests.support.entities import item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
@@ -13,8 +13,10 @@ from tests.support.handler_harness import HandlerHarness, acl
 ALICE = "User:alice"
 
 
-def test_share_fetch_and_acknowledge_are_not_served_by_the_family() -> None:
+def test_share_fetch_and_acknowledge_are_served_by_the_session_module() -> None:
+    """The data path keeps per-connection share-session mirrors: ``share_sessions.py``."""
     assert {78, 79}.isdisjoint(h.api_key for h in share_groups.HANDLERS)
+    assert {h.api_key for h in share_sessions.HANDLERS} == {78, 79}
 
 
 def test_share_heartbeat() -> None:
