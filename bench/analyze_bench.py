@@ -1,8 +1,8 @@
-"""``kafkaguard analyze`` at scale: report and propose over 10 million audit records.
+"""``kafkaguard analyze`` at scale: compact, then report and propose over JSON and Parquet.
 
 Usage (from the repository root, with the test extras installed; Java >= 17)::
 
-    .venv/bin/python bench/analyze_bench.py                      # 10 M records, ~15-25 min
+    .venv/bin/python bench/analyze_bench.py                      # 10 M records, ~30-45 min
     .venv/bin/python bench/analyze_bench.py --events 1000000     # a smaller run
     .venv/bin/python bench/analyze_bench.py --data /tmp/trail    # reuse generated data
 
@@ -12,12 +12,18 @@ names them): 7 days of traffic, 1,000 principals each using ~10 of 5,000 topics 
 groups, 200 client hosts, two listeners (one ``log_only``), 5% denied, one record in 50 an
 aggregate (count 2..60) — so "events" below are records (lines), and decisions are more.
 
-Then, in local mode (``local[*]``, loopback, driver memory ``--driver-memory``):
+Then, in local mode (``local[*]``, loopback, the session's local defaults: shuffle
+partitions = 2 × cores, driver memory a bounded quarter of RAM; ``--driver-memory`` overrides):
 
-* ``report``: all tables written as Parquet + JSON, plus the HTML page;
-* ``propose``: the proposal (observed grants → ACLs, verified with the StandardAuthorizer);
-* a time-range query (one day of the seven): the physical plan's ``PartitionFilters`` and the
-  scan's ``numPartitions`` (hour directories actually read) against the total.
+* ``compact``: every hour of the trail (all closed: nothing writes it) into Parquet under a
+  fresh directory, with the compaction's own summary;
+* ``report`` (all tables as Parquet, plus the HTML page) and ``propose`` (observed grants →
+  ACLs, verified with the StandardAuthorizer) over the JSON lines (``json_only``) and over
+  the compacted Parquet — the same jobs, the same results — in ``--rounds`` alternating
+  rounds from an empty cache, the best time of each kept;
+* a time-range query (one day of the seven) over each: the physical plan's
+  ``PartitionFilters`` and the scan's ``numPartitions`` (hour directories actually read)
+  against the total.
 
 Each job is timed from reading the files to its last output; events/s is records / seconds.
 """
@@ -39,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from kafkaguard.audit.spark.compact import compact  # noqa: E402
 from kafkaguard.audit.spark.html_report import render  # noqa: E402
 from kafkaguard.audit.spark.output import write_tables  # noqa: E402
 from kafkaguard.audit.spark.proposal import render_acl_file  # noqa: E402
@@ -171,34 +178,84 @@ def generate(spark: SparkSession, events: int, days: int, directory: Path) -> fl
     return time.perf_counter() - began
 
 
-def timed_report(spark: SparkSession, data: str, out: Path) -> float:
+def timed_compact(spark: SparkSession, data: Path, output: Path, days: int) -> float:
+    """Compact every hour of the generated trail (grace 0: nothing writes it)."""
+    began = time.perf_counter()
+    now = max(time.time(), (START + timedelta(days=days + 1)).timestamp())
+    lines = compact(lambda: spark, data, output, grace=0.0, now=now)
+    seconds = time.perf_counter() - began
+    for line in lines or ["another compaction holds the lock"]:
+        print(f"  {line}")
+    return seconds
+
+
+Source = tuple[str | None, bool]
+"""``read_audit``'s ``compacted`` and ``json_only``."""
+
+
+def timed_report(spark: SparkSession, data: str, out: Path, source: Source) -> float:
     began = time.perf_counter()
     window = TimeRange()
-    built = build_report(read_audit(spark, data), window)
+    events = read_audit(spark, data, compacted=source[0], json_only=source[1])
+    built = build_report(events, window)
     write_tables(built.tables, str(out / "report"), partitioned=LARGE_TABLES)
     (out / "report.html").write_text(render(report_data(built, window, datetime.now(UTC))))
     return time.perf_counter() - began
 
 
-def timed_propose(spark: SparkSession, data: str, out: Path) -> tuple[float, int]:
+def timed_propose(spark: SparkSession, data: str, out: Path, source: Source) -> tuple[float, int]:
     began = time.perf_counter()
-    made = propose(read_audit(spark, data))
+    made = propose(read_audit(spark, data, compacted=source[0], json_only=source[1]))
     (out / "proposed.yaml").write_text(render_acl_file(made.acls))
     return time.perf_counter() - began, len(made.acls)
 
 
 def pruning(
-    spark: SparkSession, data: str, days: int
-) -> tuple[list[str], dict[str, int], int, float]:
-    """One day of the window: the plan's PartitionFilters, the scan's metrics, the number of
-    hour directories, and the seconds the (pruned) scan took."""
+    spark: SparkSession, data: str, days: int, source: Source
+) -> tuple[list[str], dict[str, int], float]:
+    """One day of the window: the plan's PartitionFilters, the scan's metrics and the
+    seconds the (pruned) scan took."""
     day = START + timedelta(days=days // 2)
     window = TimeRange(day, day + timedelta(days=1))
-    df: DataFrame = read_audit(spark, data, window).select("count")
-    total = sum(1 for _ in Path(data).glob("date=*/hour=*"))
+    df: DataFrame = read_audit(
+        spark, data, window, compacted=source[0], json_only=source[1]
+    ).select("count")
     began = time.perf_counter()
     stats = scan_statistics(df)
-    return partition_filters(df), stats, total, time.perf_counter() - began
+    return partition_filters(df), stats, time.perf_counter() - began
+
+
+def _jobs(
+    spark: SparkSession, data: Path, out: Path, source: Source, best: dict[str, float]
+) -> None:
+    """Time report and propose over ``source``, each from an empty cache (both jobs cache:
+    a second run would reuse the first one's tables); keep each job's best time."""
+    name = "JSON" if source[1] else "Parquet"
+    spark.catalog.clearCache()
+    report_s = timed_report(spark, str(data), out, source)
+    spark.catalog.clearCache()
+    propose_s, acls = timed_propose(spark, str(data), out, source)
+    print(
+        f"  {name:7}: report {report_s:6.1f} s, propose {propose_s:6.1f} s ({acls} ACLs);"
+        f" load average {os.getloadavg()[0]:.1f}"
+    )
+    for job, seconds in ((f"report  ({name})", report_s), (f"propose ({name})", propose_s)):
+        best[job] = min(seconds, best.get(job, seconds))
+
+
+def _time_range(spark: SparkSession, data: Path, days: int, source: Source) -> None:
+    filters, stats, seconds = pruning(spark, str(data), days, source)
+    total = sum(1 for _ in data.glob("date=*/hour=*"))
+    name = "JSON lines" if source[1] else "compacted Parquet"
+    print(f"time-range query (1 day of {days}, {name}): PartitionFilters: [{'; '.join(filters)}]")
+    print(
+        f"  hour directories read: {stats['numPartitions']} of {total}; "
+        f"files {stats['numFiles']}, {stats['filesSize'] / 1e9:.2f} GB; {seconds:.1f} s"
+    )
+
+
+def _size(files: list[Path]) -> str:
+    return f"{len(files)} files, {sum(p.stat().st_size for p in files) / 1e9:.2f} GB"
 
 
 def main() -> int:
@@ -208,16 +265,18 @@ def main() -> int:
     parser.add_argument("--data", type=Path, help="audit directory (generated when missing)")
     parser.add_argument("--regenerate", action="store_true")
     parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--driver-memory", help="default: the session's (a quarter of RAM)")
+    parser.add_argument("--rounds", type=int, default=2, help="JSON/Parquet job rounds")
     args = parser.parse_args()
-    spark = build_session(
-        args.master,
-        {
-            "spark.driver.memory": args.driver_memory,
-            "spark.sql.shuffle.partitions": "16",
-            "spark.sql.maxMetadataStringLength": "2000",  # print PartitionFilters whole
-        },
-        app_name="kafkaguard analyze bench",
+    conf = {"spark.sql.maxMetadataStringLength": "2000"}  # print PartitionFilters whole
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
+    spark = build_session(args.master, conf, app_name="kafkaguard analyze bench")
+    settings = spark.sparkContext.getConf()
+    print(
+        f"Spark: {args.master}, spark.sql.shuffle.partitions="
+        f"{spark.conf.get('spark.sql.shuffle.partitions')}, "
+        f"spark.driver.memory={settings.get('spark.driver.memory')}"
     )
     data = args.data or Path(tempfile.gettempdir()) / f"kafkaguard-analyze-bench-{args.events}"
     out = Path(tempfile.mkdtemp(prefix="kafkaguard-analyze-out-"))
@@ -225,23 +284,23 @@ def main() -> int:
         if args.regenerate or not data.exists():
             seconds = generate(spark, args.events, args.days, data)
             print(f"generated {args.events:,} records in {seconds:.1f} s into {data}")
-        print(f"load average before the jobs: {os.getloadavg()[0]:.1f} (2 cores)")
-        size = sum(p.stat().st_size for p in data.rglob("*.jsonl"))
-        files = sum(1 for _ in data.rglob("*.jsonl"))
-        print(f"input: {files} files, {size / 1e9:.2f} GB, {args.days} days")
-        report_s = timed_report(spark, str(data), out)
-        print(f"report : {report_s:7.1f} s  {args.events / report_s:>12,.0f} events/s")
-        propose_s, acls = timed_propose(spark, str(data), out)
+        print(f"load average before the jobs: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
+        print(f"input: {_size(list(data.rglob('*.jsonl')))}, {args.days} days")
+        compacted = out / "compacted"
+        seconds = timed_compact(spark, data, compacted, args.days)
         print(
-            f"propose: {propose_s:7.1f} s  {args.events / propose_s:>12,.0f} events/s ({acls} ACLs)"
+            f"compact: {seconds:7.1f} s  {args.events / seconds:>12,.0f} events/s -> "
+            f"{_size(list(compacted.rglob('*.parquet')))}"
         )
-        print(f"load average: {os.getloadavg()[0]:.1f}")
-        filters, stats, total, seconds = pruning(spark, str(data), args.days)
-        print(f"time-range query (1 day of {args.days}): PartitionFilters: [{'; '.join(filters)}]")
-        print(
-            f"  hour directories read: {stats['numPartitions']} of {total}; "
-            f"files {stats['numFiles']}, {stats['filesSize'] / 1e9:.2f} GB; {seconds:.1f} s"
-        )
+        best: dict[str, float] = {}
+        for round_ in range(1, args.rounds + 1):  # alternated: JVM warm-up favours neither
+            print(f"round {round_}:")
+            for source in ((None, True), (str(compacted), False)):
+                _jobs(spark, data, out, source, best)
+        for job, seconds in best.items():
+            print(f"{job}: {seconds:7.1f} s  {args.events / seconds:>12,.0f} events/s (best)")
+        for source in ((None, True), (str(compacted), False)):
+            _time_range(spark, data, args.days, source)
     finally:
         spark.stop()
         shutil.rmtree(out, ignore_errors=True)

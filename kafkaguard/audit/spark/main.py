@@ -69,12 +69,9 @@ def _spark_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_compact(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _compact_arguments(compact: argparse.ArgumentParser) -> None:
     from kafkaguard.audit.spark.hours import DEFAULT_GRACE_S  # no pyspark: see module doc
 
-    compact = jobs.add_parser(
-        "compact", help="turn the closed hours of the audit trail into Parquet (incremental)"
-    )
     compact.add_argument("--input", required=True, help="the proxy's (local) audit directory")
     compact.add_argument("--output", help="the Parquet directory (default: INPUT/_compacted)")
     compact.add_argument(
@@ -134,7 +131,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 3 when some allowed decision would be denied",
     )
-    _add_compact(jobs)
+    _compact_arguments(
+        jobs.add_parser(
+            "compact", help="turn the closed hours of the audit trail into Parquet (incremental)"
+        )
+    )
 
 
 def _conf(pairs: Sequence[str]) -> dict[str, str]:

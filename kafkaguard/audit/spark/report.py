@@ -10,13 +10,13 @@ Time resolution: the over-time chart draws at most :data:`CHART_BARS` bars, so a
 is shown per 2, 3, 4, 6, 8, 12 or 24 hours, or per days (:func:`bucket_hours`, from the first
 and last record). ``decisions_over_time`` and the written cube (table ``hourly``) are kept at
 that resolution (column ``hours``: the bucket's width; ``hour_start``: where it starts, in
-UTC); a finer cube would be written and read by nobody who looks at the chart, and for a
-quarter it is about 24 times the rows.
+UTC): a finer cube is more rows to write than anyone looking at the chart reads — for a
+quarter, charted per 12 hours, up to 12 times as many.
 
 Fixed costs: each table is computed once. The tables the HTML page shows are small and
 cached, so writing them (``--output``) and collecting them for the page share one
-computation; the cube table is written as it is (no global sort: Parquet readers do not
-need one, and sorting millions of rows took as long as writing them).
+computation; the cube table is written as it is, in parallel and unsorted (a global sort of
+the one table that grows with the input would be a shuffle that no Parquet reader needs).
 
 Columns: ``allowed`` and ``denied`` are the authorizer's results; ``would_deny`` is the part
 of ``denied`` that a ``log_only`` listener forwarded anyway (so ``denied - would_deny`` were

@@ -146,8 +146,8 @@ def compacted_path(path: str) -> str:
 
 
 def hour_number(day: date, hour: int) -> int:
-    """Hours since the epoch of a ``date=``/``hour=`` directory (a set of them is a cheap
-    ``INSET`` partition filter)."""
+    """Hours since the epoch of a ``date=``/``hour=`` directory (a set of them is one cheap
+    ``IN``/``INSET`` partition filter)."""
     return (day - _EPOCH_DAY).days * 24 + hour
 
 
@@ -247,7 +247,9 @@ def read_audit(
         json_only: ignore compacted Parquet (to compare it with the JSON it came from).
 
     The partition predicate is applied before anything else so that it reaches the file scan
-    as ``PartitionFilters`` (see ``bench/analyze_bench.py`` for the plan).
+    as ``PartitionFilters`` (see ``bench/analyze_bench.py`` for the plan). The Parquet is
+    listed before the JSON: an hour that ``compact`` moves in between is then read from its
+    JSON, which still holds it (the other order could miss the hour).
     """
     window = window or TimeRange()
     if "://" not in path and not Path(path).is_dir():

@@ -180,3 +180,28 @@ def test_spark_submit_runs_the_same_entry_point(trail: str, tmp_path: Path) -> N
     # spark-submit merges the Python driver's stderr into its stdout
     assert "proposed 3 ACLs for 1 principals" in done.stdout + done.stderr
     assert len(read_acl_file(acl_file)[0]) == 3
+
+
+def test_local_mode_is_sized_from_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafkaguard.audit.spark import session
+
+    physical = session.machine_memory_bytes()
+    assert physical > 0
+    limits = [tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"]
+    limits[0].write_text("max\n")  # cgroup v2 without a limit
+    limits[1].write_text(f"{3 << 30}\n")  # cgroup v1: 3 GB
+    monkeypatch.setattr(session, "_CGROUP_LIMITS", tuple(limits))
+    assert session.machine_memory_bytes() == min(physical, 3 << 30)
+
+    monkeypatch.setattr(session, "machine_memory_bytes", lambda: 64 << 30)
+    settings = session.local_settings("local[3]")
+    assert settings["spark.sql.shuffle.partitions"] == "6"
+    assert settings["spark.driver.memory"] == "8192m"  # a quarter, at most 8 GB
+    assert settings["spark.ui.enabled"] == "false"
+    assert "spark.driver.memory" not in session.local_settings("local[3]", jvm_running=True)
+    monkeypatch.setattr(session.os, "cpu_count", lambda: 5)
+    assert session.local_settings("local[*]")["spark.sql.shuffle.partitions"] == "10"
+    monkeypatch.setattr(session, "machine_memory_bytes", lambda: 0)  # unknown: the minimum
+    assert session.local_settings("local")["spark.driver.memory"] == "1024m"

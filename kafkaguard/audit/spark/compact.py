@@ -1,0 +1,181 @@
+"""``kafkaguard analyze compact``: the closed hours of the audit trail, as Parquet.
+
+Theory of operation: a run takes the output's lock (a second run, e.g. an overlapping cron
+job, reports and does nothing), lists the input and plans from the listing alone
+(:mod:`.hours`: the closed-hour rule, markers, the commit), then reads every closed hour not
+compacted yet with **one** Spark job and writes it, partitioned by ``date``/``hour``, into a
+staging directory under the output. Each staged hour gets its marker and is moved into
+place with one rename; readers (:func:`.source.read_audit`) take the hours present from
+Parquet and the others from JSON. Runs are incremental (compacted hours are skipped) and
+idempotent (a second run finds nothing to do); a crash leaves a staging directory that the
+next run deletes, and the hours it had not moved are compacted again.
+
+The Parquet holds the records :func:`.source.valid_records` keeps, ``event_time`` included
+(parsed once, here); every other line (malformed, cut short, another schema version) is
+counted during the same scan (a Spark ``Observation``) and reported, never fatal.
+
+**Late files.** A ``.jsonl`` file its hour's marker does not name reached the hour after the
+hour was compacted (under the closed-hour rule: a writer stalled, or an aggregation window
+ran, for longer than the grace). Jobs do not read it while the hour is read from Parquet;
+once the hour is closed again, the next run merges it: only the late files are read, and the
+new version of the hour is their Parquet plus hard links to the hour's existing files (same
+names, so a job that listed them still reads them), swapped in like any hour. The hour's
+earlier JSON files are not needed: they may have been deleted (retention).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from kafkaguard.audit.spark.hours import (
+    DEFAULT_GRACE_S,
+    MARKER,
+    Hour,
+    Marker,
+    Outcome,
+    Plan,
+    clean_up,
+    commit,
+    exclusive,
+    link_parquet,
+    now_iso,
+    plan_compaction,
+    run_directories,
+    summary,
+)
+from kafkaguard.audit.spark.schema import AUDIT_SCHEMA, COMPACTED_SCHEMA, EVENT_TIME, FIELD_NAMES
+from kafkaguard.audit.spark.source import is_valid, with_event_time
+
+
+def _hour_label(day: Column, hour: Column) -> Column:
+    return F.concat(day, F.lit("T"), hour)
+
+
+def _as_partition_strings(df: DataFrame) -> DataFrame:
+    """``date``/``hour`` as the directory names spell them (``hour=07``, not ``hour=7``)."""
+    return df.select(
+        *FIELD_NAMES,
+        EVENT_TIME,
+        F.date_format("date", "yyyy-MM-dd").alias("date"),
+        F.lpad(F.col("hour").cast("string"), 2, "0").alias("hour"),
+    )
+
+
+def _json_part(
+    spark: SparkSession, input_dir: Path, files: list[Path], observed: Observation
+) -> DataFrame:
+    """The valid records of ``files``, counting the lines and the bad ones on the way."""
+    raw = (
+        spark.read.schema(AUDIT_SCHEMA)
+        .option("basePath", str(input_dir))
+        .option("mode", "PERMISSIVE")
+        .json([str(f) for f in files])
+    )
+    parsed = with_event_time(raw)
+    bad = ~is_valid()
+    label = _hour_label(
+        F.date_format("date", "yyyy-MM-dd"), F.lpad(F.col("hour").cast("string"), 2, "0")
+    )
+    counted = parsed.observe(
+        observed,
+        F.count(F.lit(1)).alias("lines"),
+        F.count_if(bad).alias("bad_lines"),
+        F.collect_set(F.when(bad, label)).alias("bad_hours"),
+    )
+    return _as_partition_strings(counted.where(is_valid()))
+
+
+def _records_per_hour(spark: SparkSession, written: Path) -> dict[Hour, int]:
+    if not any(written.glob("date=*/hour=*/*.parquet")):
+        return {}
+    df = spark.read.schema(COMPACTED_SCHEMA).option("basePath", str(written)).parquet(str(written))
+    rows = df.groupBy("date", "hour").count().collect()
+    return {Hour(r["date"].isoformat(), int(r["hour"])): int(r["count"]) for r in rows}
+
+
+def _sources(plan: Plan) -> list[Path]:
+    files = [f.directory / name for f in plan.new for name in sorted(f.closed)]
+    return files + [m.files.directory / name for m in plan.merge for name in m.late]
+
+
+def _write(spark: SparkSession, input_dir: Path, sources: list[Path], staging: Path) -> Outcome:
+    """One Spark job: the new hours' JSON files and the late files, as Parquet."""
+    observed = Observation("compact")
+    records = _json_part(spark, input_dir, sources, observed)
+    records.write.partitionBy("date", "hour").parquet(str(staging))
+    metrics = observed.get
+    return Outcome(
+        files=len(sources),
+        bytes=sum(p.stat().st_size for p in sources),
+        lines=int(metrics["lines"]),
+        bad_lines=int(metrics["bad_lines"]),
+        bad_hours=sorted(str(h) for h in metrics["bad_hours"]),
+    )
+
+
+def _stage(staging: Path, output: Path, hour: Hour, marker: Marker, merged: bool) -> Path:
+    staged = staging / hour.relative
+    staged.mkdir(parents=True, exist_ok=True)
+    if merged:
+        link_parquet(output / hour.relative, staged)
+    (staged / MARKER).write_text(marker.to_json(hour) + "\n", encoding="utf-8")
+    return staged
+
+
+def execute(
+    session: Callable[[], SparkSession], input_dir: Path, output: Path, plan: Plan
+) -> Outcome:
+    """Write, mark and commit every hour of ``plan`` (call it holding :func:`exclusive`).
+
+    ``session`` is called only if there is something to read (hours without ``.jsonl``
+    files are committed with their marker alone).
+    """
+    staging, replaced = run_directories(output)
+    sources = _sources(plan)
+    try:
+        spark = session() if sources else None
+        outcome = _write(spark, input_dir, sources, staging) if spark else Outcome()
+        written = _records_per_hour(spark, staging) if spark else {}
+        earlier = {m.files.hour: m.marker for m in plan.merge}
+        for files in sorted([*plan.new, *(m.files for m in plan.merge)], key=lambda f: f.hour):
+            hour, before = files.hour, earlier.get(files.hour)
+            marker = Marker(
+                (before.sources if before else {}) | files.closed,
+                (before.records if before else 0) + written.get(hour, 0),
+                now_iso(),
+            )
+            staged = _stage(staging, output, hour, marker, before is not None)
+            commit(staged, output / hour.relative, replaced)
+            outcome.hours.append(hour)
+            outcome.records += marker.records
+        return outcome
+    finally:  # whatever happened: nothing staged is left, no replaced hour is lost
+        clean_up(output)
+
+
+def compact(
+    session: Callable[[], SparkSession],
+    input_dir: Path,
+    output: Path,
+    *,
+    grace: float = DEFAULT_GRACE_S,
+    now: float | None = None,
+) -> list[str] | None:
+    """One run: lock, plan, write, commit, clean up; the summary lines, or None when another
+    run holds the lock."""
+    input_dir, output = input_dir.resolve(), output.resolve()
+    if output == input_dir:
+        raise ValueError("the output must not be the audit directory itself")
+    with exclusive(output) as held:
+        if not held:
+            return None
+        at = time.time() if now is None else now
+        clean_up(output)
+        plan = plan_compaction(input_dir, output, at, grace)
+        outcome = execute(session, input_dir, output, plan)
+        return summary(plan, outcome, output, grace)
