@@ -435,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain_parser.set_defaults(handler=_explain)
     analyze = commands.add_parser(
         "analyze",
-        help="audit analytics on Spark: report (HTML), propose ACLs, unused ACLs, whatif",
+        help="audit analytics on Spark: compact (JSON to Parquet), report (HTML), propose "
+        "ACLs, unused ACLs, whatif",
     )
     analyze_main.add_arguments(analyze)
     analyze.set_defaults(handler=analyze_main.run)
