@@ -228,6 +228,18 @@ class ListenerRuntime:
             self._sweeper.cancel()
             self._schedule_sweep()
 
+    def _set_up_failed(self, conn: socket.socket) -> None:
+        """A bug while setting up an accepted connection: close it, log the traceback
+        (rate-limited); the port keeps accepting."""
+        conn.close()
+        self.rate_log.log(
+            (self.config.name, CloseCause.INTERNAL_ERROR, "accept"),
+            logging.ERROR,
+            "listener %s failed to set up an accepted connection\n%s",
+            self.config.name,
+            traceback.format_exc().rstrip(),
+        )
+
     # -- accepting (Kafka's Acceptor + ConnectionQuotas) -------------------------------------
     async def _accept_loop(self, sock: socket.socket, node_id: int | None) -> None:
         loop = asyncio.get_running_loop()
@@ -251,14 +263,7 @@ class ListenerRuntime:
                     else:
                         self._accept_proxied(conn, address, node_id, loop.time())
                 except Exception:  # noqa: BLE001 - a bug must not end accepting on the port
-                    conn.close()
-                    self.rate_log.log(
-                        (self.config.name, CloseCause.INTERNAL_ERROR, "accept"),
-                        logging.ERROR,
-                        "listener %s failed to set up an accepted connection\n%s",
-                        self.config.name,
-                        traceback.format_exc().rstrip(),
-                    )
+                    self._set_up_failed(conn)
         finally:  # here, once the loop no longer watches the socket (its fd may be reused)
             sock.close()
 
@@ -313,14 +318,7 @@ class ListenerRuntime:
         try:
             await self._set_up_proxied(conn, balancer, port, node_id, now)
         except Exception:  # noqa: BLE001 - logged with its traceback, like the accept loop's
-            conn.close()
-            self.rate_log.log(
-                (self.config.name, CloseCause.INTERNAL_ERROR, "accept"),
-                logging.ERROR,
-                "listener %s failed to set up an accepted connection\n%s",
-                self.config.name,
-                traceback.format_exc().rstrip(),
-            )
+            self._set_up_failed(conn)
 
     async def _set_up_proxied(
         self, conn: socket.socket, balancer: str, port: object, node_id: int | None, now: float

@@ -5,39 +5,24 @@ its own, whose server line sends the PROXY protocol (``send-proxy-v2``, or ``sen
 for v1) — the set-up of the README's "Behind a load balancer". It runs ``haproxy -db`` (in
 the foreground) with its configuration in a temporary directory, is ready once its stats
 socket answers (every listener is bound by then), and is stopped by its own pid.
-:func:`require` finds the binary or skips the calling test (fails it in CI), saying how to
-install it (``./dev test`` does).
+:func:`require` finds the binary or skips the calling test (fails it in CI).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from kafkaguard.tansu import free_port
+from tests.support import debian
 
 
 def require() -> str:
     """The path of ``haproxy``; skip (fail in CI) without it."""
-    path = shutil.which("haproxy") or next(
-        (p for p in ("/usr/sbin/haproxy",) if os.access(p, os.X_OK)), None
-    )
-    if path is None:
-        reason = (
-            "`haproxy` is not installed (Debian's haproxy package; "
-            "`./dev test` installs it: apt-get install haproxy)"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    return path
+    return debian.require("haproxy", "haproxy")
 
 
 class HAProxyError(AssertionError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 import urllib.error
@@ -21,27 +20,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from kafkaguard.tansu import free_port
+from tests.support import debian
 
 JOB = "kafkaguard"
 """The scrape job's name, as deploy/prometheus/alerts.yml expects it (its ``up`` alert)."""
 
 
 def require(tool: str) -> str:
-    """The path of ``tool`` (``prometheus`` or ``promtool``); skip (fail in CI) without it."""
-    path = shutil.which(tool)
-    if path is None:
-        reason = (
-            f"`{tool}` is not on PATH (Debian's prometheus package; "
-            "`./dev test` installs it: apt-get install prometheus)"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    return path
+    """The path of ``prometheus`` or ``promtool``; skip (fail in CI) without it."""
+    return debian.require(tool, "prometheus")
 
 
 class PrometheusError(AssertionError):

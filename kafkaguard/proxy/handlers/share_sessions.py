@@ -396,16 +396,21 @@ def _share_fetch_entries(request: Request, plan: _Plan) -> dict[SharePartition, 
     return entries
 
 
-class ShareFetchHandler(ApiHandler):
-    """``KafkaApis.handleShareFetchRequest``; see the module docstring."""
+class _ShareSessionHandler(ApiHandler):
+    """What ShareFetch and ShareAcknowledge share: decoded, keyed by topic id, v2 at most
+    (KIP-1206, KIP-1222: the newest versions these handlers reason about)."""
 
-    api_key = 78
     max_version = 2
-    """v2 (KIP-1206, KIP-1222) is the newest this handler reasons about."""
     decode_request = True
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         return listed_topic_ids(request.body, "topics")
+
+
+class ShareFetchHandler(_ShareSessionHandler):
+    """``KafkaApis.handleShareFetchRequest``; see the module docstring."""
+
+    api_key = 78
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         refusal = _refusal(request, ctx)
@@ -522,18 +527,12 @@ def _confirm_forgotten(
             del mirror.upstream[key]
 
 
-class ShareAcknowledgeHandler(ApiHandler):
+class ShareAcknowledgeHandler(_ShareSessionHandler):
     """``KafkaApis.handleShareAcknowledgeRequest``: the partitions named are checked; denied
     ones are answered 29 (42 for invalid batches, 100 for an unknown id) and never sent. The
     request is always forwarded, as the broker moves the session epoch on each one."""
 
     api_key = 79
-    max_version = 2
-    """v2 (KIP-1222) is the newest this handler reasons about."""
-    decode_request = True
-
-    def topic_ids(self, request: Request) -> Iterable[UUID]:
-        return listed_topic_ids(request.body, "topics")
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         refusal = _refusal(request, ctx)
