@@ -17,8 +17,8 @@ WriteTxnMarkers, the Raft quorum and registration APIs, Envelope, AlterPartition
 AllocateProducerIds, the share-group *state* APIs) are deliberately absent. The SASL APIs
 (SaslHandshake, SaslAuthenticate) are answered by the proxy itself (``sasl.py``), which
 terminates authentication. DescribeQuorum is absent because
-its reply carries controller endpoints the proxy does not expose; StreamsGroupHeartbeat because
-Kafka's internal-topic creation check depends on broker state the proxy cannot see. ShareFetch
+its reply carries controller endpoints the proxy does not expose. StreamsGroupHeartbeat asks the
+broker which internal topics are missing before deciding (``streams_heartbeat.py``). ShareFetch
 and ShareAcknowledge are served (``share_sessions.py``): the proxy mirrors each share session
 opened on a connection, because Kafka re-authorizes every partition of the session on each
 ShareFetch.
@@ -53,6 +53,7 @@ _FAMILIES: Final = (
     "share_groups",
     "share_sessions",
     "streams_groups",
+    "streams_heartbeat",
     "telemetry",
     "topics_admin",
     "transactions",

@@ -1,11 +1,8 @@
-"""KIP-1071 streams groups: StreamsGroupDescribe (89). StreamsGroupHeartbeat (88) is refused.
+"""KIP-1071 streams groups: StreamsGroupDescribe (89).
 
-Why 88 is refused (absent from :data:`HANDLERS`): besides READ GROUP and DESCRIBE TOPIC on the
-topology's topics, ``KafkaApis.handleStreamsGroupHeartbeat`` lets the coordinator create the
-topology's *missing* internal topics only with CREATE CLUSTER (logIfDenied=false) or CREATE
-TOPIC per topic, reporting the rest in ``status`` (MISSING_INTERNAL_TOPICS). Which topics are
-missing is broker state the proxy does not have, and the broker behind it (no authorizer)
-creates them before answering: the check cannot be made faithfully, so the API is not served.
+StreamsGroupHeartbeat (88) has its own module, ``streams_heartbeat.py``: besides READ GROUP and
+DESCRIBE TOPIC on the topology's topics, Kafka lets the coordinator create the topology's missing
+internal topics only with CREATE, so the proxy asks the broker which are missing first.
 """
 
 from __future__ import annotations

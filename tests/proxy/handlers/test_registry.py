@@ -26,7 +26,7 @@ from tests.support.handler_harness import HandlerHarness
 AUTHORIZED = frozenset(
     {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 24, 25, 26, 28}
     | {32, 33, 34, 35, 37, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 57, 60, 61, 64, 65, 66}
-    | {68, 69, 74, 75, 76, 77, 78, 79, 89, 90, 91, 92}
+    | {68, 69, 74, 75, 76, 77, 78, 79, 88, 89, 90, 91, 92}
 )
 SASL = frozenset({17, 36})
 ANSWERED = frozenset({29, 30, 31, 38, 39, 40, 41}) | SASL
@@ -35,10 +35,7 @@ BROKER_INTERNAL = frozenset(
     {4, 5, 6, 7, 27, 52, 53, 54, 55, 56, 58, 59, 62, 63, 67, 70, 73}
     | {80, 81, 82, 83, 84, 85, 86, 87}
 )
-NEEDS_BROKER_STATE = frozenset({88})
-"""StreamsGroupHeartbeat (internal-topic creation check): refused until the proxy keeps the
-state Kafka decides on."""
-REFUSED = BROKER_INTERNAL | NEEDS_BROKER_STATE
+REFUSED = BROKER_INTERNAL
 
 ALL_KEYS = range(93)
 

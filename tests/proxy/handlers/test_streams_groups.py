@@ -1,18 +1,13 @@
-"""StreamsGroupDescribe authorization; StreamsGroupHeartbeat is refused."""
+"""StreamsGroupDescribe authorization (StreamsGroupHeartbeat: test_streams_heartbeat.py)."""
 
 from __future__ import annotations
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers import streams_groups
 from kafkaguard.proxy.handlers.base import Forward
 from tests.support.entities import item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"
-
-
-def test_heartbeat_is_not_served_by_the_family() -> None:
-    assert 88 not in {h.api_key for h in streams_groups.HANDLERS}
 
 
 def test_topology_topics_need_describe() -> None:
