@@ -251,7 +251,9 @@ def _invalid(request: Request, message: str) -> Respond:
 def _waiting(request: Request, body: Any, missing: list[str], denied: list[str]) -> Any:
     """The answer of a secured Kafka whose group waits for internal topics, minus the
     coordinator's bookkeeping: no tasks, Kafka's status text (the coordinator's summary, then
-    KafkaApis' "Unauthorized to CREATE" suffix)."""
+    KafkaApis' "Unauthorized to CREATE" suffix). Once the topics exist, the member's next
+    heartbeat is forwarded; the coordinator, which never saw it, fences it, and the client
+    rejoins with its topology (``StreamsMembershipManager``)."""
     schema = response_type(request)
     detail = (
         f"Internal topics are missing: {summarize(missing)}; "
@@ -265,7 +267,10 @@ def _waiting(request: Request, body: Any, missing: list[str], denied: list[str])
     return entity(
         schema,
         member_id=body.member_id,
-        member_epoch=body.member_epoch,
+        # The coordinator answers a join with epoch 1 (GroupMetadataManager bumps the member
+        # epoch), so the client's next heartbeats are those of a member, not a second join
+        # (which must carry a rebalance timeout): the member waits, as on a secured broker.
+        member_epoch=max(body.member_epoch, 1),
         status=(status,),
         active_tasks=(),
         standby_tasks=(),

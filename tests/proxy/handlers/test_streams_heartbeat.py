@@ -151,7 +151,8 @@ def test_missing_internal_topics_without_create_wait() -> None:
     verdict = h.answer_metadata(h.send(heartbeat()), {})
     assert isinstance(verdict, Respond)
     out = verdict.response
-    assert int(out.error_code) == 0 and (out.member_id, out.member_epoch) == ("m1", 0)
+    # epoch 1, as the coordinator answers a join: the next heartbeat is not a second join
+    assert int(out.error_code) == 0 and (out.member_id, out.member_epoch) == ("m1", 1)
     assert out.active_tasks == () and out.standby_tasks == ()
     [status] = out.status
     assert status.status_code == 3  # MISSING_INTERNAL_TOPICS
@@ -163,6 +164,19 @@ def test_missing_internal_topics_without_create_wait() -> None:
     checked = h.checked()
     assert ("CREATE", "CLUSTER", "kafka-cluster", "DENIED") in checked
     assert ("CREATE", "TOPIC", CHANGELOG, "DENIED") in checked
+
+
+def test_a_waiting_member_keeps_waiting_across_heartbeats() -> None:
+    """The client's heartbeat after the waiting answer (epoch 1, no topology, no timeout) is
+    answered waiting again, never INVALID_REQUEST (which is fatal to a Streams client)."""
+    h = harness()
+    joined = h.answer_metadata(h.send(heartbeat()), {})
+    assert isinstance(joined, Respond) and joined.response.member_epoch == 1
+    again = h.answer_metadata(h.send(heartbeat(epoch=1, topology=None)), {})
+    assert isinstance(again, Respond)
+    out = again.response
+    assert (int(out.error_code), out.member_epoch) == (0, 1)
+    assert [s.status_code for s in out.status] == [3]
 
 
 def test_later_heartbeats_check_the_remembered_topology() -> None:
