@@ -58,6 +58,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("KAFKAGUARD_PATH") or str(REPO))
 
+from proxy_bench import cpu_seconds, wait_port  # noqa: E402 - this directory, as a script
+
 from kafkaguard.protocol import codec  # noqa: E402
 from kafkaguard.protocol.codec import ErrorCode  # noqa: E402
 from kafkaguard.tansu import TansuBroker, free_port  # noqa: E402
@@ -252,24 +254,6 @@ class Env:
         if self.broker is not None:
             self.broker.stop()
         self.tmp.cleanup()
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def start_proxy(

@@ -392,7 +392,7 @@ class Exchange:
             self.context.peer,
             slot.correlation_id,
             _Traceback(exc),
-            extra=self.context.log_fields(),
+            extra=self.context.log_fields,
         )
         self._close("internal error while answering the request", CloseCause.INTERNAL_ERROR)
         return out
@@ -533,7 +533,7 @@ class Exchange:
                 codec.API_NAMES.get(header.api_key, header.api_key),
                 header.api_version,
                 header.correlation_id,
-                extra=self.context.log_fields(),
+                extra=self.context.log_fields,
             )
         return self._apply(verdict, header, frame, outgoing)
 
@@ -549,7 +549,7 @@ class Exchange:
             api,
             header.correlation_id,
             _Traceback(exc),
-            extra=self.context.log_fields(),
+            extra=self.context.log_fields,
         )
         return _INTERNAL_ERROR
 
@@ -658,7 +658,7 @@ class Exchange:
                 "%s: rewriting a broker response failed\n%s",
                 self.context.peer,
                 _Traceback(exc),
-                extra=self.context.log_fields(),
+                extra=self.context.log_fields,
             )
             self._close("internal error while relaying a response", CloseCause.INTERNAL_ERROR)
             return

@@ -505,7 +505,7 @@ class ListenerRuntime:
                 self.config.name,
                 reason,
                 connection.unanswered,
-                extra=connection.log_fields(),
+                extra=connection.log_fields,
             )
         if self._drained is not None and not self.connections:
             self._drained.set()

@@ -48,10 +48,11 @@ class RateLimitedLog:
         level: int,
         msg: str,
         *args: object,
-        extra: Mapping[str, object] | None = None,
+        extra: Callable[[], Mapping[str, object]] | None = None,
     ) -> bool:
-        """Log unless ``key`` logged less than ``interval_s`` ago; True if written. ``extra``:
-        the record's structured fields (``logging.format: json``)."""
+        """Log unless ``key`` logged less than ``interval_s`` ago; True if written. ``extra``
+        gives the record's structured fields (``logging.format: json``), called only when the
+        line is written: a suppressed line under attack costs no dictionary."""
         if not self._logger.isEnabledFor(level):
             return False
         now = self._clock()
@@ -66,5 +67,5 @@ class RateLimitedLog:
         if suppressed:
             msg = f"{msg} (%d similar lines suppressed)"
             args = (*args, suppressed)
-        self._logger.log(level, msg, *args, extra=extra)
+        self._logger.log(level, msg, *args, extra=extra() if extra is not None else None)
         return True

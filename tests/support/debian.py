@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -24,3 +25,15 @@ def require(tool: str, package: str) -> str:
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
     return path
+
+
+def stop(process: subprocess.Popen[bytes] | None) -> None:
+    """Terminate a peer process, killing it if it does not exit within 10 s."""
+    if process is None:
+        return
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)

@@ -94,14 +94,7 @@ class HAProxy:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        debian.stop(proc)
 
     def __enter__(self) -> HAProxy:
         return self.start()

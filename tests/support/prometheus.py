@@ -111,14 +111,7 @@ class PrometheusServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        debian.stop(proc)
 
     def log(self, tail: int = 40) -> str:
         try:
