@@ -316,6 +316,31 @@ class ServerTls:
         return self.principal(der)
 
 
+def dns_names(cert_file: Path) -> list[str]:
+    """The DNS subject alternative names of the first certificate of a PEM file."""
+    certificate = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    try:
+        extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return [name.lower() for name in extension.value.get_values_for_type(x509.DNSName)]
+
+
+def name_matches(san: str, host: str) -> bool:
+    """Whether a DNS SAN covers ``host`` (RFC 6125 §6.4.3): labels compared without case, a
+    ``*`` only in the leftmost label, matching within that one label (``*.example.com`` and
+    ``broker-*.example.com`` cover ``broker-1.example.com``, not ``a.b.example.com``)."""
+    wanted, labels = host.lower().split("."), san.lower().split(".")
+    if len(wanted) != len(labels) or wanted[1:] != labels[1:] or "*" in "".join(labels[1:]):
+        return False
+    prefix, star, suffix = labels[0].partition("*")
+    if not star:
+        return wanted[0] == labels[0]
+    first = wanted[0]
+    fits = len(first) > len(prefix) + len(suffix)  # the * stands for one character or more
+    return fits and first.startswith(prefix) and first.endswith(suffix)
+
+
 def peer_dn(peer_der: bytes) -> str:
     """The subject of a DER certificate as Java's ``X500Principal.getName()`` prints it."""
     return rfc2253_from_name(x509.load_der_x509_certificate(peer_der).subject)

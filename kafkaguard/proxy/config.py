@@ -23,6 +23,8 @@ from kafkaguard.audit.config import (
 from kafkaguard.certs.tls import (
     TlsConfig,
     UpstreamTlsConfig,
+    dns_names,
+    name_matches,
     parse_tls_config,
     parse_upstream_tls_config,
 )
@@ -31,12 +33,15 @@ from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kafkaguard.proxy.sasl.client import UpstreamSaslConfig, parse_upstream_sasl_config
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, parse_sasl_config
+from kafkaguard.proxy.sni import NODE_ID_PLACEHOLDER, SniRouting, dns_name
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_SECURITY_PROTOCOLS: Final = ("SSL", "SASL_SSL")
 """Listeners of these protocols need an ``ssl:`` section (kafkaguard/certs/tls.py)."""
 SASL_SECURITY_PROTOCOLS: Final = ("SASL_PLAINTEXT", "SASL_SSL")
 """Listeners of these protocols need a ``sasl:`` section (kafkaguard/proxy/sasl/config.py)."""
+ROUTING_MODES: Final = ("ports", "sni")
+"""A listener's ``routing``: a proxy port per broker, or every broker on one TLS port."""
 PROXY_PROTOCOL_MODES: Final = ("off", "v1", "v2", "any")
 """A listener's ``proxy_protocol``: the PROXY protocol header versions it requires."""
 _PROXY_PROTOCOL_VERSIONS: Final = {
@@ -111,6 +116,9 @@ class ListenerConfig:
     proxy_protocol_trusted_cidrs: tuple[IPNetwork, ...] = ()
     """Who may send that header (the load balancers); connections from elsewhere are closed
     at accept. Required unless ``proxy_protocol`` is ``off``."""
+    sni: SniRouting | None = None
+    """``routing: sni`` (kafkaguard/proxy/sni.py): every broker on :attr:`port`, picked by the
+    TLS server name; None: ``routing: ports``, one port per broker (:attr:`broker_ports`)."""
 
     @property
     def proxy_protocol_versions(self) -> frozenset[int] | None:
@@ -124,6 +132,13 @@ class ListenerConfig:
         except ValueError:
             return False
         return any(address in network for network in self.proxy_protocol_trusted_cidrs)
+
+    def advertised_address(self, node_id: int, port: int) -> tuple[str, int]:
+        """The address clients are given for node ``node_id``, ``port`` its proxy port (SNI
+        routing: the listener's port, bound as ``port`` too)."""
+        if self.sni is not None:
+            return self.sni.host_for(node_id), port
+        return self.advertised_host, port
 
     def fixed_ports(self) -> dict[int, str]:
         """The ports this listener binds whatever the cluster: bootstrap and explicit map
@@ -393,16 +408,13 @@ def _listener(
     port = section.get_int("port", REQUIRED, minimum=1)
     if port > 65535:
         raise section.error("port", "must be a TCP port")
-    try:
-        unspecified = ipaddress.ip_address(bind_host).is_unspecified
-    except ValueError:
-        unspecified = False
-    advertised = section.get_str("advertised_host", None)
-    if advertised is None:
-        if unspecified:
-            raise section.error("advertised_host", f"is required when binding to {bind_host}")
-        advertised = bind_host
-    ports = _broker_ports(section.section("broker_ports"), port)
+    sni = _sni_routing(section, protocol)
+    advertised = _advertised_host(section, bind_host, sni)
+    ports = (
+        _broker_ports(section.section("broker_ports"), port)
+        if sni is None
+        else BrokerPorts(None, MappingProxyType({}))
+    )
     proxy_protocol, trusted = _proxy_protocol(section)
     # --- TLS (kafkaguard/certs) ---
     tls: TlsConfig | None = None
@@ -434,7 +446,64 @@ def _listener(
         limits=own_limits,
         proxy_protocol=proxy_protocol,
         proxy_protocol_trusted_cidrs=trusted,
+        sni=sni,
     )
+
+
+def _advertised_host(section: ConfigSection, bind_host: str, sni: SniRouting | None) -> str:
+    """``advertised_host``: required when binding a wildcard address; not for ``routing: sni``,
+    whose names come from its pattern."""
+    advertised = section.get_str("advertised_host", None)
+    if sni is not None:
+        if advertised is not None:
+            raise section.error(
+                "advertised_host",
+                "is not for routing: sni (bootstrap_host and advertised_host_pattern name it)",
+            )
+        if "broker_ports" in section:
+            raise section.error("broker_ports", "is not for routing: sni (one port serves all)")
+        return sni.bootstrap_host
+    if advertised is not None:
+        return str(advertised)
+    try:
+        unspecified = ipaddress.ip_address(bind_host).is_unspecified
+    except ValueError:
+        unspecified = False
+    if unspecified:
+        raise section.error("advertised_host", f"is required when binding to {bind_host}")
+    return bind_host
+
+
+def _sni_routing(section: ConfigSection, protocol: str) -> SniRouting | None:
+    """``routing`` (``ports`` | ``sni``), and with ``sni`` its ``bootstrap_host`` and
+    ``advertised_host_pattern``."""
+    routing = section.choice("routing", ROUTING_MODES, "ports")
+    bootstrap = section.get_str("bootstrap_host", None)
+    pattern = section.get_str("advertised_host_pattern", None)
+    if routing == "ports":
+        for key, value in (("bootstrap_host", bootstrap), ("advertised_host_pattern", pattern)):
+            if value is not None:
+                raise section.error(key, "is only for listeners with routing: sni")
+        return None
+    if protocol not in TLS_SECURITY_PROTOCOLS:
+        raise section.error(
+            "routing", f"sni needs a TLS listener (SSL or SASL_SSL), not {protocol}"
+        )
+    if bootstrap is None:
+        raise section.error("bootstrap_host", "is required with routing: sni")
+    if pattern is None:
+        raise section.error(
+            "advertised_host_pattern",
+            f"is required with routing: sni, e.g. broker-{NODE_ID_PLACEHOLDER}.kafka.example.com",
+        )
+    try:
+        dns_name(bootstrap)
+    except ValueError as exc:
+        raise section.error("bootstrap_host", str(exc)) from None
+    try:
+        return SniRouting.parse(bootstrap, pattern)
+    except ValueError as exc:
+        raise section.error("advertised_host_pattern", str(exc)) from None
 
 
 def _admin(section: ConfigSection) -> AdminConfig:
@@ -522,11 +591,42 @@ def config_warnings(config: ProxyConfig) -> list[str]:
                 if 0 <= port - base < BASE_RANGE_NODES and hosts_overlap(listener.bind_host, host)
             ]
             warnings += _base_overlaps(listener, config.listeners[:index])
+        warnings += _sni_certificate_warnings(listener)
         if any(network.prefixlen == 0 for network in listener.proxy_protocol_trusted_cidrs):
             warnings.append(
                 f"listener {listener.name}: proxy_protocol_trusted_cidrs trusts every address, "
                 "so any client can claim to be any address (list the load balancers only)"
             )
+    return warnings
+
+
+SNI_SAMPLE_NODE_ID: Final = 2**31 - 1
+"""A node id standing for all of them: a certificate covering its name covers the pattern."""
+
+
+def _sni_certificate_warnings(listener: ListenerConfig) -> list[str]:
+    """``routing: sni``: names of the listener its certificate does not cover (clients that
+    check host names, Kafka's default, would refuse them). Explicit SANs for some nodes only
+    are named: the others, and nodes added later, are not covered."""
+    if listener.sni is None or listener.ssl is None:
+        return []
+    try:
+        sans = dns_names(listener.ssl.cert_file)
+    except (OSError, ValueError):
+        return []  # an unreadable certificate is an error at start, reported there
+    sni, where = listener.sni, f"listener {listener.name}: the certificate {listener.ssl.cert_file}"
+    warnings = []
+    if not any(name_matches(san, sni.bootstrap_host) for san in sans):
+        warnings.append(f"{where} does not cover bootstrap_host {sni.bootstrap_host}")
+    if not any(name_matches(san, sni.host_for(SNI_SAMPLE_NODE_ID)) for san in sans):
+        nodes = sorted(n for n in map(sni.node_of, sans) if n is not None)
+        covered = (
+            f"only covers nodes {', '.join(map(str, nodes))} of" if nodes else "does not cover"
+        )
+        warnings.append(
+            f"{where} {covered} advertised_host_pattern {sni.advertised_host_pattern} (give it "
+            f"a wildcard SAN such as *.{sni.host_for(0).partition('.')[2]})"
+        )
     return warnings
 
 

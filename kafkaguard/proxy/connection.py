@@ -59,7 +59,10 @@ class ClientConnection(asyncio.Protocol):
 
     def __init__(self, listener: ListenerRuntime, node_id: int | None, accepted_at: float) -> None:
         self._listener = listener
-        self._node_id = node_id
+        self.node_id = node_id
+        """The upstream node this connection reaches; None: a bootstrap server. Set by the
+        listener before the transport exists (``routing: sni`` learns it from the
+        ClientHello)."""
         self._accepted_at = accepted_at
         self._transport: asyncio.Transport | None = None
         self._upstream: UpstreamConnection | None = None
@@ -272,14 +275,14 @@ class ClientConnection(asyncio.Protocol):
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
         cluster = self._listener.cluster
-        if self._node_id is None:
+        if self.node_id is None:
             targets = list(cluster.bootstrap_servers)
         else:
-            address = cluster.node_address(self._node_id)
+            address = cluster.node_address(self.node_id)
             targets = [address] if address is not None else []
         if not targets:
             self.close(
-                f"no known address for upstream node {self._node_id}", cause=CloseCause.UPSTREAM
+                f"no known address for upstream node {self.node_id}", cause=CloseCause.UPSTREAM
             )
             return
         error: BaseException | None = None

@@ -62,6 +62,14 @@ from kafkaguard.proxy.quotas import CloseCause, ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.sasl.authenticator import SaslServer
 from kafkaguard.proxy.sasl.credentials import LiveCredentialStore, build_credential_store
 from kafkaguard.proxy.sasl.executor import AuthExecutor
+from kafkaguard.proxy.sni import (
+    MAX_RECORD_BYTES,
+    UNRECOGNIZED_NAME_ALERT,
+    ClientHelloError,
+    UnroutableName,
+    client_hello_record_size,
+    client_hello_server_name,
+)
 from kafkaguard.proxy.stats import ListenerStats
 
 log = logging.getLogger("kafkaguard.proxy")
@@ -456,6 +464,8 @@ class ListenerRuntime:
         tls = self.tls
         try:
             async with asyncio.timeout_at(deadline):  # only a TLS handshake can take long
+                if self.config.sni is not None and not await self._route(conn, connection):
+                    return
                 await loop.connect_accepted_socket(
                     lambda: connection,
                     conn,
@@ -468,7 +478,7 @@ class ListenerRuntime:
         except TimeoutError:
             conn.close()
             connection.close(
-                "TLS handshake not completed within "
+                "TLS ClientHello and handshake not completed within "
                 f"{self.limits.authentication_timeout_ms} ms (authentication_timeout_ms)",
                 cause=CloseCause.AUTHENTICATION_TIMEOUT,
             )
@@ -484,6 +494,28 @@ class ListenerRuntime:
             conn.close()
             connection.close(cause=CloseCause.SHUTDOWN)
             raise
+
+    async def _route(self, conn: socket.socket, connection: ClientConnection) -> bool:
+        """``routing: sni``: the upstream node named by the ClientHello's server name, peeked
+        at so the TLS handshake still reads it; False once a refused connection is closed
+        (with a fatal ``unrecognized_name`` alert) and counted (kafkaguard/proxy/sni.py)."""
+        sni = self.config.sni
+        assert sni is not None
+        try:
+            connection.node_id = sni.route(await read_client_hello_server_name(conn))
+        except (ClientHelloError, UnroutableName) as exc:
+            with contextlib.suppress(OSError):
+                conn.send(UNRECOGNIZED_NAME_ALERT)
+                conn.recv(MAX_RECORD_BYTES)  # read what was peeked: the close is then a FIN,
+                # not a reset that could discard the alert before the client reads it
+            conn.close()
+            connection.close(str(exc), cause=CloseCause.SNI)
+            return False
+        except EOFError:
+            conn.close()
+            connection.close(cause=CloseCause.CLIENT_CLOSED)
+            return False
+        return True
 
     def connection_closed(
         self, connection: ClientConnection, cause: CloseCause, reason: str | None, level: int
@@ -527,14 +559,24 @@ class ListenerRuntime:
 
     # -- node ports ----------------------------------------------------------------------------
     def advertise_node(self, node_id: int, host: str, port: int) -> tuple[str, int]:
-        """Learn node ``node_id`` at ``host:port``; return the proxy address that stands for it."""
+        """Learn node ``node_id`` at ``host:port``; return the proxy address that stands for it:
+        its name on the listener's port (``routing: sni``), else the advertised host and the
+        node's own port (bound the first time)."""
         self.cluster.learn_node(node_id, host, port)
+        sni = self.config.sni
+        if sni is not None:
+            return sni.host_for(node_id), self.bootstrap_port
         proxy_port = self._node_ports.get(node_id)
         if proxy_port is None:
             proxy_port = self._open_node_port(node_id)
         return self.config.advertised_host, proxy_port
 
     def advertised_node(self, node_id: int) -> tuple[str, int] | None:
+        """The proxy address already standing for node ``node_id``, None before any."""
+        sni = self.config.sni
+        if sni is not None:
+            known = self.cluster.node_address(node_id) is not None
+            return (sni.host_for(node_id), self.bootstrap_port) if known else None
         port = self._node_ports.get(node_id)
         return None if port is None else (self.config.advertised_host, port)
 
@@ -666,6 +708,33 @@ async def read_proxy_header(sock: socket.socket, versions: frozenset[int]) -> Pr
             await _take(loop, sock, header.length - len(taken))
             return header
         taken += await _take(loop, sock, len(peeked))
+
+
+async def read_client_hello_server_name(sock: socket.socket) -> str | None:
+    """The server name of the TLS ClientHello at the head of the non-blocking ``sock``, peeked
+    at (``MSG_PEEK``): the bytes stay for the TLS handshake. While the first TLS record is
+    incomplete, ``SO_RCVLOWAT`` holds the wait for readability until it can be whole (peeked
+    bytes stay in the buffer, so waiting for any byte would spin); a wake-up without new bytes
+    is the end of the stream.
+
+    Raises :class:`ClientHelloError`, ``EOFError`` (closed before a whole record) or
+    ``OSError``."""
+    loop = asyncio.get_running_loop()
+    seen = -1
+    while True:
+        await _readable(loop, sock)
+        try:
+            peeked = sock.recv(MAX_RECORD_BYTES, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            continue
+        if len(peeked) == seen:
+            raise EOFError("the connection closed before a whole TLS ClientHello")
+        seen = len(peeked)
+        size = client_hello_record_size(peeked)
+        if len(peeked) >= size:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+            return client_hello_server_name(peeked[:size])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
 
 
 async def _take(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:

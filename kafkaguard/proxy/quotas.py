@@ -40,6 +40,9 @@ class CloseCause(enum.StrEnum):
     """A ``proxy_protocol`` listener: the TCP peer is not in ``proxy_protocol_trusted_cidrs``
     (closed at accept), or the PROXY protocol header is missing, malformed, incomplete
     within ``authentication_timeout_ms`` or names no client IP address."""
+    SNI = "sni"
+    """A ``routing: sni`` listener: the first bytes are not a TLS ClientHello in one record,
+    or its server name is missing or routes to no broker (kafkaguard/proxy/sni.py)."""
     AUTHENTICATION_TIMEOUT = "authentication_timeout"
     """TLS handshake and SASL not completed within ``authentication_timeout_ms``."""
     AUTHENTICATION_FAILED = "authentication_failed"

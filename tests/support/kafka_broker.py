@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,12 +181,15 @@ def run_kafka_tool(
     version: str = KAFKA_VERSION,
     timeout: float = 60,
     input: str | None = None,  # noqa: A002 - subprocess.run's name
+    jvm_args: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run a Kafka CLI main class (e.g. ``org.apache.kafka.tools.TopicCommand``); the caller
-    checks ``returncode``. Logging goes to stderr at WARN so stdout is the tool's output."""
+    checks ``returncode``. Logging goes to stderr at WARN so stdout is the tool's output.
+    ``jvm_args``: e.g. ``-Djdk.net.hosts.file=F``, so made-up host names resolve."""
     command = [
         "java",
         *TOOL_JVM_OPTS,
+        *jvm_args,
         *log_config_args(cache_dir(), level="warn", to_stderr=True),
         "-cp",
         check_runtime(version),
@@ -262,14 +265,25 @@ def plain_jaas(user: str, password: str, *, accounts: dict[str, str] | None = No
 
 
 def server_properties(
-    flavour: str, data_dir: Path, port: int, controller_port: int
+    flavour: str,
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    *,
+    node_id: int = NODE_ID,
+    controller: bool = True,
 ) -> dict[str, str]:
+    """One node's ``server.properties``; ``controller`` False: a broker-only node of a cluster
+    whose controller (node :data:`NODE_ID`) listens on ``controller_port``."""
+    listeners = f"CLIENT://127.0.0.1:{port}"
+    if controller:
+        listeners += f",CONTROLLER://127.0.0.1:{controller_port}"
     props = {
-        "process.roles": "broker,controller",
-        "node.id": str(NODE_ID),
+        "process.roles": "broker,controller" if controller else "broker",
+        "node.id": str(node_id),
         "controller.quorum.voters": f"{NODE_ID}@127.0.0.1:{controller_port}",
         "controller.listener.names": "CONTROLLER",
-        "listeners": f"CLIENT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "listeners": listeners,
         "advertised.listeners": f"CLIENT://127.0.0.1:{port}",
         "inter.broker.listener.name": "CLIENT",
         "log.dirs": str(data_dir),
@@ -355,19 +369,56 @@ def start_kafka(
     that outlives the broker (PDEATHSIG follows the starting thread, not the process)."""
     if flavour not in ("upstream", "referee"):
         raise ValueError(f"flavour must be 'upstream' or 'referee', not {flavour!r}")
-    classpath = check_runtime(version)
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_dir / "data"
     port, controller_port = free_port(), free_port()
     while controller_port == port:
         controller_port = free_port()
-    props = server_properties(flavour, data_dir, port, controller_port) | (extra_props or {})
+    props = server_properties(flavour, tmp_dir / "data", port, controller_port)
+    return _launch(flavour, tmp_dir, props | (extra_props or {}), _cluster_id(), version)
+
+
+def start_kafka_cluster(
+    tmp_dir: Path, size: int = 3, *, version: str = KAFKA_VERSION
+) -> list[KafkaBroker]:
+    """An upstream cluster of ``size`` brokers: node 1 is also the (single) controller, nodes
+    2.. are brokers only. Same contract as :func:`start_kafka`; stop every broker returned."""
+    ports = {free_port() for _ in range(size + 1)}
+    while len(ports) < size + 1:
+        ports.add(free_port())
+    controller_port, *client_ports = sorted(ports)
+    cluster_id = _cluster_id()
+    brokers: list[KafkaBroker] = []
+    try:
+        for node_id, port in enumerate(client_ports, start=NODE_ID):
+            directory = tmp_dir / f"node-{node_id}"
+            props = server_properties(
+                "upstream",
+                directory / "data",
+                port,
+                controller_port,
+                node_id=node_id,
+                controller=node_id == NODE_ID,
+            )
+            brokers.append(_launch("upstream", directory, props, cluster_id, version))
+    except BaseException:
+        for broker in brokers:
+            broker.stop()
+        raise
+    return brokers
+
+
+def _launch(
+    flavour: str, tmp_dir: Path, props: dict[str, str], cluster_id: str, version: str
+) -> KafkaBroker:
+    """Format ``log.dirs`` for ``cluster_id`` and start the node ``props`` describe; returns
+    once it answers Metadata listing itself."""
+    classpath = check_runtime(version)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
     config = tmp_dir / "server.properties"
     config.write_text("".join(f"{key}={value}\n" for key, value in props.items()), "utf-8")
     java = ["java", *JVM_OPTS, *log_config_args(tmp_dir, level="info", to_stderr=False)]
     java += ["-cp", classpath]
     fmt = subprocess.run(
-        [*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+        [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -386,7 +437,9 @@ def start_kafka(
         )
     finally:
         log.close()
-    broker = KafkaBroker(f"127.0.0.1:{port}", port, NODE_ID, tmp_dir, flavour, proc)
+    port = int(props["listeners"].split(",")[0].rsplit(":", 1)[1])
+    node_id = int(props["node.id"])
+    broker = KafkaBroker(f"127.0.0.1:{port}", port, node_id, tmp_dir, flavour, proc)
     atexit.register(broker.stop)
     try:
         _wait_ready(broker, proc, READY_TIMEOUT_S)

@@ -24,7 +24,8 @@ class RawKafkaClient:
 
     ``source``: the local address to connect from (any 127.x.y.z on Linux's loopback, so
     one test can be several clients). ``preamble``: bytes written first (a PROXY protocol
-    header, as a load balancer would), then ``tls`` wraps the socket (handshake done)."""
+    header, as a load balancer would), then ``tls`` wraps the socket (handshake done), naming
+    ``server_name`` (default ``host``; Python sends no SNI for an IP address)."""
 
     def __init__(
         self,
@@ -35,6 +36,7 @@ class RawKafkaClient:
         source: str | None = None,
         preamble: bytes = b"",
         tls: ssl.SSLContext | None = None,
+        server_name: str | None = None,
     ) -> None:
         self.address = (host, port)
         self.sock = socket.create_connection(
@@ -44,7 +46,7 @@ class RawKafkaClient:
             if preamble:
                 self.sock.sendall(preamble)
             if tls is not None:
-                self.sock = tls.wrap_socket(self.sock, server_hostname=host)
+                self.sock = tls.wrap_socket(self.sock, server_hostname=server_name or host)
         except BaseException:
             self.sock.close()
             raise
