@@ -14,8 +14,9 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from kafkaguard.audit.config import LOG_ONLY
@@ -55,6 +56,7 @@ from kafkaguard.proxy.sasl.oauthbearer import KeyLoadError
 from kafkaguard.proxy.sasl.scram import CredentialFormatError
 from kafkaguard.proxy.sasl.zookeeper_credentials import ZooKeeperCredentialError
 from kafkaguard.proxy.server import ProxyServer, install_event_loop_policy, raise_open_file_limit
+from kafkaguard.proxy.workers import Supervisor
 
 DEMO_FILES = Path(__file__).parent / "demo"
 
@@ -71,7 +73,15 @@ _STARTUP_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-async def _serve(config: ProxyConfig, pid_file: Path | None = None) -> None:
+async def _serve(
+    config: ProxyConfig,
+    pid_file: Path | None = None,
+    *,
+    worker: int = 0,
+    serving: Callable[[], None] | None = None,
+) -> None:
+    """One proxy process: the only one, or worker ``worker`` (then ``serving`` tells the
+    supervisor it serves, and the supervisor keeps the pid file)."""
     from kafkaguard.tansu import TansuBroker
 
     broker: TansuBroker | None = None
@@ -82,10 +92,10 @@ async def _serve(config: ProxyConfig, pid_file: Path | None = None) -> None:
         config = replace(
             config, upstream=UpstreamConfig((broker.address,), config.upstream.connect_timeout_s)
         )
-    server = ProxyServer(config, embedded_upstream=broker is not None)
+    server = ProxyServer(config, embedded_upstream=broker is not None, worker=worker)
     try:
         await server.start()
-        for listener in server.listeners:
+        for listener in server.listeners if worker == 0 else ():
             print(  # noqa: T201 - the one line a user of the demo needs
                 f"kafkaguard listener {listener.config.name}: bootstrap "
                 f"{HostPort(listener.config.advertised_host, listener.bootstrap_port)}",
@@ -95,9 +105,9 @@ async def _serve(config: ProxyConfig, pid_file: Path | None = None) -> None:
         # shutdown_timeout_ms; a second signal cuts it short). close() then flushes the audit
         # trail; the process exits 0. SIGHUP reloads (kafkaguard/proxy/reload.py); the pid
         # file is written once it can.
-        await server.serve_forever(
-            serving=None if pid_file is None else lambda: _write_pid_file(pid_file)
-        )
+        if pid_file is not None:
+            serving = partial(_write_pid_file, pid_file)
+        await server.serve_forever(serving=serving)
     finally:
         await server.close()
         if broker is not None:
@@ -116,8 +126,31 @@ def _run(config_path: Path, pid_file: Path | None = None) -> int:
     raise_open_file_limit()
     loop_name = install_event_loop_policy()
     log.info("event loop: %s", loop_name)
+    if config.workers == 1:
+        return _run_process(config, pid_file)
+    log.info("starting %d workers sharing each listener port", config.workers)
+    supervisor = Supervisor(
+        config.workers,
+        lambda worker, serving: _run_process(config, worker=worker, serving=serving),
+        serving=None if pid_file is None else partial(_write_pid_file, pid_file),
+    )
     try:
-        asyncio.run(_serve(config, pid_file))
+        return supervisor.run()
+    finally:
+        if pid_file is not None:
+            _remove_pid_file(pid_file)
+
+
+def _run_process(
+    config: ProxyConfig,
+    pid_file: Path | None = None,
+    *,
+    worker: int = 0,
+    serving: Callable[[], None] | None = None,
+) -> int:
+    """Serve until stopped (0), or fail to start (1)."""
+    try:
+        asyncio.run(_serve(config, pid_file, worker=worker, serving=serving))
     except _STARTUP_ERRORS as exc:
         # Expected start failures (unreachable upstream, refused upstream credentials, ACL
         # store or credential source not loadable, key files): one clear line, no traceback.

@@ -34,6 +34,7 @@ from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kafkaguard.proxy.sasl.client import UpstreamSaslConfig, parse_upstream_sasl_config
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, parse_sasl_config
 from kafkaguard.proxy.sni import NODE_ID_PLACEHOLDER, SniRouting, dns_name
+from kafkaguard.proxy.workers import worker_count
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_SECURITY_PROTOCOLS: Final = ("SSL", "SASL_SSL")
@@ -245,6 +246,8 @@ class ProxyConfig:
     but handles it as if allowed; a listener may override it."""
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The ``audit:`` section (kafkaguard/audit/config.py)."""
+    workers: int = 1
+    """Proxy processes sharing each listening port (kafkaguard/proxy/workers.py)."""
     source: str = "<defaults>"
     base_dir: Path = field(default_factory=Path.cwd)
     section: ConfigSection | None = None
@@ -649,6 +652,25 @@ def _base_overlaps(listener: ListenerConfig, others: tuple[ListenerConfig, ...])
     return warnings
 
 
+MAX_WORKERS: Final = 256
+
+
+def _workers(root: ConfigSection, *, embedded: bool) -> int:
+    """``workers``: a count from 1 to :data:`MAX_WORKERS`, or ``auto`` (the usable cores)."""
+    raw = root.raw("workers", 1)
+    if raw == "auto":
+        count = worker_count("auto")
+    elif isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_WORKERS:
+        raise root.error("workers", f"must be auto or 1 to {MAX_WORKERS}, got {raw!r}")
+    else:
+        count = raw
+    if count > 1 and embedded:
+        raise root.error(
+            "workers", "more than one needs upstream.bootstrap_servers (not the embedded broker)"
+        )
+    return count
+
+
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
     limits = parse_limits(root.section("limits"))
     sections = root.sections("listeners")
@@ -687,6 +709,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     )
     metrics_section.reject_unknown()
     shutdown_timeout_ms = root.get_int("shutdown_timeout_ms", 30_000, minimum=0)
+    workers = _workers(root, embedded=not servers)
     policy = parse_policy_config(root)
     # --- enforcement mode and audit trail (kafkaguard/audit) ---
     enforcement = root.choice("enforcement", ENFORCEMENT_MODES, ENFORCE)
@@ -705,6 +728,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         shutdown_timeout_ms=shutdown_timeout_ms,
         enforcement=enforcement,
         audit=audit,
+        workers=workers,
         source=root.file,
         base_dir=base_dir or Path.cwd(),
         section=root,

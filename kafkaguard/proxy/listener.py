@@ -102,8 +102,12 @@ class ListenerRuntime:
         *,
         log_only: bool = False,
         auth_executor: AuthExecutor | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.config = config
+        self.reuse_port = reuse_port
+        """``workers`` > 1: every port is bound with ``SO_REUSEPORT``, shared with the other
+        workers (kafkaguard/proxy/workers.py); the kernel spreads connections over them."""
         self.authorizer = authorizer
         self.log_only = log_only
         """``enforcement: log_only``: decisions are made and audited, requests handled as if
@@ -198,6 +202,8 @@ class ListenerRuntime:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((self.config.bind_host, port))
             sock.listen(1024)
             sock.setblocking(False)

@@ -31,7 +31,8 @@ Applied (each setting named as in the file):
 Not applied: a WARNING per reload names each changed setting below; it keeps its running value
 until a restart. ``upstream.*``; a listener's ``security_protocol``, ``bind_host``, ``port``,
 ``advertised_host``, ``broker_ports``, ``ssl`` and ``sasl`` sections (or rename it, on
-another port: it is removed and added); ``admin``, ``metrics``, ``audit``, ``acl_store``;
+another port: it is removed and added); ``admin``, ``metrics``, ``audit``, ``acl_store``,
+``workers``;
 ``authorizer.class`` and ``authorizer.options``; ``limits.authentication_threads`` and
 ``limits.authentication_queue_size``. Certificate, key and CA files, and SASL credential
 files, need no reload: they are re-read when they change (kafkaguard/certs/tls.py,
@@ -202,6 +203,7 @@ def _settings(running: ProxyConfig, new: ProxyConfig) -> tuple[list[str], list[s
     restart = _section_changed(running.admin, new.admin, "admin")
     restart += _changed(running.metrics, new.metrics, "metrics.")
     restart += _changed(running.audit, new.audit, "audit.")
+    restart += ["workers"] if running.workers != new.workers else []
     return applied, restart
 
 
@@ -241,6 +243,7 @@ def plan_reload(
         admin=running.admin,
         metrics=running.metrics,
         audit=running.audit,
+        workers=running.workers,
     )
     return ReloadPlan(config, tuple(applied), tuple(restart), tuple(added), tuple(removed))
 

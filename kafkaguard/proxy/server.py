@@ -23,6 +23,7 @@ import resource
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -69,10 +70,12 @@ class ProxyServer:
         *,
         config_path: str | Path | None = None,
         embedded_upstream: bool = False,
+        worker: int = 0,
     ) -> None:
         """``config_path``: the file a reload re-reads (default: the file ``config`` was loaded
         from, none for a config built in code); ``embedded_upstream``: ``config.upstream`` is
-        the embedded broker ``kafkaguard run`` started for a file without one."""
+        the embedded broker ``kafkaguard run`` started for a file without one; ``worker``: this
+        process's index among ``workers`` (kafkaguard/proxy/workers.py)."""
         self.config = config
         if config_path is None and not config.source.startswith("<"):  # "<defaults>", "<string>"
             config_path = config.source
@@ -108,6 +111,7 @@ class ProxyServer:
                 self.authorizer,
                 log_only=modes[listener.name] == LOG_ONLY,
                 auth_executor=self.auth_executor,
+                reuse_port=config.workers > 1,
             )
             for listener in config.listeners
         ]
@@ -120,7 +124,10 @@ class ProxyServer:
         """Listeners a reload removed, still draining."""
         self.started = False
         """Every listener is accepting (readiness)."""
-        self.admin = AdminServer(config.admin, self, self.decisions) if config.admin else None
+        admin = config.admin
+        if admin is not None and admin.port and worker:  # worker i: admin.port + i
+            admin = replace(admin, port=admin.port + worker)
+        self.admin = AdminServer(admin, self, self.decisions) if admin is not None else None
         self._stopped = asyncio.Event()
         self._hurry = asyncio.Event()
         """A second stop signal: end the drain at once."""
@@ -260,6 +267,7 @@ class ProxyServer:
                 self.authorizer,
                 log_only=config.listener_enforcement(listener) == LOG_ONLY,
                 auth_executor=self.auth_executor,
+                reuse_port=config.workers > 1,
             )
             await runtime.open()
         except BaseException as exc:  # cancelled (a shutdown) too: release what it took
