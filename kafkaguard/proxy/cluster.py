@@ -12,7 +12,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from kafkaguard.certs.tls import UpstreamTlsConfig, build_client_context
@@ -33,6 +33,11 @@ from kafkaguard.proxy.sasl.client import (
 )
 
 log = logging.getLogger("kafkaguard.proxy")
+
+METADATA: Final = 3
+METADATA_VERSION: Final = 12
+"""The Metadata version asked for the brokers (or the broker's newest, if older)."""
+BROKERS_REFRESH_S: Final = 1.0
 
 
 class UpstreamCluster:
@@ -63,6 +68,10 @@ class UpstreamCluster:
         """The broker's latest error-free ApiVersions response of each version seen."""
         self.topic_names: dict[UUID, str] = {}
         """Topic ids seen in broker responses; an id never seen is unknown (fail closed)."""
+        self._brokers_asked: asyncio.Task[None] | None = None
+        """The Metadata request for the cluster's brokers in flight or last made (one at a
+        time, and at most one per :data:`BROKERS_REFRESH_S`)."""
+        self._brokers_asked_at = float("-inf")
 
     # -- nodes -----------------------------------------------------------------------------
     def learn_node(self, node_id: int, host: str, port: int) -> None:
@@ -73,6 +82,40 @@ class UpstreamCluster:
 
     def node_address(self, node_id: int) -> HostPort | None:
         return self._nodes.get(node_id)
+
+    async def find_node(self, node_id: int) -> HostPort | None:
+        """Node ``node_id``'s address, asking the cluster for its brokers when it is not known
+        yet: with ``routing: sni`` a client may name a node this process has not seen in a
+        response (another worker, or another proxy behind the same name, answered its
+        Metadata). The name is the client's to choose, so requests are coalesced and made at
+        most once per :data:`BROKERS_REFRESH_S`: unknown names cannot make the proxy flood
+        the cluster. None when the cluster does not know the node either."""
+        known = self._nodes.get(node_id)
+        if known is not None:
+            return known
+        loop = asyncio.get_running_loop()
+        task = self._brokers_asked
+        if (task is None or task.done()) and loop.time() - self._brokers_asked_at >= (
+            BROKERS_REFRESH_S
+        ):
+            self._brokers_asked_at = loop.time()
+            task = self._brokers_asked = loop.create_task(self._learn_brokers())
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+        return self._nodes.get(node_id)
+
+    async def _learn_brokers(self) -> None:
+        for server in self.bootstrap_servers:
+            try:
+                brokers = await asyncio.wait_for(
+                    fetch_brokers(server, self), timeout=self.connect_timeout_s
+                )
+            except (OSError, TimeoutError, ProtocolError, UpstreamAuthenticationError) as exc:
+                log.warning("upstream %s did not list its cluster's brokers: %s", server, exc)
+                continue
+            for node_id, host, port in brokers:
+                self.learn_node(node_id, host, port)
+            return
 
     def node_addresses(self) -> list[HostPort]:
         """Every broker address learned so far."""
@@ -154,6 +197,45 @@ class UpstreamCluster:
         raise OSError(f"no upstream bootstrap server answered: {last}")
 
 
+async def _open(
+    server: HostPort, ssl_context: ssl.SSLContext | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(
+        server.host,
+        server.port,
+        ssl=ssl_context,
+        server_hostname=server.host if ssl_context is not None else None,
+    )
+
+
+async def fetch_brokers(server: HostPort, cluster: UpstreamCluster) -> list[tuple[int, str, int]]:
+    """(node id, host, port) of every broker, from a Metadata request for no topics on a
+    fresh connection to ``server`` (over the cluster's TLS, after its SASL exchange)."""
+    version = min(cluster.supported_versions(METADATA).stop - 1, METADATA_VERSION)
+    if version < 1:  # v0 cannot ask for no topics
+        raise ProtocolError("the upstream answers no Metadata version the proxy can send")
+    reader, writer = await _open(server, cluster.ssl_context)
+    try:
+        frames = FrameBuffer()
+        exchange = cluster.sasl_exchange()
+        if exchange is not None:
+            await authenticate_stream(exchange, reader, writer, frames)
+        request = codec.make_entity(  # other fields zero: false, no authorized operations
+            codec.request_schema(METADATA, version), topics=(), allow_auto_topic_creation=False
+        )
+        writer.write(codec.encode_request(request, version, "kafkaguard-brokers"))
+        got: list[Frame] = []
+        while not got:
+            data = await reader.read(65536)
+            if not data:
+                raise OSError("upstream closed the connection before answering Metadata")
+            got = frames.feed(data)
+        response: Any = codec.decode_response(got[0], METADATA, version)
+        return [(b.node_id, b.host, b.port) for b in response.brokers]
+    finally:
+        writer.close()
+
+
 async def fetch_api_versions(
     server: HostPort,
     *,
@@ -167,12 +249,7 @@ async def fetch_api_versions(
     not the reverse). With ``sasl``, the connection then authenticates (SaslHandshake +
     SaslAuthenticate), so bad credentials are found at start. Raises
     :class:`UpstreamAuthenticationError` when they are refused."""
-    reader, writer = await asyncio.open_connection(
-        server.host,
-        server.port,
-        ssl=ssl_context,
-        server_hostname=server.host if ssl_context is not None else None,
-    )
+    reader, writer = await _open(server, ssl_context)
     try:
         frames = FrameBuffer()
 

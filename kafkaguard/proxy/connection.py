@@ -278,7 +278,7 @@ class ClientConnection(asyncio.Protocol):
         if self.node_id is None:
             targets = list(cluster.bootstrap_servers)
         else:
-            address = cluster.node_address(self.node_id)
+            address = await cluster.find_node(self.node_id)
             targets = [address] if address is not None else []
         if not targets:
             self.close(

@@ -103,6 +103,16 @@ def test_names_route_and_are_advertised_on_the_one_port(proxy: RunningProxy, ca:
     assert proxy.server.listeners[0].counters[CloseCause.SNI] == 0
 
 
+def test_a_node_not_seen_yet_is_asked_for(proxy: RunningProxy, ca: Path) -> None:
+    """A fresh proxy has answered no Metadata: the node's name still reaches the node (the
+    proxy asks the cluster for its brokers); a node the cluster does not have is closed."""
+    with _client(proxy, ca, NODE_NAME) as client:
+        assert {(h, p) for _, h, p in addresses(_metadata(client))} == {(NODE_NAME, _port(proxy))}
+    with _client(proxy, ca, "broker-5.kafka.test") as client, pytest.raises(EOFError):
+        _metadata(client)
+    _wait_counted(proxy, 1, CloseCause.UPSTREAM)
+
+
 @pytest.mark.parametrize(
     "server_name",
     ["unknown.kafka.test", "broker-0111.kafka.test", "broker-x.kafka.test", None],
@@ -123,9 +133,9 @@ def test_plaintext_kafka_on_the_tls_port_is_refused(proxy: RunningProxy) -> None
     _wait_counted(proxy, 1)
 
 
-def _wait_counted(proxy: RunningProxy, expected: int) -> None:
+def _wait_counted(proxy: RunningProxy, expected: int, cause: CloseCause = CloseCause.SNI) -> None:
     deadline = time.monotonic() + 5
     counters = proxy.server.listeners[0].counters
-    while counters[CloseCause.SNI] < expected and time.monotonic() < deadline:
+    while counters[cause] < expected and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert counters[CloseCause.SNI] == expected
+    assert counters[cause] == expected
