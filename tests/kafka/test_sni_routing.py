@@ -10,8 +10,11 @@ no records: every partition's records arriving proves each name reached its node
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kafkaguard.certs import tooling
-from kafkaguard.policy.model import AclOperation, ResourceType
+from kafkaguard.policy.model import AclOperation, PatternType, ResourceType
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.proxy.config import load_config
 from kafkaguard.proxy.sasl import plain
@@ -68,8 +71,16 @@ def proxy(
         directory / "users.yaml",
         {"alice": {"PLAIN": plain.make_credential("alice-secret", iterations=4096).to_string()}},
     )
-    acls = [acl("User:alice", AclOperation.ALL, name=TOPIC)]
-    acls.append(acl("User:alice", AclOperation.READ, name=GROUP, rtype=ResourceType.GROUP))
+    acls = [  # "sni-": every topic and group of this module
+        acl("User:alice", AclOperation.ALL, name="sni-", ptype=PatternType.PREFIXED),
+        acl(
+            "User:alice",
+            AclOperation.READ,
+            name="sni-",
+            rtype=ResourceType.GROUP,
+            ptype=PatternType.PREFIXED,
+        ),
+    ]
     (directory / "acls.yaml").write_text(format_acl_text(acls), encoding="utf-8")
     (directory / "config.yaml").write_text(
         f"""
@@ -139,13 +150,18 @@ def test_metadata_advertises_one_name_per_broker_on_the_one_port(
     assert found == {(f"broker-{b.node_id}.kafka.test", _port(proxy)) for b in cluster}
 
 
+def _create_topic(cluster: list[KafkaBroker], name: str) -> None:
+    """``name`` with one partition per broker: partition p is led by broker p + 1."""
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    leaders = [[b.node_id] for b in cluster]
+    topic = NewTopic(name, len(leaders), replica_assignment=leaders)
+    admin.create_topics([topic])[name].result(30)
+
+
 def test_console_clients_reach_every_leader_through_one_port(
     cluster: list[KafkaBroker], proxy: RunningProxy, tmp_path: Path
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
-    leaders = [[b.node_id] for b in cluster]  # partition p is led by broker p + 1
-    topic = NewTopic(TOPIC, len(leaders), replica_assignment=leaders)
-    admin.create_topics([topic])[TOPIC].result(30)
+    _create_topic(cluster, TOPIC)
     properties, jvm_args = _client_files(proxy, tmp_path)
     bootstrap = f"{BOOTSTRAP}:{_port(proxy)}"
     lines = "".join(f"key-{i}:value-{i}\n" for i in range(RECORDS))
@@ -174,3 +190,69 @@ def test_console_clients_reach_every_leader_through_one_port(
     by_partition = Counter(int(partition) for partition, _ in records)
     assert set(by_partition) == {0, 1, 2}, by_partition  # each leader served its partition
     assert "127.0.0.1:" not in consumed.stderr + produced.stderr  # no broker address shown
+
+
+CONFLUENT_CLIENT = """
+import json, sys
+from collections import Counter
+from confluent_kafka import Consumer, Producer
+config = json.loads(sys.argv[1])
+topic, group, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
+producer = Producer(config)
+for i in range(count):
+    producer.produce(topic, key=f"key-{i}", value=f"value-{i}")
+assert producer.flush(60) == 0, "undelivered records"
+consumer = Consumer(config | {"group.id": group, "auto.offset.reset": "earliest"})
+consumer.subscribe([topic])
+seen = Counter()
+for _ in range(600):
+    message = consumer.poll(0.1)
+    if message is not None and message.error() is None:
+        seen[message.partition()] += 1
+    if sum(seen.values()) >= count:
+        break
+consumer.close()
+print(json.dumps(seen))
+"""
+
+
+def test_confluent_kafka_through_one_port(
+    cluster: list[KafkaBroker], proxy: RunningProxy, tmp_path: Path
+) -> None:
+    """librdkafka resolves names with the system resolver: the client runs in a mount
+    namespace of its own (``unshare -m``) whose /etc/hosts names the proxy."""
+    hosts = tmp_path / "hosts"
+    names = " ".join([BOOTSTRAP, *(f"broker-{n}.kafka.test" for n in (1, 2, 3))])
+    hosts.write_text(f"127.0.0.1 localhost {names}\n", encoding="utf-8")
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind {hosts} /etc/hosts"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:  # a capability of the machine, not an install step
+        pytest.skip(f"no private mount namespace here (unshare -m): {probe.stderr.strip()}")
+    config = {
+        "bootstrap.servers": f"{BOOTSTRAP}:{_port(proxy)}",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "alice-secret",
+        "ssl.ca.location": str(proxy.extra["dir"] / "ca.pem"),
+    }
+    topic = f"{TOPIC}-confluent"
+    _create_topic(cluster, topic)
+    script = tmp_path / "client.py"
+    script.write_text(CONFLUENT_CLIENT, encoding="utf-8")
+    command = [sys.executable, str(script), json.dumps(config), topic, f"{GROUP}-c", "30"]
+    result = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f'mount --bind {hosts} /etc/hosts && exec "$@"', "sh"]
+        + command,
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    by_partition = {int(p): n for p, n in json.loads(result.stdout).items()}
+    assert set(by_partition) == {0, 1, 2}, by_partition  # every leader, by its name
