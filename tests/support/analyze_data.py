@@ -102,3 +102,45 @@ def set_mtimes(directory: Path, when: float) -> None:
     how old a trail looks decides which hours ``analyze compact`` takes as closed."""
     for path in [directory, *directory.rglob("*")]:
         os.utime(path, (when, when), follow_symlinks=False)
+
+
+LONG_TOPIC = "payments." + "settlement-reconciliation." * 9 + "x" * 3 + ".v2"
+"""A topic name of Kafka's greatest length, 249 characters (``Topic.MAX_NAME_LENGTH``)."""
+LONG_PRINCIPAL = "User:CN=nightly-reconciliation-batch.payments.example.com,OU=Settlement,O=Example"
+WIDE_PRINCIPAL = "User:データ連携サービス"
+"""East Asian wide characters: twice as wide as the Latin ones in a monospaced font."""
+
+
+def report_trail() -> list[AuditEvent]:
+    """A week of traffic to chart (2026-11-16 .. 2026-11-22): 30 principals by 30 topics —
+    more than the heatmap shows — with every share denied from none to all, cells without
+    traffic, the longest topic name Kafka allows, long and wide principal names, counts in
+    the millions, and principals that first appear on each day (for the baseline)."""
+    topics = [f"orders.region-{j:02d}" for j in range(28)]
+    topics += [LONG_TOPIC, "payments.eu-west-1.settlement.reconciliation.daily-aggregates"]
+    principals = [f"User:service-{i:02d}" for i in range(28)] + [LONG_PRINCIPAL, WIDE_PRINCIPAL]
+    records = []
+    for i, principal in enumerate(principals):
+        day = 16 + i % 7  # first seen on this day
+        for j, topic in enumerate(topics):
+            pattern = (i * 7 + j * 3) % 6
+            if pattern == 0:
+                continue  # no traffic in this cell
+            when = f"2026-11-{day:02d}T{(i + j) % 24:02d}:{j % 60:02d}:00.000Z"
+            allowed, denied = {1: (5, 0), 2: (4, 1), 3: (1, 1), 4: (1, 9), 5: (0, 3)}[pattern]
+            if allowed:
+                records.append(rec(when, principal, "READ", "TOPIC", topic, count=allowed))
+            if denied:
+                mode = "log_only" if (i + j) % 2 else "enforce"
+                records.append(
+                    rec(when, principal, "WRITE", "TOPIC", topic, "DENIED", count=denied, mode=mode)
+                )
+    # Three busy hours, one of each colour of the over-time chart (whose axis shows millions).
+    records += [
+        rec("2026-11-22T12:00:00.000Z", principals[0], "READ", "TOPIC", topics[0], count=2_345_678),
+        rec("2026-11-22T13:00:00.000Z", LONG_PRINCIPAL, "WRITE", "TOPIC", LONG_TOPIC, "DENIED",
+            count=623_456, mode="log_only"),
+        rec("2026-11-22T14:00:00.000Z", WIDE_PRINCIPAL, "WRITE", "TOPIC", topics[-1], "DENIED",
+            count=1_234_567),
+    ]  # fmt: skip
+    return sorted(records, key=lambda r: r.time)

@@ -5,6 +5,8 @@ Both run the same code::
     kafkaguard analyze report --input audit/ --since 2026-11-22 --html report.html
     spark-submit --master yarn kafkaguard/audit/spark/main.py propose --input hdfs://nn/audit
     kafkaguard analyze compact --input audit/     # from cron: closed hours -> Parquet
+    kafkaguard analyze propose --input kafka://k1:9092/_kafkaguard-audit   # the audit topic
+    kafkaguard analyze watch --input kafka://k1:9092/_kafkaguard-audit --checkpoint state/
 
 This module owns the command line only and imports pyspark lazily (inside :func:`run`), so
 ``kafkaguard`` works without the ``analytics`` extra until ``analyze`` is used.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from kafkaguard.audit.spark.source import TimeRange
+    from kafkaguard.audit.spark.watch import SpikeRule
 
 log = logging.getLogger("kafkaguard.analyze")
 Out = Callable[[str], None]
@@ -39,7 +43,10 @@ Out = Callable[[str], None]
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--input", required=True, help="audit directory (local path or Hadoop URI: hdfs://, s3a://)"
+        "--input",
+        required=True,
+        help="audit directory (local path or Hadoop URI: hdfs://, s3a://), or the audit topic:"
+        " kafka://host:port[,host:port]/topic",
     )
     common.add_argument("--since", help="window start, inclusive (ISO date or timestamp, UTC)")
     common.add_argument("--until", help="window end, exclusive (ISO date or timestamp, UTC)")
@@ -57,7 +64,67 @@ def _common() -> argparse.ArgumentParser:
         "--json-only", action="store_true", help="ignore compacted Parquet: read the JSON lines"
     )
     _spark_arguments(common)
+    _kafka_arguments(common)
     return common
+
+
+def _kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a consumer setting for a kafka:// input, e.g. security.protocol=SASL_SSL,"
+        " sasl.mechanism=SCRAM-SHA-512, sasl.jaas.config=... (repeatable)",
+    )
+
+
+def _watch_arguments(watch: argparse.ArgumentParser) -> None:
+    # The spike rule's defaults are watch.SpikeRule's (None here: that module imports pyspark).
+    watch.add_argument("--input", required=True, help="the audit topic: kafka://host:port/topic")
+    watch.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="a local directory for Spark's offsets and the watch's state: a restart resumes"
+        " there (default: none, every start reads from --starting-offsets)",
+    )
+    watch.add_argument(
+        "--output", default="console", help="console (default) or jsonl:PATH (appended)"
+    )
+    watch.add_argument(
+        "--baseline",
+        metavar="INPUT",
+        help="an audit directory or kafka:// topic whose principals and denials are known",
+    )
+    watch.add_argument(
+        "--starting-offsets",
+        choices=("earliest", "latest"),
+        default="earliest",
+        help="where a start without checkpoint reads from (default earliest: the whole topic)",
+    )
+    watch.add_argument(
+        "--trigger", type=float, default=1.0, metavar="SECONDS", help="micro-batch interval"
+    )
+    watch.add_argument(
+        "--spike-min",
+        type=int,
+        metavar="N",
+        help="a would-deny spike needs >= N in a minute of event time (default 20)",
+    )
+    watch.add_argument(
+        "--spike-factor",
+        type=float,
+        metavar="F",
+        help="... and more than F x the average of the minutes before it (default 3)",
+    )
+    watch.add_argument(
+        "--spike-window",
+        type=int,
+        metavar="MINUTES",
+        help="... over this many minutes (default 10)",
+    )
+    _spark_arguments(watch)
+    _kafka_arguments(watch)
 
 
 def _spark_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,9 +160,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     report.add_argument("--html", help="write the self-contained HTML report here")
     report.add_argument("--top", type=int, default=10, help="top-N denied lists (default 10)")
-    report.add_argument(
+    baseline = report.add_mutually_exclusive_group()
+    baseline.add_argument(
         "--baseline-until",
-        help="principals first seen at/after this time are new (default: the window's middle)",
+        metavar="TIME",
+        help="principals first seen at/after this time are new (default: the window's middle;"
+        " the page states the baseline)",
+    )
+    baseline.add_argument(
+        "--baseline-days",
+        type=float,
+        metavar="N",
+        help="the window's first N days are the baseline: principals first seen after are new",
     )
     propose = jobs.add_parser(
         "propose", parents=[common], help="least-privilege ACLs for the observed access"
@@ -136,14 +212,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "compact", help="turn the closed hours of the audit trail into Parquet (incremental)"
         )
     )
+    _watch_arguments(
+        jobs.add_parser(
+            "watch",
+            help="stream the audit topic: alert on new principals, new denials, would-deny spikes",
+        )
+    )
 
 
-def _conf(pairs: Sequence[str]) -> dict[str, str]:
+def _conf(pairs: Sequence[str], option: str = "--conf") -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--conf needs KEY=VALUE, got {pair!r}")
+            raise ValueError(f"{option} needs KEY=VALUE, got {pair!r}")
         out[key.strip()] = value
     return out
 
@@ -160,20 +242,38 @@ def _window(args: argparse.Namespace) -> TimeRange:
 def _report(spark: SparkSession, events: DataFrame, args: argparse.Namespace, out: Out) -> int:
     from kafkaguard.audit.spark.html_report import render
     from kafkaguard.audit.spark.output import write_tables
-    from kafkaguard.audit.spark.report import LARGE_TABLES, build_report, report_data
+    from kafkaguard.audit.spark.report import LARGE_TABLES, build_report, iso, report_data
     from kafkaguard.audit.spark.source import parse_time
 
     window = _window(args)
     baseline = parse_time(args.baseline_until) if args.baseline_until else None
-    built = build_report(events, window, top_n=args.top, baseline_until=baseline)
+    built = build_report(
+        events,
+        window,
+        top_n=args.top,
+        baseline_until=baseline,
+        baseline_days=args.baseline_days,
+    )
     if args.output:
+        writing = time.perf_counter()
         write_tables(built.tables, args.output, partitioned=LARGE_TABLES, json=args.json)
+        built.timings["write the tables (--output)"] = time.perf_counter() - writing
         out(f"report tables written to {args.output}")
     if args.html:
         page = render(report_data(built, window, datetime.now(UTC)))
         Path(args.html).write_text(page, encoding="utf-8")
         out(f"HTML report written to {args.html}")
-    s = built.summary
+    s, b = built.summary, built.baseline
+    out(
+        f"read {s.records} events in {time.perf_counter() - built.started:.1f} s"
+        + "".join(f"; {name}: {sec:.1f} s" for name, sec in built.timings.items())
+    )
+    if b is not None and b.cutoff is not None:
+        fresh = built.tables["new_principals"].count()
+        out(
+            f"{fresh} new principals since {iso(b.cutoff)} "
+            f"(baseline {iso(b.start) or 'start'} .. {iso(b.cutoff)}: {b.basis})"
+        )
     out(
         f"{s.allowed + s.denied} decisions: {s.allowed} allowed, {s.denied} denied "
         f"({s.would_deny} would-deny in log_only), {s.principals} principals"
@@ -271,8 +371,15 @@ class _Session:
     from ``--master``/``--conf`` and stopped at the end — ``compact`` with nothing to do
     starts no JVM."""
 
-    def __init__(self, given: SparkSession | None, master: str | None, conf: dict[str, str]):
-        self._given, self._master, self._conf = given, master, conf
+    def __init__(
+        self,
+        given: SparkSession | None,
+        master: str | None,
+        conf: dict[str, str],
+        *,
+        kafka: bool = False,
+    ):
+        self._given, self._master, self._conf, self._kafka = given, master, conf, kafka
         self._built: SparkSession | None = None
 
     def get(self) -> SparkSession:
@@ -281,7 +388,7 @@ class _Session:
         if self._built is None:  # no JVM (no Java >= 17) fails here, as a PySparkException
             from kafkaguard.audit.spark.session import build_session
 
-            self._built = build_session(self._master, self._conf)
+            self._built = build_session(self._master, self._conf, kafka=self._kafka)
         return self._built
 
     def close(self) -> None:
@@ -310,9 +417,62 @@ def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
 
     spark = session.get()
     events = read_audit(
-        spark, args.input, _window(args), compacted=args.compacted, json_only=args.json_only
+        spark,
+        args.input,
+        _window(args),
+        compacted=args.compacted,
+        json_only=args.json_only,
+        kafka_options=_conf(args.kafka_option, "--kafka-option"),
     )
     return JOBS[args.job](spark, events, args, out)
+
+
+def _spike_rule(args: argparse.Namespace) -> SpikeRule:
+    from kafkaguard.audit.spark.watch import SpikeRule
+
+    given = {
+        "min_count": args.spike_min,
+        "factor": args.spike_factor,
+        "window_minutes": args.spike_window,
+    }
+    return SpikeRule(**{k: v for k, v in given.items() if v is not None})
+
+
+def _watch(session: _Session, args: argparse.Namespace, out: Out) -> int:
+    import signal
+    import threading
+
+    from kafkaguard.audit.spark.source import KafkaInput, read_audit
+    from kafkaguard.audit.spark.watch import WatchOptions, open_sink, watch
+
+    options = WatchOptions(
+        KafkaInput.parse(args.input),
+        _conf(args.kafka_option, "--kafka-option"),
+        args.checkpoint,
+        args.starting_offsets,
+        args.trigger,
+        _spike_rule(args),
+    )
+    emit, close = open_sink(args.output)
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    try:
+        spark = session.get()
+        baseline = None
+        if args.baseline:
+            baseline = read_audit(spark, args.baseline, kafka_options=options.kafka_options)
+
+        def started(line: str) -> None:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+        batches = watch(spark, options, emit, stop, baseline=baseline, started=started)
+    finally:
+        close()
+    sys.stderr.write(f"watch stopped after {batches} micro-batches\n")
+    return 0
 
 
 def _print(line: str) -> None:
@@ -323,11 +483,42 @@ def _arguments_error(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments, found before any JVM starts."""
     try:
         _conf(args.conf)
-        if args.job != "compact":
+        if args.job not in ("compact", "watch"):
             _window(args)
+        _kafka_input_error(args)
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def _kafka_input_error(args: argparse.Namespace) -> None:
+    """A ``kafka://`` input's URI and ``--kafka-option`` settings (ValueError when wrong)."""
+    from kafkaguard.audit.spark.source import KafkaInput, is_kafka_input
+
+    if args.job == "compact":
+        return
+    _conf(args.kafka_option, "--kafka-option")
+    if args.job == "watch":
+        KafkaInput.parse(args.input)  # the topic is the only input a stream reads
+        if args.checkpoint and "://" in args.checkpoint:
+            raise ValueError("--checkpoint is a local directory (the watch's state is a file)")
+        if args.trigger <= 0:
+            raise ValueError("--trigger must be positive")
+        _spike_rule(args)
+        kind, sep, path = args.output.partition(":")
+        if args.output != "console" and (kind != "jsonl" or not sep or not path):
+            raise ValueError(f"--output must be console or jsonl:PATH, not {args.output!r}")
+    elif is_kafka_input(args.input):
+        KafkaInput.parse(args.input)
+
+
+def _reads_kafka(args: argparse.Namespace) -> bool:
+    if args.job == "compact":
+        return False
+    return any(
+        (text or "").startswith("kafka://")
+        for text in (args.input, getattr(args, "baseline", None))
+    )
 
 
 def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | None = None) -> int:
@@ -353,15 +544,22 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | 
         sys.stderr.write(f"kafkaguard analyze {args.job}: error: no such directory {args.input}\n")
         return 1
 
+    from kafkaguard.audit.spark.session import KafkaJarsMissing
     from kafkaguard.config_tree import ConfigError
     from kafkaguard.policy.stores.base import AclStoreError
 
-    session = _Session(spark, args.master, _conf(args.conf))
+    failures = (PySparkException, Py4JError, ConfigError, AclStoreError, ValueError, OSError)
+    session = _Session(spark, args.master, _conf(args.conf), kafka=_reads_kafka(args))
     try:
         if args.job == "compact":
             return _compact(session, args, write)
+        if args.job == "watch":
+            return _watch(session, args, write)
         return _analyze(session, args, write)
-    except (PySparkException, Py4JError, ConfigError, AclStoreError, ValueError, OSError) as exc:
+    except KafkaJarsMissing as exc:
+        sys.stderr.write(f"kafkaguard analyze {args.job}: {exc}\n")
+        return 1
+    except failures as exc:
         log.debug("analyze failed", exc_info=True)
         sys.stderr.write(f"kafkaguard analyze {args.job}: error: {exc}\n")
         return 1

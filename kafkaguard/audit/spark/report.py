@@ -22,17 +22,23 @@ Columns: ``allowed`` and ``denied`` are the authorizer's results; ``would_deny``
 of ``denied`` that a ``log_only`` listener forwarded anyway (so ``denied - would_deny`` were
 really refused).
 
-"New principals" are those whose first decision in the window is at or after a cut-off:
-``--baseline-until`` when given, else the middle of the window (``--since``/``--until``, or the
-first and last record when those are open). A principal first seen in the second half of the
-window did not appear during the first half, which is the best a single window can tell.
+"New principals" are those whose first decision in the window is at or after a cut-off; the
+*baseline* is the window's start up to the cut-off (:class:`Baseline`). The cut-off is
+``--baseline-until``, or ``--baseline-days`` after the window's start, else the middle of the
+window (``--since``/``--until``, or the first and last record when those are open). A principal
+first seen after the baseline did not appear during it, which is the best a single window can
+tell; the page states the baseline, so an empty list is an answer, not a silence.
+
+The report records what it cost: the events (records) it read, and the seconds of each step
+(:attr:`Report.timings`), shown on the page.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -75,6 +81,7 @@ def hourly_cube(events: DataFrame) -> DataFrame:
         *_outcome_sums(),
         F.min(EVENT_TIME).alias("first_seen"),
         F.max(EVENT_TIME).alias("last_seen"),
+        F.count(F.lit(1)).alias("records"),  # events read (:attr:`WindowSummary.records`)
     )
 
 
@@ -198,13 +205,15 @@ class WindowSummary:
     denied: int
     would_deny: int
     principals: int
+    records: int = 0
+    """Audit records read (an aggregate line is one record standing for ``count`` decisions)."""
 
 
 def summarize(cube: DataFrame) -> WindowSummary:
     row = cube.agg(
         F.min("first_seen").alias("first"),
         F.max("last_seen").alias("last"),
-        *(F.coalesce(F.sum(name), F.lit(0)).alias(name) for name in OUTCOMES),
+        *(F.coalesce(F.sum(name), F.lit(0)).alias(name) for name in (*OUTCOMES, "records")),
         F.countDistinct("principal").alias("principals"),
     ).collect()[0]
     return WindowSummary(
@@ -214,6 +223,7 @@ def summarize(cube: DataFrame) -> WindowSummary:
         int(row["denied"]),
         int(row["would_deny"]),
         int(row["principals"]),
+        int(row["records"]),
     )
 
 
@@ -225,16 +235,42 @@ def _utc(value: Any) -> datetime | None:
     return value.astimezone(UTC) if value.tzinfo is None else value
 
 
-def new_principal_cutoff(
-    window: TimeRange, summary: WindowSummary, baseline_until: datetime | None
-) -> datetime | None:
-    if baseline_until is not None:
-        return baseline_until
+DEFAULT_BASELINE = "default: the first half of the window; set --baseline-days or --baseline-until"
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """What "new" is measured against: decisions from ``start`` up to ``cutoff`` (the
+    baseline), new principals from ``cutoff`` to ``end``; ``basis`` says, for the page, how
+    the cut-off was chosen. All None for an empty window."""
+
+    start: datetime | None
+    cutoff: datetime | None
+    end: datetime | None
+    basis: str
+
+
+def baseline_window(
+    window: TimeRange,
+    summary: WindowSummary,
+    until: datetime | None = None,
+    days: float | None = None,
+) -> Baseline:
+    """The baseline: up to ``until``, or the first ``days`` of the window, else its first
+    half (the window is ``--since``/``--until``, or the first and last record when open)."""
+    if until is not None and days is not None:
+        raise ValueError("give --baseline-until or --baseline-days, not both")
+    if days is not None and not days > 0:
+        raise ValueError(f"--baseline-days must be positive, got {days}")
     start = window.since or summary.first_event
     end = window.until or summary.last_event
+    if until is not None:
+        return Baseline(start, until, end, f"--baseline-until {iso(until)}")
     if start is None or end is None:
-        return None
-    return start + (end - start) / 2
+        return Baseline(start, None, end, DEFAULT_BASELINE)
+    if days is not None:
+        return Baseline(start, start + timedelta(days=days), end, f"--baseline-days {days:g}")
+    return Baseline(start, start + (end - start) / 2, end, DEFAULT_BASELINE)
 
 
 LARGE_TABLES = ("hourly",)
@@ -258,6 +294,12 @@ class Report:
     cutoff: datetime | None
     hours: int = 1
     """The time resolution of ``decisions_over_time`` and ``hourly`` (:func:`bucket_hours`)."""
+    baseline: Baseline | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per step, in order; the caller adds its own (writing the tables), and
+    :func:`report_data` the collection of the page's tables."""
+    started: float = field(default_factory=time.perf_counter)
+    """When :func:`build_report` started (``time.perf_counter``): the job's total."""
 
 
 def build_report(
@@ -266,11 +308,15 @@ def build_report(
     *,
     top_n: int = 10,
     baseline_until: datetime | None = None,
+    baseline_days: float | None = None,
 ) -> Report:
     """Every report table, lazily, from one cached cube."""
+    started = time.perf_counter()
     cube = hourly_cube(events).cache()
-    summary = summarize(cube)
-    cutoff = new_principal_cutoff(window, summary, baseline_until)
+    summary = summarize(cube)  # the one scan of the trail: it fills the cached cube
+    read = time.perf_counter() - started
+    baseline = baseline_window(window, summary, baseline_until, baseline_days)
+    cutoff = baseline.cutoff
     hours = bucket_hours(summary.first_event, summary.last_event)
     charted = at_resolution(cube, hours)
     tables = {
@@ -287,7 +333,8 @@ def build_report(
     }
     for name in HTML_TABLES:
         tables[name] = tables[name].cache()
-    return Report(tables, summary, cutoff, hours)
+    timings = {"read the trail, build the hourly cube": read}
+    return Report(tables, summary, cutoff, hours, baseline, timings, started)
 
 
 HEATMAP_LIMIT = 25
@@ -347,12 +394,14 @@ def _heatmap(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report_data(report: Report, window: TimeRange, generated_at: datetime) -> dict[str, Any]:
     """What the HTML page shows, as JSON-ready Python values (collected to the driver)."""
+    collecting = time.perf_counter()
     t = report.tables
     s = report.summary
+    b = report.baseline or baseline_window(window, s, report.cutoff)
     resources = _rows(t["top_denied_resources"])
     for r in resources:
         r["resource"] = f"{r['resource_type']}:{r['resource_name']}"
-    return {
+    data = {
         "generated_at": iso(generated_at),
         "window": {
             "since": iso(window.since),
@@ -360,6 +409,12 @@ def report_data(report: Report, window: TimeRange, generated_at: datetime) -> di
             "first_event": iso(s.first_event),
             "last_event": iso(s.last_event),
             "new_principal_cutoff": iso(report.cutoff),
+            "baseline": {
+                "start": iso(b.start),
+                "cutoff": iso(b.cutoff),
+                "end": iso(b.end),
+                "basis": b.basis,
+            },
         },
         "totals": {
             "allowed": s.allowed,
@@ -376,3 +431,12 @@ def report_data(report: Report, window: TimeRange, generated_at: datetime) -> di
         "by_operation": _rows(t["by_operation"]),
         "by_listener": _rows(t["by_listener"]),
     }
+    now = time.perf_counter()
+    steps = {**report.timings, "collect the page's tables": now - collecting}
+    data["run"] = {
+        "records": s.records,
+        "decisions": s.allowed + s.denied,
+        "steps": [[name, round(seconds, 3)] for name, seconds in steps.items()],
+        "seconds": round(now - report.started, 3),
+    }
+    return data

@@ -7,6 +7,11 @@ master and deployment settings come from ``spark-submit`` and are not overridden
 Local mode is sized from the machine (cluster deployments keep their own settings): Spark's
 defaults are made for clusters — 200 shuffle partitions, i.e. 200 tasks per aggregation even
 for a few thousand rows on two cores, and a 1 GB driver that caches little of a week's trail.
+
+Reading the audit topic (``--input kafka://...``) needs Spark's Kafka source, which pyspark
+does not ship: its jars are resolved by Maven ahead of time into a cache directory
+(:func:`kafka_jars_dir`; ``./dev test`` does it) and put on ``spark.jars`` only for such runs,
+never fetched at run time (docs/audit.md, "Reading the audit topic").
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+import pyspark
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
@@ -109,10 +115,75 @@ def local_settings(master: str, *, jvm_running: bool = False) -> dict[str, str]:
     return settings
 
 
+KAFKA_JARS_ENV: Final = "KAFKAGUARD_SPARK_KAFKA_JARS"
+"""A directory of jars, or a comma-separated list of jar files, holding Spark's Kafka source
+(``spark-sql-kafka-0-10``) and what it needs beyond pyspark's own jars; it overrides the cache
+directory of :func:`kafka_jars_dir`."""
+KAFKA_SOURCE_ARTIFACT: Final = "spark-sql-kafka-0-10_2.13"
+"""Spark's Kafka source for Scala 2.13, the only Scala that Spark 4 is built for."""
+
+
+class KafkaJarsMissing(RuntimeError):
+    """Spark's Kafka source is not where ``analyze`` looks; the message says how to get it."""
+
+
+def kafka_jars_dir(spark_version: str = pyspark.__version__) -> Path:
+    """Where the install step leaves the Kafka source's jars for this pyspark version:
+    ``$XDG_CACHE_HOME/kafkaguard/spark-kafka-jars/<version>`` (``~/.cache`` by default), the
+    cache directory the Kafka-backed tests' classpath uses too (tests/support/kafka_broker.py).
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kafkaguard" / "spark-kafka-jars" / spark_version
+
+
+def _missing_kafka_jars(where: str) -> KafkaJarsMissing:
+    return KafkaJarsMissing(
+        f"Spark's Kafka source ({KAFKA_SOURCE_ARTIFACT}) is not in {where}. Resolve it once "
+        "with Maven: `python -m tests.support.spark_kafka` from a kafkaguard checkout (`./dev "
+        f"test` runs it), or copy its jars into {kafka_jars_dir()}, or set {KAFKA_JARS_ENV} to "
+        "their directory, or give --conf spark.jars.packages=org.apache.spark:"
+        f"{KAFKA_SOURCE_ARTIFACT}:<Spark version> to let Spark fetch them "
+        '(docs/audit.md, "Reading the audit topic")'
+    )
+
+
+def kafka_jars() -> list[str]:
+    """The jars to put on ``spark.jars`` for the Kafka source, from :data:`KAFKA_JARS_ENV` or
+    :func:`kafka_jars_dir`; :class:`KafkaJarsMissing` when the source itself is not there."""
+    given = os.environ.get(KAFKA_JARS_ENV, "").strip()
+    if given and not Path(given).is_dir():
+        jars = [j.strip() for j in given.split(",") if j.strip()]
+        where = f"{KAFKA_JARS_ENV}={given}"
+    else:
+        directory = Path(given) if given else kafka_jars_dir()
+        jars = sorted(str(j) for j in directory.glob("*.jar"))
+        where = str(directory)
+    names = [Path(j).name for j in jars if Path(j).is_file()]
+    if len(names) != len(jars) or not any(n.startswith(KAFKA_SOURCE_ARTIFACT) for n in names):
+        raise _missing_kafka_jars(where)
+    return jars
+
+
+def kafka_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """``spark.jars`` with the Kafka source added to what ``conf`` already lists, unless
+    ``conf`` brings the source itself (``spark.jars.packages`` or ``spark.jars`` naming it).
+
+    Under ``spark-submit`` the JVM already runs and ``spark.jars`` cannot change it: there the
+    source comes from ``spark-submit --jars``/``--packages``, and nothing is added.
+    """
+    brought = conf.get("spark.jars.packages", "") + "," + conf.get("spark.jars", "")
+    if KAFKA_SOURCE_ARTIFACT in brought or under_spark_submit():
+        return {}
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    return {"spark.jars": ",".join([*jars, *kafka_jars()])}
+
+
 def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     app_name: str = "kafkaguard analyze",
+    *,
+    kafka: bool = False,
 ) -> SparkSession:
     """Create (or join) the session.
 
@@ -121,7 +192,10 @@ def build_session(
             ``spark-submit --master`` said when run under it.
         conf: extra ``spark.*`` settings (``--conf key=value``); they win over the defaults.
         app_name: shown in the Spark UI and history server.
+        kafka: the job reads the audit topic: Spark's Kafka source goes on ``spark.jars``
+            (:func:`kafka_settings`; raises :class:`KafkaJarsMissing` before any JVM starts).
     """
+    extra = kafka_settings(conf or {}) if kafka else {}
     if master is None and not under_spark_submit():
         master = DEFAULT_MASTER
     effective = master or _submitted_master()
@@ -142,7 +216,7 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         settings |= local_settings(effective, jvm_running=under_spark_submit())
-    settings |= dict(conf or {})
+    settings |= dict(conf or {}) | extra
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -8,12 +8,17 @@ Hours that ``analyze compact`` turned into Parquet (:mod:`.compact`; by default 
 ``<input>/_compacted``) are read from there and their JSON lines are skipped; the other hours
 are read from JSON. Both give the same rows with the same columns (:data:`RECORD_COLUMNS`):
 the Parquet holds exactly the records :func:`valid_records` keeps, ``event_time`` included.
+
+``--input kafka://host:port[,host:port]/topic`` reads the audit topic instead, in batch, from
+the earliest offset to the latest: each record's value is one audit line (``audit.sink:
+kafka``), parsed and validated exactly like a line of a file, so a job gives the same results
+from the topic as from the files holding the same events (:func:`kafka_records`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -22,7 +27,7 @@ from typing import Final
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, IntegerType
+from pyspark.sql.types import DateType, IntegerType, StringType
 
 from kafkaguard.audit.spark.schema import (
     AUDIT_SCHEMA,
@@ -39,6 +44,9 @@ descends into it and the proxy's writer never collides with it."""
 _HOUR_PATH: Final = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/hour=(\d{1,2})/[^/]*$")
 _EPOCH_DAY: Final = date(1970, 1, 1)
 RESULTS = ("ALLOWED", "DENIED")
+KAFKA_SCHEME: Final = "kafka://"
+_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+"""Kafka's legal topic names (``org.apache.kafka.common.internals.Topic``)."""
 
 
 def parse_time(text: str) -> datetime:
@@ -231,6 +239,94 @@ def _json_records(
     return valid_records(_pruned(df, window)).select(*RECORD_COLUMNS)
 
 
+def is_kafka_input(path: str) -> bool:
+    return path.startswith(KAFKA_SCHEME)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaInput:
+    """``kafka://host:port[,host:port]/topic``: the audit topic and its bootstrap servers."""
+
+    bootstrap_servers: str
+    topic: str
+
+    @classmethod
+    def parse(cls, uri: str) -> KafkaInput:
+        """
+        >>> KafkaInput.parse("kafka://k1:9092,k2:9092/_kafkaguard-audit")
+        KafkaInput(bootstrap_servers='k1:9092,k2:9092', topic='_kafkaguard-audit')
+        """
+        if not is_kafka_input(uri):
+            raise ValueError(f"not a {KAFKA_SCHEME} URI: {uri!r}")
+        servers, sep, topic = uri[len(KAFKA_SCHEME) :].partition("/")
+        hosts = [h.strip() for h in servers.split(",")]
+        if not sep or not all(_host_port(h) for h in hosts) or not _TOPIC.fullmatch(topic):
+            raise ValueError(f"--input {uri!r}: expected {KAFKA_SCHEME}host:port[,host:port]/topic")
+        return cls(",".join(hosts), topic)
+
+    def __str__(self) -> str:
+        return f"{KAFKA_SCHEME}{self.bootstrap_servers}/{self.topic}"
+
+    def options(self, kafka_options: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The Kafka source's options: ``kafka_options`` are the consumer's own settings
+        (``security.protocol``, ``sasl.*``, ``ssl.*``: ``--kafka-option``), which Spark takes
+        with a ``kafka.`` prefix."""
+        options = {"kafka.bootstrap.servers": self.bootstrap_servers, "subscribe": self.topic}
+        for key, value in (kafka_options or {}).items():
+            options[key if key.startswith("kafka.") else f"kafka.{key}"] = value
+        return options
+
+
+def _host_port(text: str) -> bool:
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+
+
+def parse_audit_values(values: DataFrame) -> DataFrame:
+    """The valid records in ``values``' ``value`` column (one audit line each, as bytes or
+    text), with the columns of :data:`RECORD_COLUMNS`: ``date`` and ``hour`` are those of
+    ``event_time`` (UTC), the directory a file writer would have put the line in.
+
+    ``from_json`` parses a malformed line to nulls, as the file reader's PERMISSIVE mode does,
+    and :func:`valid_records` drops it.
+    """
+    parsed = values.select(
+        F.from_json(F.col("value").cast(StringType()), AUDIT_SCHEMA, {"mode": "PERMISSIVE"}).alias(
+            "r"
+        )
+    ).select("r.*")
+    records = valid_records(parsed)
+    return (
+        records.withColumn("date", F.to_date(F.col(EVENT_TIME)))
+        .withColumn("hour", F.hour(F.col(EVENT_TIME)))
+        .select(*RECORD_COLUMNS)
+    )
+
+
+def kafka_records(
+    spark: SparkSession,
+    source: KafkaInput,
+    window: TimeRange | None = None,
+    kafka_options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """The valid records of the audit topic inside ``window``: every partition from its
+    earliest offset to its latest when the job starts (Spark's Kafka source in batch mode).
+
+    The window cuts on ``event_time`` only: record timestamps are the producer's clock, not
+    the decision's, so they are not used to skip offsets.
+    """
+    reader = spark.read.format("kafka")
+    options = source.options(kafka_options) | {
+        "startingOffsets": "earliest",
+        "endingOffsets": "latest",
+    }
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    records = parse_audit_values(reader.load())
+    exact = (window or TimeRange()).time_filter()
+    return records.where(exact) if exact is not None else records
+
+
 def read_audit(
     spark: SparkSession,
     path: str,
@@ -238,6 +334,7 @@ def read_audit(
     *,
     compacted: str | None = None,
     json_only: bool = False,
+    kafka_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The valid records under ``path`` (a local path or any Hadoop URI) inside ``window``.
 
@@ -245,6 +342,8 @@ def read_audit(
         compacted: where ``analyze compact`` wrote (default ``<path>/_compacted``); its hours
             are read from Parquet, the others from JSON.
         json_only: ignore compacted Parquet (to compare it with the JSON it came from).
+        kafka_options: the consumer's settings when ``path`` is ``kafka://...``
+            (:func:`kafka_records`); the session needs Spark's Kafka source (``session.py``).
 
     The partition predicate is applied before anything else so that it reaches the file scan
     as ``PartitionFilters`` (see ``bench/analyze_bench.py`` for the plan). The Parquet is
@@ -252,6 +351,8 @@ def read_audit(
     JSON, which still holds it (the other order could miss the hour).
     """
     window = window or TimeRange()
+    if is_kafka_input(path):
+        return kafka_records(spark, KafkaInput.parse(path), window, kafka_options)
     if "://" not in path and not Path(path).is_dir():
         raise ValueError(f"{path}: no such audit directory")
     stored = None if json_only else read_compacted(spark, compacted or compacted_path(path))

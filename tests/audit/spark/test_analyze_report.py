@@ -5,8 +5,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from html.parser import HTMLParser
@@ -19,6 +17,7 @@ from pyspark.testing import assertDataFrameEqual
 from kafkaguard.audit.spark.html_report import DATA_ELEMENT_ID, render
 from kafkaguard.audit.spark.report import Report, build_report, report_data
 from kafkaguard.audit.spark.source import TimeRange, parse_time, read_audit
+from tests.support import chromium
 from tests.support.analyze_data import rec, write_audit
 
 pytestmark = pytest.mark.spark
@@ -270,8 +269,11 @@ def test_html_report_structure_and_embedded_data(report: Report) -> None:
         "bar would_deny", "bar allowed", "bar denied",
     ]  # fmt: skip
     assert classes.count("cell") == 3  # alice×orders, bob×orders, carol×payments
+    assert classes.count("cell empty") == 3  # alice×payments, bob×payments, carol×orders
     titles = [t.text for t in ET.fromstring(svgs[3]).iter("{http://www.w3.org/2000/svg}title")]
-    assert "User:bob × orders: 0 allowed, 2 denied" in titles
+    assert "User:bob × orders: 100% denied (2 of 2 decisions; 0 allowed, 0 would-deny)" in titles
+    assert "User:carol × payments: 20% denied (1 of 5 decisions; 4 allowed, 1 would-deny)" in titles
+    assert "User:alice × payments: no decisions" in titles
 
 
 def test_html_escapes_hostile_names() -> None:
@@ -314,24 +316,14 @@ document.body.setAttribute("data-probe", JSON.stringify({svgs, drawn, totals: da
 def test_html_report_renders_in_headless_chromium(report: Report, tmp_path: Path) -> None:
     """Chromium (Debian's package; ``./dev test`` installs it) lays the page out: four charts
     of real size, every bar and heatmap cell drawn, the embedded data parseable in-browser.
-    The probe script is added to a copy only: the report itself runs no script."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium is not installed (./dev test installs it)")
+    The probe script is added to a copy only: the report itself runs no script. (Labels and
+    pixels: ``test_html_report.py``.)"""
     page = render(report_data(report, WINDOW, datetime(2026, 11, 23, tzinfo=UTC)))
     probe = tmp_path / "probe.html"
     probe.write_text(page.replace("</body>", _PROBE + "</body>"), encoding="utf-8")
-    done = subprocess.run(
-        [
-            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-            probe.as_uri(),
-        ],
-        capture_output=True, text=True, timeout=90, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    found = re.search(r'data-probe="([^"]*)"', done.stdout)
-    assert found is not None, done.stdout[-2000:]
+    dom = chromium.render(probe, tmp_path, width=1400, height=900).dom
+    found = re.search(r'data-probe="([^"]*)"', dom)
+    assert found is not None, dom[-2000:]
     result = json.loads(html.unescape(found.group(1)))
     assert len(result["svgs"]) == 4 and all(w > 100 and h > 50 for w, h in result["svgs"])
     assert sorted(result["drawn"]) == sorted(
@@ -339,6 +331,6 @@ def test_html_report_renders_in_headless_chromium(report: Report, tmp_path: Path
         + ["bar denied"] * 2  # top denied principals: bob, carol (+ her would-deny part)
         + ["bar would_deny"]
         + ["bar denied"] * 2  # top denied resources: orders, kafka-cluster
-        + ["cell"] * 3
+        + ["cell"] * 3 + ["cell empty"] * 3
     )  # fmt: skip
     assert result["totals"] == {"allowed": 18, "denied": 4, "would_deny": 1, "principals": 4}
