@@ -4,6 +4,7 @@ Usage (from the repository root, with the test extras installed)::
 
     .venv/bin/python bench/audit_bench.py             # 6 rounds (~4 min)
     .venv/bin/python bench/audit_bench.py --quick     # 2 rounds, smaller runs (~1 min)
+    .venv/bin/python bench/audit_bench.py --sinks --workloads produce-50  # file vs topic
 
 One Tansu broker; one kafkaguard process at a time (``python -m kafkaguard run``, uvloop), so
 the two configurations never compete for the 2 cores: every round starts the ``off`` proxy,
@@ -18,6 +19,16 @@ Metadata v1 round trips naming one topic the client may not DESCRIBE, so every r
 a logged denial written as its own JSON line (the worst case for the writer). Medians over
 rounds, on/off ratios, and the proxy process's CPU share are printed, with the number of
 audit lines and dropped events of the ``on`` runs.
+
+``--sinks`` (issue 16) compares the audit sinks instead: ``file`` (``audit.sink: file``) vs
+``kafka`` (``audit.sink: kafka``: the proxy produces its records to ``_kafkaguard-audit`` on
+the same Tansu), both with audit on, ``--audit-allowed`` choosing the volume of allowed
+decisions (``individual``: one record per Produce request). Workload ``produce-50``: 50
+confluent-kafka producers through the proxy at once (produce-1k's count of 100-byte
+records, one record per request and one request in flight per producer, one process
+driving them round-robin). Each run's
+``kafkaguard_audit_events_total`` is scraped before the proxy stops, so drops and losses
+are printed with the throughput.
 """
 
 from __future__ import annotations
@@ -44,12 +55,25 @@ TANSU_NODE_ID = 111
 port minus 111."""
 
 
-def start_proxy(env: pb.Env, upstream: str, name: str, audit_dir: Path | None) -> pb.Side:
-    """A kafkaguard process with the bench ACLs; ``audit_dir``: audit on, defaults."""
+def start_proxy(
+    env: pb.Env,
+    upstream: str,
+    name: str,
+    audit_dir: Path | None,
+    sink: str = "file",
+    allowed: str = "aggregate",
+) -> pb.Side:
+    """A kafkaguard process with the bench ACLs; ``audit_dir``: audit on, to ``sink``, and
+    an admin listener (``/metrics``) on the port after the bootstrap port's base."""
     port = free_port()
     tmp = Path(env.tmp.name)
     (tmp / "acls.yaml").write_text(pb.ACLS)
-    audit = f"audit:\n  enabled: true\n  dir: {audit_dir}\n" if audit_dir else ""
+    audit = (
+        f"audit:\n  enabled: true\n  dir: {audit_dir}\n  sink: {sink}\n  allowed: {allowed}\n"
+        f"admin:\n  port: {free_port()}\n"
+        if audit_dir
+        else ""
+    )
     config = tmp / f"{name}.yaml"
     config.write_text(
         "listeners:\n  - name: PLAINTEXT\n    bind_host: 127.0.0.1\n"
@@ -96,6 +120,57 @@ def denied_rtt(side: pb.Side, count: int) -> list[float]:
     return samples
 
 
+def produce_50(side: pb.Side, count: int, producers: int = 50) -> float:
+    """Messages per second of ``producers`` producers at once, ``count`` 100-byte records in
+    all (connections and metadata set up, one record each, before the clock starts)."""
+    topic = f"bench-p50-{os.urandom(4).hex()}"
+    pb.create_topic(side.admin_bootstrap, topic)
+    try:
+        # One record per Produce request, one request in flight per producer: the proxy's
+        # work per message is fixed (one request, one audited WRITE decision), so msg/s does
+        # not drift with the batching a slower or faster side would otherwise get.
+        one = {"linger.ms": 0, "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1}
+        clients = [pb.producer(side.bootstrap, **one) for _ in range(producers)]
+        for client in clients:
+            client.produce(topic, b"w")
+        for client in clients:
+            if client.flush(30) != 0:
+                raise RuntimeError(f"{side.name}: warm-up message not delivered")
+        payload = os.urandom(100)
+        timer = pb.Timer(side)
+        for index in range(count):
+            client = clients[index % producers]
+            while True:
+                try:
+                    client.produce(topic, payload)
+                    break
+                except BufferError:
+                    client.poll(0.001)
+        for client in clients:
+            if client.flush(120) != 0:
+                raise RuntimeError(f"{side.name}: messages left undelivered")
+        return count / timer.stop()
+    finally:
+        pb.delete_topic(side.admin_bootstrap, topic)
+
+
+def audit_metrics(config: Path) -> str:
+    """``kafkaguard_audit_events_total`` samples of the proxy whose config is ``config``."""
+    import re
+    import urllib.request
+
+    port = re.search(r"admin:\n  port: (\d+)", config.read_text())
+    if port is None:
+        return ""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return " ".join(
+        line.split("{", 1)[1].replace('"', "").replace("} ", "=")
+        for line in text.splitlines()
+        if line.startswith("kafkaguard_audit_events_total{")
+    )
+
+
 def cpu_per_item(value: float | list[float]) -> float:
     """Proxy CPU µs per message (throughput runs) or per request (latency runs) of the last
     run: unlike wall-clock throughput, hardly moved by other processes on the machine."""
@@ -115,7 +190,8 @@ def audit_totals(directory: Path) -> tuple[int, int]:
     return lines, decisions
 
 
-WORKLOADS = ("produce-1k", "produce-100", "consume", "latency", "denied-rtt")
+WORKLOADS = ("produce-1k", "produce-100", "consume", "latency", "denied-rtt", "produce-50")
+DEFAULT_WORKLOADS = WORKLOADS[:-1]
 
 
 def micro(calls: int = 200_000, batch: int = 20_000, repeat: int = 3) -> None:
@@ -203,7 +279,8 @@ def micro(calls: int = 200_000, batch: int = 20_000, repeat: int = 3) -> None:
 def run(args: argparse.Namespace) -> int:
     plan = pb.PLANS["quick" if args.quick else "full"]
     rounds = args.rounds or (2 if args.quick else 6)
-    workloads = args.workloads.split(",") if args.workloads else list(WORKLOADS)
+    workloads = args.workloads.split(",") if args.workloads else list(DEFAULT_WORKLOADS)
+    names = ("file", "kafka") if args.sinks else ("off", "on")
     env = pb.Env()
     began = time.monotonic()
     results: dict[tuple[str, str], list[float | list[float]]] = {}
@@ -221,11 +298,13 @@ def run(args: argparse.Namespace) -> int:
             "consume": lambda s: pb.consume_run(s, plan.consume),
             "latency": lambda s: pb.latency_run(s, plan.latency),
             "denied-rtt": lambda s: denied_rtt(s, plan.latency * 4),
+            "produce-50": lambda s: produce_50(s, plan.produce_1k),
         }
         for r in range(rounds):
-            for name in ("off", "on") if r % 2 == 0 else ("on", "off"):
-                audit_dir = audit_root / f"round-{r}" if name == "on" else None
-                side = start_proxy(env, upstream, name, audit_dir)
+            for name in names if r % 2 == 0 else names[::-1]:
+                audit_dir = audit_root / f"round-{r}-{name}" if name != "off" else None
+                sink = name if args.sinks else "file"
+                side = start_proxy(env, upstream, name, audit_dir, sink, args.audit_allowed)
                 side.consume_topic = prefill.consume_topic
                 try:
                     for workload in workloads:
@@ -238,14 +317,17 @@ def run(args: argparse.Namespace) -> int:
                             else f"p50 {pb.percentile(value, 0.5):.3f} ms"
                         )
                         shown += f"  ({cpu[(workload, name)][-1]:.1f} µs proxy CPU each)"
-                        print(f"round {r + 1}/{rounds} {workload:<12} audit {name:<4} {shown}")
+                        print(f"round {r + 1}/{rounds} {workload:<12} audit {name:<5} {shown}")
+                    if audit_dir is not None:
+                        config = Path(env.tmp.name) / f"{name}.yaml"
+                        print(f"round {r + 1}: {name} audit events: {audit_metrics(config)}")
                 finally:
                     stop_proxy(env, side)
-                if audit_dir is not None:
+                if audit_dir is not None and name != "kafka":
                     lines, decisions = audit_totals(audit_dir)
                     print(f"round {r + 1}: {lines:,} audit lines for {decisions:,} decisions")
         print()
-        report(results, cpu, workloads, rounds)
+        report(results, cpu, workloads, rounds, names)
         print(f"\nwall time {time.monotonic() - began:.0f} s")
     finally:
         env.close()
@@ -257,25 +339,28 @@ def report(
     cpu: dict[tuple[str, str], list[float]],
     workloads: list[str],
     rounds: int,
+    names: tuple[str, str] = ("off", "on"),
 ) -> None:
+    a, b = names
+    ratio = f"{b}/{a}"
     print(f"medians over {rounds} rounds")
-    print(f"{'workload':<22}{'audit off':>12}{'audit on':>12}{'on/off':>9}   proxy CPU µs per item")
-    print(f"{'':<55}{'off':>9}{'on':>8}{'on/off':>8}")
+    print(f"{'workload':<22}{'audit ' + a:>12}{'audit ' + b:>12}{ratio:>9}   proxy CPU µs per item")
+    print(f"{'':<55}{a:>9}{b:>8}{ratio:>8}")
     for workload in workloads:
-        c = {n: statistics.median(cpu[(workload, n)]) for n in ("off", "on")}
-        tail = f"{c['off']:>9.1f}{c['on']:>8.1f}{c['on'] / c['off']:>7.3f}x"
+        c = {n: statistics.median(cpu[(workload, n)]) for n in names}
+        tail = f"{c[a]:>9.1f}{c[b]:>8.1f}{c[b] / c[a]:>7.3f}x"
         if workload in ("latency", "denied-rtt"):
             for q, label in ((0.5, "p50 ms"), (0.99, "p99 ms")):
                 v = {
                     n: statistics.median(pb.percentile(x, q) for x in results[(workload, n)])  # type: ignore[arg-type]
-                    for n in ("off", "on")
+                    for n in names
                 }
-                line = f"{workload + ' ' + label:<22}{v['off']:>12.3f}{v['on']:>12.3f}"
-                print(f"{line}{v['on'] - v['off']:>+7.3f}ms{tail if q == 0.5 else ''}")
+                line = f"{workload + ' ' + label:<22}{v[a]:>12.3f}{v[b]:>12.3f}"
+                print(f"{line}{v[b] - v[a]:>+7.3f}ms{tail if q == 0.5 else ''}")
         else:
-            v = {n: statistics.median(results[(workload, n)]) for n in ("off", "on")}  # type: ignore[arg-type]
-            line = f"{workload + ' msg/s':<22}{v['off']:>12,.0f}{v['on']:>12,.0f}"
-            print(f"{line}{v['on'] / v['off']:>8.3f}x{tail}")
+            v = {n: statistics.median(results[(workload, n)]) for n in names}  # type: ignore[arg-type]
+            line = f"{workload + ' msg/s':<22}{v[a]:>12,.0f}{v[b]:>12,.0f}"
+            print(f"{line}{v[b] / v[a]:>8.3f}x{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,6 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller runs (~1 min)")
     parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)}")
     parser.add_argument("--micro", action="store_true", help="in-process hook cost only")
+    parser.add_argument(
+        "--sinks", action="store_true", help="compare audit.sink file vs kafka (issue 16)"
+    )
+    parser.add_argument(
+        "--audit-allowed",
+        default="aggregate",
+        choices=("aggregate", "individual"),
+        help="audit.allowed of the proxies with audit on (default: aggregate, the default)",
+    )
     args = parser.parse_args(argv)
     if args.micro:
         micro()

@@ -3,7 +3,9 @@
 :class:`AuditTrail` is the ``StandardAuthorizer`` decision listener the proxy installs when
 ``audit.enabled`` is true or a listener runs in ``log_only``. On the event loop it only
 filters (Kafka's ``logIfAllowed``/``logIfDenied``, unless ``include_unlogged``), counts per
-listener and hands the event to the :class:`~kafkaguard.audit.writer.AuditWriter` thread.
+listener and hands the event to the :class:`~kafkaguard.audit.writer.AuditWriter` thread,
+which writes files, produces to the audit topic (``audit.sink``:
+:mod:`kafkaguard.audit.kafka_sink`), or both.
 Counters (decisions, denied, would-deny, dropped) are logged on ``kafkaguard.audit`` every
 ``report_interval_s`` when they changed, and once more at shutdown.
 
@@ -25,7 +27,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from kafkaguard.audit.config import (
     ENFORCE,
@@ -35,6 +37,7 @@ from kafkaguard.audit.config import (
     AuditConfig,
     effective_mode,
 )
+from kafkaguard.audit.kafka_sink import AuditTopicSink
 from kafkaguard.audit.writer import AuditWriter
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
@@ -75,16 +78,24 @@ class AuditTrail:
         *,
         report_interval_s: float = REPORT_INTERVAL_S,
         writer: AuditWriter | None = None,
+        connection: Mapping[str, Any] | None = None,
     ) -> None:
         """``modes``: each listener's enforcement mode (``enforce`` | ``log_only``);
-        ``writer``: one to use instead of building it from ``config`` (a test's slow disk)."""
+        ``writer``: one to use instead of building it from ``config`` (a test's slow disk);
+        ``connection``: librdkafka settings reaching the protected cluster (the proxy's
+        upstream), needed when ``config.sink`` includes the audit topic."""
         self.config = config
         self.modes = dict(modes)
         self.counters: dict[str, ListenerCounters] = {
             name: ListenerCounters(mode) for name, mode in self.modes.items()
         }
         if writer is None and config.enabled:
-            writer = AuditWriter(config)
+            topic = None
+            if config.writes_topic:
+                if connection is None:
+                    raise ValueError(f"audit.sink {config.sink} needs the upstream connection")
+                topic = AuditTopicSink(config.kafka, connection)
+            writer = AuditWriter(config, topic=topic)
         self.writer = writer
         self._log_unlogged = config.include_unlogged
         self._write_allowed = self.writer is not None and config.allowed != OFF
@@ -164,13 +175,22 @@ class AuditTrail:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Start the writer thread and the periodic counter report (inside the event loop)."""
-        if self.writer is not None:
-            # Fail the start, not every later write, when the directory is unusable.
-            self.config.dir.mkdir(parents=True, exist_ok=True)
-            if not os.access(self.config.dir, os.W_OK | os.X_OK):
-                raise PermissionError(f"audit.dir {self.config.dir} is not writable")
-            self.writer.start()
-            log.info("audit trail: writing to %s", self.config.dir)
+        writer = self.writer
+        if writer is not None:
+            if writer.sink is not None:
+                # Fail the start, not every later write, when the directory is unusable.
+                self.config.dir.mkdir(parents=True, exist_ok=True)
+                if not os.access(self.config.dir, os.W_OK | os.X_OK):
+                    raise PermissionError(f"audit.dir {self.config.dir} is not writable")
+            writer.start()
+            if writer.sink is not None:
+                log.info("audit trail: writing to %s", self.config.dir)
+            if writer.topic is not None:
+                log.info(
+                    "audit trail: producing to topic %s on %s",
+                    writer.topic.topic,
+                    writer.topic.bootstrap,
+                )
         self._started = True
         self._start_reports()
 
@@ -202,6 +222,16 @@ class AuditTrail:
         if self.writer is not None and self.writer.lost:
             log.warning(
                 "audit: %d events could not be written (see errors above)", self.writer.lost
+            )
+        topic = self.writer.topic if self.writer is not None else None
+        if topic is not None and (topic.dropped or topic.lost):
+            log.warning(
+                "audit topic %s: %d records acknowledged; %d decisions dropped (producer queue "
+                "full), %d lost (not acknowledged)",
+                topic.topic,
+                topic.written,
+                topic.dropped,
+                topic.lost,
             )
 
     async def close(self) -> None:

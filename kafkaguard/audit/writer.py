@@ -21,6 +21,13 @@ closed at ``max_file_bytes``, after ``max_file_seconds``, and a few seconds afte
 ended (the grace lets events queued just before the hour boundary, and the aggregates of the
 window ending on it, still land in it; a later straggler gets a small file of its own).
 
+The audit topic (``audit.sink: kafka | both``): each formatted record, the same bytes as
+its file line without the newline, is also handed to
+:class:`~kafkaguard.audit.kafka_sink.AuditTopicSink` (or only to it, with no files). That
+hand-off never waits either: the producer's own bounded queue refuses a record when full
+(counted), and its delivery reports are served at each wake-up. The thread creates the
+topic, if missing, before its first record.
+
 Failures never reach the proxy: a write error is logged (at most every ``_LOG_EVERY_S``), the
 events it concerned are counted in :attr:`AuditWriter.lost`, the failed file is set aside as
 ``.jsonl.failed`` (its last line may be cut, so readers must not see it) and the next record
@@ -49,6 +56,7 @@ from kafkaguard.audit.events import (
     decision_record,
     partition,
 )
+from kafkaguard.audit.kafka_sink import AuditTopicSink
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
 
@@ -60,6 +68,8 @@ _LOG_EVERY_S: Final = 60.0
 _BATCH: Final = 10_000
 """Events handled between two rotation/aggregation checks while catching up."""
 _FILE_BUFFER: Final = 256 * 1024
+CLOSE_FLUSH_MAX_S: Final = 30.0
+"""The longest the audit topic's shutdown flush waits (a close without a bound)."""
 _YIELD_MASK: Final = 63
 """The writer releases the GIL after every 64 events: CPython would otherwise let it keep
 the GIL for a whole switch interval (5 ms) while the event loop waits, a latency spike for
@@ -214,14 +224,22 @@ class AuditWriter:
         config: AuditConfig,
         *,
         sink: RecordSink | None = None,
+        topic: AuditTopicSink | None = None,
         clock: Callable[[], float] = time.time,
         poll_interval_s: float = 0.2,
     ) -> None:
+        """``sink``: the files (default: :class:`AuditFiles` under ``config.dir`` when
+        ``config.sink`` writes files, else none); ``topic``: the audit topic, when
+        ``config.sink`` is ``kafka`` or ``both`` (kafkaguard/audit/kafka_sink.py)."""
         self.config = config
         self.capacity = config.queue_size
-        self.sink: RecordSink = sink or AuditFiles(
-            config.dir, config.max_file_bytes, config.max_file_seconds, clock=clock
-        )
+        if sink is None and config.writes_files:
+            sink = AuditFiles(
+                config.dir, config.max_file_bytes, config.max_file_seconds, clock=clock
+            )
+        self.sink: RecordSink | None = sink
+        self.topic = topic
+        self._close_deadline = math.inf
         self._clock = clock
         self._poll = poll_interval_s
         self._window = config.aggregate_window_seconds
@@ -234,9 +252,10 @@ class AuditWriter:
         self._thread: threading.Thread | None = None
         self._last_error_log = -math.inf
         self.records = 0
-        """Lines written (decisions and aggregates)."""
+        """Lines written to the files (decisions and aggregates)."""
         self.lost = 0
-        """Events taken from the queue but not written (write errors, failed formatting)."""
+        """Events taken from the queue but not written to the files (write errors, failed
+        formatting). The topic counts its own (:class:`AuditTopicSink`)."""
 
     # -- the event loop's side -------------------------------------------------------------
     def offer(self, at: float, event: DecisionEvent, mode: str) -> bool:
@@ -254,7 +273,11 @@ class AuditWriter:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="kafkaguard-audit", daemon=True)
+            if self.topic is not None:
+                self.topic.open()  # a bad producer setting fails the start
+            self._thread = threading.Thread(
+                target=self._serve, name="kafkaguard-audit", daemon=True
+            )
             self._thread.start()
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -263,6 +286,7 @@ class AuditWriter:
         Blocks up to ``timeout`` seconds (call it off the event loop); False if the thread
         did not finish in time (it is a daemon: it never holds the process).
         """
+        self._close_deadline = time.monotonic() + timeout
         self._stop.set()
         if self._thread is None:
             self._run()
@@ -271,6 +295,11 @@ class AuditWriter:
         return not self._thread.is_alive()
 
     # -- the writer thread -----------------------------------------------------------------
+    def _serve(self) -> None:
+        if self.topic is not None:  # before the first record: create the topic if missing
+            self._guarded(self.topic.ensure_topic)
+        self._run()
+
     def _run(self) -> None:
         while True:
             stopping = self._stop.wait(self._poll)
@@ -301,7 +330,7 @@ class AuditWriter:
 
     def _drain(self) -> None:
         queue, windows, window = self._queue, self._windows, self._window
-        write = self.sink.write
+        write = self._write
         for done in range(_BATCH):
             if not queue:
                 return
@@ -335,18 +364,42 @@ class AuditWriter:
                     tally.count += 1
             elif individual:
                 try:
-                    write(at, decision_record(event, mode, at).to_json().encode() + b"\n")
+                    line = decision_record(event, mode, at).to_json().encode()
                 except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
-                    self.lost += 1
-                    self._error(exc)
+                    self._unformatted(1, exc)
                     continue
+                write(at, line, event.context.principal.text, 1)
+
+    def _write(self, at: float, line: bytes, principal: str, count: int) -> None:
+        """One formatted record (without its newline) to the files and the topic; a failure
+        is counted per sink, in the decisions the record stands for."""
+        files = self.sink
+        if files is not None:
+            try:
+                files.write(at, line + b"\n")
+            except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
+                self.lost += count
+                self._error(exc)
+            else:
                 self.records += 1
+        if self.topic is not None:
+            self.topic.send(line, principal, count)
+
+    def _unformatted(self, count: int, exc: BaseException) -> None:
+        if self.sink is not None:
+            self.lost += count
+        if self.topic is not None:
+            self.topic.lost_before_sending(count)
+        self._error(exc)
 
     def _housekeeping(self) -> None:
         now = self._clock()
         self._write_windows(now, final=False)
-        self.sink.tick(now)
-        self.sink.flush()
+        if self.topic is not None:
+            self.topic.poll()
+        if self.sink is not None:
+            self.sink.tick(now)
+            self.sink.flush()
 
     def _write_windows(self, now: float, *, final: bool) -> None:
         for start in sorted(self._windows):
@@ -359,16 +412,20 @@ class AuditWriter:
             end = min(end, max(now, start)) if final else end
             for key, count in counts.items():
                 try:
-                    line = aggregate_record(key, start, end, count).to_json()
-                    self.sink.write(start, line.encode() + b"\n")
+                    line = aggregate_record(key, start, end, count).to_json().encode()
                 except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
-                    self.lost += count
-                    self._error(exc)
+                    self._unformatted(count, exc)
                     continue
-                self.records += 1
+                self._write(start, line, key.principal, count)
 
     def _finish(self) -> None:
         try:
             self._write_windows(self._clock(), final=True)
         finally:
-            self.sink.close()
+            try:
+                if self.sink is not None:
+                    self.sink.close()
+            finally:
+                if self.topic is not None:  # close()'s time left, less the purge's 1.5 s
+                    left = self._close_deadline - time.monotonic() - 2.0
+                    self.topic.close(min(left, CLOSE_FLUSH_MAX_S))

@@ -284,13 +284,21 @@ class ProxyCollector(Collector):
         writer = audit.writer
         events = CounterMetricFamily(
             "kafkaguard_audit_events",
-            "Audit trail: records written, decisions dropped (queue full), events lost "
-            "(write errors).",
-            labels=["outcome"],
+            "Audit trail, per sink (file, kafka): records written (kafka: acknowledged), "
+            "decisions dropped (a queue full), decisions lost (write errors; kafka: not "
+            "acknowledged). Per sink, decisions audited = in the sink + dropped + failed.",
+            labels=["sink", "outcome"],
         )
-        events.add_metric(["written"], writer.records if writer is not None else 0)
-        events.add_metric(["dropped"], sum(c.dropped for c in audit.counters.values()))
-        events.add_metric(["failed"], writer.lost if writer is not None else 0)
+        queue_dropped = sum(c.dropped for c in audit.counters.values())
+        if writer is None or writer.sink is not None:  # the files (zeros when audit is off)
+            events.add_metric(["file", "written"], writer.records if writer is not None else 0)
+            events.add_metric(["file", "dropped"], queue_dropped)
+            events.add_metric(["file", "failed"], writer.lost if writer is not None else 0)
+        topic = writer.topic if writer is not None else None
+        if topic is not None:  # the writer's queue is in front of both sinks
+            events.add_metric(["kafka", "written"], topic.written)
+            events.add_metric(["kafka", "dropped"], queue_dropped + topic.dropped)
+            events.add_metric(["kafka", "failed"], topic.lost)
         yield events
         authorizer: Any = server.authorizer
         index = getattr(authorizer, "acl_index", None)

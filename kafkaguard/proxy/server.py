@@ -36,11 +36,18 @@ from kafkaguard.policy.config import build_authorizer
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.proxy.admin import AdminServer
 from kafkaguard.proxy.cluster import UpstreamCluster
-from kafkaguard.proxy.config import HostPort, ListenerConfig, ProxyConfig, load_config
+from kafkaguard.proxy.config import (
+    HostPort,
+    ListenerConfig,
+    ProxyConfig,
+    UpstreamConfig,
+    load_config,
+)
 from kafkaguard.proxy.listener import ListenerRuntime
 from kafkaguard.proxy.log_format import configure_logging
 from kafkaguard.proxy.metrics import DecisionCounter
 from kafkaguard.proxy.reload import ReloadPlan, describe, plan_reload
+from kafkaguard.proxy.sasl.client import read_password
 from kafkaguard.proxy.sasl.executor import executor_for
 
 log = logging.getLogger("kafkaguard.proxy")
@@ -60,6 +67,33 @@ def raise_open_file_limit() -> int:
         except (ValueError, OSError):
             log.warning("cannot raise the open-file limit above %d", soft)
     return soft
+
+
+def audit_connection(upstream: UpstreamConfig) -> dict[str, Any]:
+    """librdkafka settings of the audit topic's producer (kafkaguard/audit/kafka_sink.py):
+    the proxy's own way to the brokers, ``upstream`` with its TLS and SASL settings, so the
+    producer writes as the proxy does, past the ACLs kafkaguard enforces on clients."""
+    settings: dict[str, Any] = {
+        "bootstrap.servers": ",".join(str(server) for server in upstream.bootstrap_servers),
+        "socket.connection.setup.timeout.ms": int(upstream.connect_timeout_s * 1000),
+    }
+    tls, sasl = upstream.ssl, upstream.sasl
+    protocol = ("SASL_" if sasl is not None else "") + ("SSL" if tls is not None else "PLAINTEXT")
+    settings["security.protocol"] = protocol
+    if tls is not None:
+        settings["ssl.ca.location"] = str(tls.ca_file) if tls.ca_file else "probe"
+        if tls.cert_file is not None:
+            settings["ssl.certificate.location"] = str(tls.cert_file)
+        if tls.key_file is not None:
+            settings["ssl.key.location"] = str(tls.key_file)
+        settings["ssl.endpoint.identification.algorithm"] = (
+            "https" if tls.check_hostname else "none"
+        )
+    if sasl is not None:
+        settings["sasl.mechanism"] = sasl.mechanism
+        settings["sasl.username"] = sasl.username
+        settings["sasl.password"] = read_password(sasl.password_file)
+    return settings
 
 
 class ProxyServer:
@@ -88,7 +122,11 @@ class ProxyServer:
             sasl=config.upstream.sasl,
         )
         modes = {ls.name: config.listener_enforcement(ls) for ls in config.listeners}
-        self.audit = AuditTrail(config.audit, modes)
+        self.audit = AuditTrail(
+            config.audit,
+            modes,
+            connection=audit_connection(config.upstream) if config.audit.writes_topic else None,
+        )
         """Audit trail and per-listener decision counters (``audit.counters``); it sees
         decisions only through the decision listener of an authorizer built here."""
         self._audit_hook = self.audit.on_decision if self.audit.active else None

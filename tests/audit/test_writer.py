@@ -12,13 +12,15 @@ import ipaddress
 import json
 import re
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kafkaguard.audit import AuditTrail
-from kafkaguard.audit.config import AuditConfig
+from kafkaguard.audit.config import AuditConfig, AuditKafkaConfig
+from kafkaguard.audit.kafka_sink import AuditTopicSink
 from kafkaguard.audit.writer import HOUR_GRACE_S, AuditFiles, AuditWriter
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Action, RequestContext, SecurityProtocol
@@ -31,6 +33,7 @@ from kafkaguard.policy.model import (
     acl_binding,
 )
 from kafkaguard.policy.standard import StandardAuthorizer
+from kafkaguard.tansu import free_port
 
 T0 = 1795345140.0  # 2026-11-22T10:59:00Z, the start of a minute window
 NAME = re.compile(r"audit-\d{8}T\d{6}-\d+-\d+\.jsonl")
@@ -265,6 +268,41 @@ def test_unwritable_directory_counts_lost_and_never_raises(tmp_path: Path) -> No
         writer.offer(T0, event, "enforce")
     assert writer.close()
     assert (writer.records, writer.lost) == (0, 2)
+
+
+async def test_unreachable_cluster_never_blocks_and_undelivered_records_count_as_lost(
+    tmp_path: Path,
+) -> None:
+    """``sink: both`` with no broker listening: deciding stays as fast as ever, the files get
+    every record, and each record the producer cannot deliver within delivery_timeout_ms is
+    counted as lost, in decisions (real librdkafka, a closed loopback port)."""
+    cfg = replace(
+        config(tmp_path, allowed="individual"),
+        sink="both",
+        kafka=AuditKafkaConfig(delivery_timeout_ms=1500),
+    )
+    topic_sink = AuditTopicSink(
+        cfg.kafka, {"bootstrap.servers": f"127.0.0.1:{free_port()}"}, create_timeout_s=1
+    )
+    writer = AuditWriter(cfg, topic=topic_sink, poll_interval_s=0.05)
+    trail = AuditTrail(cfg, {"PLAINTEXT": "enforce"}, writer=writer)
+    auth = StandardAuthorizer(AuthorizerConfig(), decision_listener=trail.on_decision)
+    auth.load_snapshot([acl_binding(ResourceType.TOPIC, "ok", "User:bob", AclOperation.WRITE)])
+    trail.start()
+    try:
+        began = time.monotonic()
+        for index in range(50):
+            auth.authorize(context(), [topic("ok"), topic(f"nope-{index}")])
+        assert time.monotonic() - began < 1.0
+        for _ in range(150):  # delivery_timeout_ms, then the next poll: well within 15 s
+            if topic_sink.lost >= 100:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await trail.close()
+    assert (topic_sink.written, topic_sink.dropped, topic_sink.lost) == (0, 0, 100)
+    assert (writer.records, writer.lost) == (100, 0)
+    assert len(records(tmp_path)) == 100
 
 
 # -- AuditTrail (the decision listener) ----------------------------------------------------------
