@@ -484,7 +484,7 @@ class ListenerRuntime:
         except TimeoutError:
             conn.close()
             connection.close(
-                "TLS ClientHello and handshake not completed within "
+                "TLS handshake not completed within "
                 f"{self.limits.authentication_timeout_ms} ms (authentication_timeout_ms)",
                 cause=CloseCause.AUTHENTICATION_TIMEOUT,
             )
