@@ -129,9 +129,13 @@ def _run(config_path: Path, pid_file: Path | None = None) -> int:
     if config.workers == 1:
         return _run_process(config, pid_file)
     log.info("starting %d workers sharing each listener port", config.workers)
+
+    def serve(worker: int, serving: Callable[[], None]) -> int:
+        return _run_process(_worker_config(config_path, config), worker=worker, serving=serving)
+
     supervisor = Supervisor(
         config.workers,
-        lambda worker, serving: _run_process(config, worker=worker, serving=serving),
+        serve,
         serving=None if pid_file is None else partial(_write_pid_file, pid_file),
     )
     try:
@@ -139,6 +143,18 @@ def _run(config_path: Path, pid_file: Path | None = None) -> int:
     finally:
         if pid_file is not None:
             _remove_pid_file(pid_file)
+
+
+def _worker_config(path: Path, launched: ProxyConfig) -> ProxyConfig:
+    """The file as it is when a worker starts (a worker started again after a reload runs the
+    reloaded file); the one read at launch if it is no longer valid."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        log.error(
+            "%s is not valid any more (%s): the worker runs the launch configuration", path, exc
+        )
+        return launched
 
 
 def _run_process(

@@ -16,7 +16,9 @@ configuration is loaded and before anything else starts, then only waits:
 * a worker that exits before it served at all (the upstream unreachable, a port taken, files
   missing) stops the others and the supervisor: retrying cannot help, as with one process;
 * SIGTERM and SIGINT are sent on to every worker (each drains, as a single process does; a
-  second signal cuts the drain short), SIGHUP too (each reloads the file itself);
+  second signal cuts the drain short), SIGHUP too (each reloads the file itself; a worker
+  still starting gets it once it serves). A worker reads the file when it starts, so one
+  started again after a reload runs the file as it is then;
 * a worker whose supervisor dies gets SIGTERM (``PR_SET_PDEATHSIG``), so none is orphaned.
 
 Per worker: connection limits (``max_connections``, ``max_connections_per_ip``,
@@ -46,7 +48,6 @@ MAX_RESTART_DELAY_S: Final = 30.0
 STABLE_AFTER_S: Final = 60.0
 """A worker that has served this long is healthy again: its next restart waits the least."""
 _FORWARDED: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-_STOPPING: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass
@@ -58,6 +59,9 @@ class _Worker:
     started: float
     serving: bool = False
     restarted: bool = False
+    reload_pending: bool = False
+    """A SIGHUP came before the worker served: sent once it does (until its server installs
+    its handler, a SIGHUP is ignored, never the default end of the process)."""
     """Started again after an exit: failing to start is then retried, not fatal (the
     upstream may be down for a while; the other workers keep serving)."""
 
@@ -115,8 +119,9 @@ class Supervisor:
     def _child(self, index: int, ready: int, supervisor: int) -> int:
         status = 1
         try:
-            for sig in _FORWARDED:
-                signal.signal(sig, signal.SIG_DFL)  # the worker's own server installs its own
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's server installs its own
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
             _die_with_parent(supervisor)
 
             def served() -> None:
@@ -144,6 +149,8 @@ class Supervisor:
                     if worker.ready in readable and os.read(worker.ready, 1):
                         worker.serving = True
                         log.info("worker %d (pid %d) serves", worker.index, worker.pid)
+                        if worker.reload_pending:
+                            os.kill(worker.pid, signal.SIGHUP)
         try:
             pid, status = os.waitpid(-1, 0 if not pending else os.WNOHANG)
         except ChildProcessError:
@@ -192,13 +199,18 @@ class Supervisor:
 
     # -- signals ------------------------------------------------------------------------------
     def _forward(self, signum: int, _frame: object) -> None:
-        if signum in _STOPPING:
-            self._stopping = True
+        if signum == signal.SIGHUP:
+            for worker in self._workers.values():
+                if worker.serving:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(worker.pid, signal.SIGHUP)
+                else:
+                    worker.reload_pending = True
+            return
         self._stop_all(signal.Signals(signum))
 
     def _stop_all(self, sig: signal.Signals) -> None:
-        if sig in _STOPPING:
-            self._stopping = True
+        self._stopping = True
         for pid in self._workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)

@@ -50,7 +50,7 @@ from kafkaguard.policy.model import (
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.framing import FrameBuffer
-from kafkaguard.proxy.config import LimitsConfig, parse_config
+from kafkaguard.proxy.config import LimitsConfig, ListenerConfig, parse_config
 from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.metrics import ProxyCollector
 from kafkaguard.proxy.proxy_protocol import (
@@ -907,14 +907,20 @@ def _readme_section() -> list[tuple[str, str]]:
     return re.findall(r"```(\w*)\n(.*?)```", section, re.DOTALL)
 
 
-def test_readme_listener_snippet_is_valid() -> None:
-    (text,) = [body for kind, body in _readme_section() if kind == "yaml"]
-    config = parse_config(
-        ConfigSection.from_text("upstream: {bootstrap_servers: ['10.0.2.1:9092']}\n" + text, "R")
-    )
-    (listener,) = config.listeners
+def _readme_listener(text: str) -> ListenerConfig:
+    upstream = "upstream: {bootstrap_servers: ['10.0.2.1:9092']}\n"
+    (listener,) = parse_config(ConfigSection.from_text(upstream + text, "R")).listeners
+    return listener
+
+
+def test_readme_listener_snippets_are_valid() -> None:
+    """The HAProxy example's listener, then the SNI example's."""
+    proxied, sni = [body for kind, body in _readme_section() if kind == "yaml"]
+    listener = _readme_listener(proxied)
     assert listener.proxy_protocol_versions == V2 and listener.ssl is not None
     assert dict(listener.broker_ports.explicit) == {0: 9300, 1: 9301, 2: 9302}
+    listener = _readme_listener(sni)
+    assert listener.sni is not None and listener.sni.host_for(7) == "broker-7.kafka.example.com"
 
 
 def test_readme_haproxy_snippet_is_valid(tmp_path: Path) -> None:
