@@ -7,10 +7,12 @@ docs/design.md#decode-to-decide-forward-the-original-bytes).
 
 Theory of operation (h11's ``ReceiveBuffer``, specialised):
 
-* ``feed(data)`` returns every frame completed by ``data``. When nothing is pending, frames are
-  handed out as zero-copy ``memoryview`` slices of ``data`` itself. A frame spanning several
-  reads is kept as the list of chunks received and joined once, when its last byte arrives:
-  one copy per such frame (measured: growing and slicing a bytearray cost ~3 ms per MB).
+* ``feed(data)`` returns every frame completed by ``data``, as zero-copy ``memoryview`` slices
+  of ``data`` itself (``bytes`` from the transport: immutable, so the views stay valid). A
+  frame spanning several reads is kept as the list of chunks received and joined once, when
+  its last byte arrives, from exactly its own bytes: one copy per such frame, and none of the
+  frames that follow it in the same read (measured: growing and slicing a bytearray cost ~3 ms
+  per MB).
 * The size prefix is checked against ``max_frame_bytes`` *before* any byte of the frame is
   buffered, like the broker's ``socket.request.max.bytes`` (default 100 MiB), so a hostile
   length cannot make the proxy allocate.
@@ -73,19 +75,32 @@ class FrameBuffer:
             raise FrameTooLarge(size, self._max)
 
     def feed(self, data: bytes) -> list[Frame]:
-        """Absorb ``data``; return the frames it completes, each with its size prefix."""
-        if self._chunks:
-            self._chunks.append(data)
-            self._have += len(data)
-            if self._have < self._need:
-                return []
-            data = b"".join(self._chunks)
-            self._chunks = []
-            self._have = 0
+        """Absorb ``data`` (immutable: frames may be views of it); return the frames it
+        completes, each with its size prefix."""
         frames: list[Frame] = []
         view = memoryview(data)
         end = len(data)
         pos = 0
+        if self._chunks:  # complete the pending frame: only its own bytes are joined
+            if self._need <= 4:  # its size prefix itself spans reads
+                missing = 4 - self._have
+                if end < missing:
+                    self._chunks.append(data)
+                    self._have += end
+                    return frames
+                size = int.from_bytes(b"".join((*self._chunks, view[:missing])), "big", signed=True)
+                self._check(size)
+                self._need = 4 + size
+            missing = self._need - self._have
+            if end < missing:
+                self._chunks.append(data)
+                self._have += end
+                return frames
+            self._chunks.append(view[:missing])
+            frames.append(b"".join(self._chunks))
+            self._chunks = []
+            self._have = 0
+            pos = missing
         need = 0
         while end - pos >= 4:
             size = int.from_bytes(view[pos : pos + 4], "big", signed=True)

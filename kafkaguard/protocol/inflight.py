@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.skim import NodeEndpointsTail
 
 ResponseTransform = Callable[[Frame], Frame]
 """Turns the broker's response frame into the frame the client receives."""
@@ -156,13 +157,18 @@ class InflightQueue:
 
     def can_stream(self, correlation_id: int) -> bool:
         """Whether the broker response ``correlation_id`` may go to the client as it arrives:
-        it answers the oldest slot of all and its request asked for no rewrite."""
+        it answers the oldest slot of all and its request asked for no rewrite, or for one
+        made while it streams (a Fetch response's ``node_endpoints`` tail)."""
         if not self._upstream or not self._slots:
             return False
         slot = self._upstream[0]
+        transform = slot.transform
         return (
             slot is self._slots[0]
-            and slot.transform is None
+            and (
+                transform is None
+                or (isinstance(transform, NodeEndpointsTail) and transform.streamable)
+            )
             and slot.correlation_id == correlation_id
         )
 

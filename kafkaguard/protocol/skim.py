@@ -1,40 +1,238 @@
-"""Skim a Fetch response frame without decoding it: does it carry ``node_endpoints``?
+"""Skim Produce and Fetch frames by their lengths instead of decoding them.
 
-Fetch v16+ responses may end with the KIP-951 ``node_endpoints`` tagged field (tag 0), which
-holds broker addresses the proxy must rewrite. Brokers only send it when a partition's leader
-moved, yet a full decode of every response — record batches included — just to find out cost a
-third more CPU per consumed message against Kafka 4 (bench/RESULTS.md). This module walks the
-frame's structure by lengths (FetchResponse v12–v18 share one flexible layout), touching no
-record bytes, and answers whether the top-level tagged fields hold tag 0.
+Why. The data path's frames are mostly record batches the proxy never reads
+(``docs/design.md#forwarded-untouched``); decoding them whole to look at a few fields cost most
+of the proxy's CPU per consumed message (bench/RESULTS.md, issue 13). What the proxy needs:
 
-It must never say "no" wrongly (a missed ``node_endpoints`` would leak a broker address), so
-anything unexpected — a truncated frame, lengths running past the end, bytes left over —
-answers ``True`` and the caller decodes as before. No I/O (sans-I/O, like the rest of
+* **Responses that may carry broker addresses.** Fetch v16+ and Produce v10+ responses may end
+  with the KIP-951 ``node_endpoints`` tagged field (tag 0 of the top-level tagged fields). It is
+  found by walking the frame's structure by lengths (:func:`fetch_response_tail`,
+  :func:`produce_response_tail`) and rewritten in the tail alone
+  (:func:`rewrite_node_endpoints`); the records are never touched. A large Fetch response is
+  walked *as it streams* (:class:`TailStream`): every byte before the tail goes to the client as
+  it arrives, and the tail, rewritten to the same length, goes last.
+* **Produce requests**: topics, partitions, ``acks`` and the transactional id for authorization
+  (:func:`skim_produce_request`), the record batches left as views of the original frame.
+
+Fail closed. A walk that cannot make sense of a buffered frame answers ``None`` and the caller
+decodes it whole as before; a streamed response that turns out malformed raises
+:class:`~kafkaguard.protocol.errors.MalformedFrame` before its tail leaves, so a
+``node_endpoints`` field is never passed on unrewritten. No I/O (sans-I/O, like the rest of
 :mod:`kafkaguard.protocol`).
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from typing import Final
+from uuid import UUID
+
+from kafkaguard.protocol.errors import MalformedFrame
 
 FIRST_SKIMMABLE_VERSION: Final = 12
 """FetchResponse's layout below is fixed from v12 (flexible, topic ids from v13) to v18."""
 LAST_SKIMMABLE_VERSION: Final = 18
 
+FIRST_PRODUCE_RESPONSE_VERSION: Final = 9
+"""ProduceResponse is flexible from v9 (KIP-482); topic ids from v13 (KIP-516)."""
+LAST_PRODUCE_RESPONSE_VERSION: Final = 13
+
 NODE_ENDPOINTS_TAG: Final = 0
+PAD_TAG: Final = 10_000
+"""Tags of the unknown fields that pad a streamed tail rewritten shorter than it was: KIP-482
+readers skip tags they do not know (Kafka's generated ``read`` keeps them as unknown tagged
+fields, librdkafka's ``rd_kafka_buf_read_tags`` skips them)."""
+
+AddressRewrite = Callable[[int, str, int], tuple[str, int]]
+"""``(node_id, host, port) -> (host, port)`` the client may see (``advertise_node``)."""
+
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
 
 
 class _Truncated(Exception):
     pass
 
 
+# -- walkers ----------------------------------------------------------------------------------
+# A walker is a generator over a frame's structure: it yields ``n >= 0`` to skip n bytes, or
+# ``-k`` to be sent the next k bytes; it returns at the start of the top-level tagged fields.
+# It walks a frame as it streams (:class:`TailStream`), whatever the pieces it arrives in.
+_Walker = Generator[int, bytes | None, None]
+
+
+def _uvarint() -> Generator[int, bytes | None, int]:
+    result = shift = 0
+    while True:
+        if shift > 28:
+            raise _Truncated
+        data = yield -1
+        assert data is not None
+        byte = data[0]
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result
+        shift += 7
+
+
+def _compact_length() -> Generator[int, bytes | None, int]:
+    """A compact array/bytes length; −1 for null."""
+    return (yield from _uvarint()) - 1
+
+
+def _skip_tags() -> Generator[int, bytes | None, None]:
+    for _ in range((yield from _uvarint())):
+        yield from _uvarint()  # tag
+        yield (yield from _uvarint())
+
+
+def _skip_compact(nullable: bool) -> Generator[int, bytes | None, None]:
+    n = yield from _compact_length()
+    if n < 0 and not nullable:
+        raise _Truncated
+    if n > 0:
+        yield n
+
+
+def _fetch_walker(version: int) -> _Walker:
+    """FetchResponse v12–v18 (``FetchResponse.json``), from the size prefix."""
+    yield 8  # size, correlation id
+    yield from _skip_tags()  # response header v1
+    yield 4 + 2 + 4  # throttle_time_ms, error_code, session_id
+    for _ in range(max((yield from _compact_length()), 0)):  # responses
+        if version >= 13:
+            yield 16  # topic_id
+        else:
+            yield from _skip_compact(False)  # topic
+        for _ in range(max((yield from _compact_length()), 0)):  # partitions
+            yield 4 + 2 + 8 + 8 + 8  # index, error, high watermark, last stable, log start
+            for _ in range(max((yield from _compact_length()), 0)):  # aborted_transactions
+                yield 8 + 8
+                yield from _skip_tags()
+            yield 4  # preferred_read_replica
+            yield from _skip_compact(True)  # records
+            yield from _skip_tags()  # diverging_epoch, current_leader, snapshot_id: no address
+        yield from _skip_tags()
+
+
+def _uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos``: (value, the offset after it). IndexError past the end."""
+    byte = buf[pos]
+    if byte < 0x80:  # nearly every length and count of the data path
+        return byte, pos + 1
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise _Truncated
+
+
+def _tags_end(buf: bytes | memoryview, pos: int) -> int:
+    """The offset after the tagged-fields section at ``pos``."""
+    if not buf[pos]:  # none: nearly always
+        return pos + 1
+    count, pos = _uv(buf, pos)
+    for _ in range(count):
+        _, pos = _uv(buf, pos)
+        size, pos = _uv(buf, pos)
+        pos += size
+    return pos
+
+
+def _compact_end(buf: bytes | memoryview, pos: int, nullable: bool) -> int:
+    """The offset after the compact string/bytes at ``pos``."""
+    length, pos = _uv(buf, pos)
+    if not length and not nullable:
+        raise _Truncated
+    return pos + length - 1 if length else pos
+
+
+# The buffered walks below follow the walkers above field for field, as plain loops: a frame
+# that is already whole is walked several times faster without a generator's round trips.
+def _fetch_tail(buf: bytes | memoryview, version: int) -> int:
+    pos = _tags_end(buf, 8) + 4 + 2 + 4
+    topics, pos = _uv(buf, pos)
+    for _ in range(topics - 1):
+        pos = pos + 16 if version >= 13 else _compact_end(buf, pos, False)
+        partitions, pos = _uv(buf, pos)
+        for _ in range(partitions - 1):
+            aborted, pos = _uv(buf, pos + 30)
+            for _ in range(aborted - 1):
+                pos = _tags_end(buf, pos + 16)
+            pos = _tags_end(buf, _compact_end(buf, pos + 4, True))
+        pos = _tags_end(buf, pos)
+    return pos
+
+
+def _produce_tail(buf: bytes | memoryview, version: int) -> int:
+    pos = _tags_end(buf, 8)
+    topics, pos = _uv(buf, pos)
+    for _ in range(topics - 1):
+        pos = pos + 16 if version >= 13 else _compact_end(buf, pos, False)
+        partitions, pos = _uv(buf, pos)
+        for _ in range(partitions - 1):
+            errors, pos = _uv(buf, pos + 30)
+            for _ in range(errors - 1):
+                pos = _tags_end(buf, _compact_end(buf, pos + 4, True))
+            pos = _tags_end(buf, _compact_end(buf, pos, True))
+        pos = _tags_end(buf, pos)
+    return pos + 4
+
+
+def fetch_response_tail(frame: bytes | memoryview, version: int) -> int | None:
+    """Where the top-level tagged fields of a whole FetchResponse ``frame`` (size prefix
+    included) start; ``None`` when the version is not walked or the frame makes no sense."""
+    if not FIRST_SKIMMABLE_VERSION <= version <= LAST_SKIMMABLE_VERSION:
+        return None
+    try:
+        pos = _fetch_tail(frame, version)
+    except (_Truncated, IndexError):
+        return None
+    return pos if pos <= len(frame) else None
+
+
+def produce_response_tail(frame: bytes | memoryview, version: int) -> int | None:
+    """:func:`fetch_response_tail` for a ProduceResponse."""
+    if not FIRST_PRODUCE_RESPONSE_VERSION <= version <= LAST_PRODUCE_RESPONSE_VERSION:
+        return None
+    try:
+        pos = _produce_tail(frame, version)
+    except (_Truncated, IndexError):
+        return None
+    return pos if pos <= len(frame) else None
+
+
+def fetch_response_has_node_endpoints(frame: bytes | memoryview, version: int) -> bool:
+    """True unless the whole FetchResponse ``frame`` (size prefix included) of ``version``
+    provably has no top-level tag-0 field."""
+    tail = fetch_response_tail(frame, version)
+    if tail is None:
+        return True
+    fields = _parse_tags(frame[tail:])
+    return fields is None or any(tag == NODE_ENDPOINTS_TAG for tag, _ in fields)
+
+
+# -- the tail: top-level tagged fields --------------------------------------------------------
 class _Reader:
     __slots__ = ("buf", "end", "pos")
 
-    def __init__(self, buf: bytes | memoryview, pos: int) -> None:
+    def __init__(self, buf: bytes | memoryview, pos: int = 0) -> None:
         self.buf = buf
         self.pos = pos
         self.end = len(buf)
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > self.end:
+            raise _Truncated
+        self.pos += n
+        return bytes(self.buf[self.pos - n : self.pos])
 
     def skip(self, n: int) -> None:
         if n < 0 or self.pos + n > self.end:
@@ -55,47 +253,543 @@ class _Reader:
                 return result
             shift += 7
 
-    def tagged_fields(self) -> list[int]:
-        """Skip a tagged-field section, returning its tags."""
-        tags = []
-        for _ in range(self.uvarint()):
-            tags.append(self.uvarint())
-            self.skip(self.uvarint())
-        return tags
+    def int32(self) -> int:
+        value: int = _I32.unpack(self.take(4))[0]
+        return value
+
+    def int16(self) -> int:
+        value: int = _I16.unpack(self.take(2))[0]
+        return value
 
     def compact_length(self) -> int:
-        """A compact array/bytes length; −1 for null."""
         return self.uvarint() - 1
 
+    def compact_string(self) -> str | None:
+        n = self.compact_length()
+        if n < 0:
+            return None
+        try:
+            return self.take(n).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Truncated from exc
 
-def fetch_response_has_node_endpoints(frame: bytes | memoryview, version: int) -> bool:
-    """True unless the whole FetchResponse ``frame`` (size prefix included) of ``version``
-    provably has no top-level tag-0 field."""
-    if not FIRST_SKIMMABLE_VERSION <= version <= LAST_SKIMMABLE_VERSION:
-        return True
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.skip(self.uvarint())
+
+    @property
+    def at_end(self) -> bool:
+        return self.pos == self.end
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _compact_string_bytes(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    raw = value.encode("utf-8")
+    return _uvarint_bytes(len(raw) + 1) + raw
+
+
+def _parse_tags(tail: bytes | memoryview) -> list[tuple[int, bytes]] | None:
+    """The fields of a tagged-fields section that fills ``tail`` exactly; None otherwise."""
+    r = _Reader(tail)
     try:
-        r = _Reader(frame, 4 + 4)  # size, correlation id
-        r.tagged_fields()  # response header v1
-        r.skip(4 + 2 + 4)  # throttle_time_ms, error_code, session_id
-        for _ in range(max(r.compact_length(), 0)):  # responses
-            if version >= 13:
-                r.skip(16)  # topic_id
-            else:
-                r.skip(r.compact_length())  # topic name (compact string)
-            for _ in range(max(r.compact_length(), 0)):  # partitions
-                r.skip(4 + 2 + 8 + 8 + 8)  # index, error, hw, lso, log start
-                for _ in range(max(r.compact_length(), 0)):  # aborted_transactions
-                    r.skip(8 + 8)
-                    r.tagged_fields()
-                r.skip(4)  # preferred_read_replica
-                records = r.compact_length()
-                if records > 0:
-                    r.skip(records)
-                r.tagged_fields()  # diverging_epoch, current_leader, snapshot_id: no addresses
-            r.tagged_fields()
-        tags = r.tagged_fields()
-        if r.pos != r.end:
-            return True
+        fields = []
+        for _ in range(r.uvarint()):
+            tag = r.uvarint()
+            fields.append((tag, r.take(r.uvarint())))
     except _Truncated:
-        return True
-    return NODE_ENDPOINTS_TAG in tags
+        return None
+    return fields if r.at_end else None
+
+
+def _encode_tags(fields: list[tuple[int, bytes]]) -> bytes:
+    parts = [_uvarint_bytes(len(fields))]
+    for tag, data in fields:
+        parts += (_uvarint_bytes(tag), _uvarint_bytes(len(data)), data)
+    return b"".join(parts)
+
+
+def _rewrite_endpoints(data: bytes, advertise: AddressRewrite) -> bytes:
+    """``node_endpoints`` (``NodeEndpoint``: node id, host, port, rack, tagged fields) with each
+    host/port replaced by what ``advertise`` answers."""
+    r = _Reader(data)
+    out = []
+    count = r.compact_length()
+    if count < 0:
+        raise _Truncated
+    out.append(_uvarint_bytes(count + 1))
+    for _ in range(count):
+        node_id = r.int32()
+        host = r.compact_string()
+        port = r.int32()
+        if host is None:
+            raise _Truncated
+        rest = r.pos
+        r.compact_string()  # rack
+        r.skip_tags()
+        host, port = advertise(node_id, host, port)
+        out += (_I32.pack(node_id), _compact_string_bytes(host), _I32.pack(port))
+        out.append(bytes(data[rest : r.pos]))
+    if not r.at_end:
+        raise _Truncated
+    return b"".join(out)
+
+
+def rewrite_node_endpoints(
+    tail: bytes | memoryview, advertise: AddressRewrite
+) -> list[tuple[int, bytes]] | None:
+    """The tail's tagged fields with ``node_endpoints`` rewritten; ``None`` when there is no
+    ``node_endpoints`` (nothing to change). Raises :class:`MalformedFrame` on a tail that is
+    not a well-formed tagged-fields section."""
+    fields = _parse_tags(tail)
+    if fields is None:
+        raise MalformedFrame("response ends with a malformed tagged-fields section")
+    if not any(tag == NODE_ENDPOINTS_TAG for tag, _ in fields):
+        return None
+    try:
+        return [
+            (tag, _rewrite_endpoints(data, advertise) if tag == NODE_ENDPOINTS_TAG else data)
+            for tag, data in fields
+        ]
+    except _Truncated as exc:
+        raise MalformedFrame("malformed node_endpoints in a response") from exc
+
+
+def _pads(length: int) -> Iterator[tuple[int, bytes]]:
+    """Unknown tagged fields (tags from :data:`PAD_TAG`, 2-byte varints) that encode to
+    exactly ``length`` bytes (at least 3)."""
+    tag = PAD_TAG
+    while length:
+        if length < 3:
+            raise MalformedFrame(f"cannot pad a tail by {length} bytes")
+        if length <= 130:  # tag (2) + size (1) + data
+            data = length - 3
+        elif length == 131:  # 2 + 1 + 128 cannot be: a 2-byte size; an empty field first
+            data = 0
+        else:  # tag (2) + size (2) + data, leaving no remainder too small for a field
+            data = min(length - 4, 16_383)
+            if 0 < length - 4 - data < 3:
+                data -= 3
+        yield tag, bytes(data)
+        tag += 1
+        length -= 2 + len(_uvarint_bytes(data)) + data
+
+
+def fit_tail(fields: list[tuple[int, bytes]], length: int) -> bytes:
+    """Encode ``fields`` as a tagged-fields section of exactly ``length`` bytes: the frame's
+    size was sent before its tail was known (cut-through). A shorter encoding is padded with
+    unknown tagged fields; one that cannot fit drops ``node_endpoints`` altogether — the client
+    then finds the new leader's address with a Metadata request, as before KIP-951 — so no
+    broker address is ever sent."""
+    tail = _encode_tags(fields)
+    if len(tail) != length and not 3 <= length - len(tail) <= 16_383 * 64:
+        fields = [(tag, data) for tag, data in fields if tag != NODE_ENDPOINTS_TAG]
+        tail = _encode_tags(fields)
+    if len(tail) < length:
+        tail = _encode_tags(fields + list(_pads(length - len(tail))))
+    if len(tail) != length:
+        raise MalformedFrame(f"cannot fit a rewritten tail of {len(tail)} bytes into {length}")
+    return tail
+
+
+# -- rewriting a response's tail --------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class NodeEndpointsTail:
+    """The raw-frame transform for a Fetch v16+ or Produce v10+ response: ``node_endpoints``
+    (KIP-951) rewritten in the tail, every other byte the broker's. ``fallback`` handles a
+    frame that cannot be walked (decode, rewrite, re-encode)."""
+
+    api_key: int
+    version: int
+    advertise: AddressRewrite
+    fallback: Callable[[bytes | memoryview], bytes | memoryview]
+
+    @property
+    def streamable(self) -> bool:
+        """Fetch responses are walked as they stream (cut-through)."""
+        return self.api_key == 1 and (
+            FIRST_SKIMMABLE_VERSION <= self.version <= LAST_SKIMMABLE_VERSION
+        )
+
+    def __call__(self, frame: bytes | memoryview) -> bytes | memoryview:
+        tail_at = (
+            fetch_response_tail(frame, self.version)
+            if self.api_key == 1
+            else produce_response_tail(frame, self.version)
+        )
+        if tail_at is None:
+            return self.fallback(frame)
+        if tail_at == len(frame) - 1 and not frame[tail_at]:  # no tagged field at all
+            return frame
+        try:
+            fields = rewrite_node_endpoints(frame[tail_at:], self.advertise)
+        except MalformedFrame:
+            return self.fallback(frame)
+        if fields is None:
+            return frame
+        tail = _encode_tags(fields)
+        size = tail_at - 4 + len(tail)
+        return b"".join((_I32.pack(size), frame[4:tail_at], tail))
+
+    def stream(self, frame_size: int) -> TailStream:
+        """Walk a response of ``frame_size`` bytes (size prefix included) as it streams."""
+        return TailStream(_fetch_walker(self.version), frame_size, self._finish)
+
+    def _finish(self, tail: bytes) -> bytes:
+        fields = rewrite_node_endpoints(tail, self.advertise)
+        return tail if fields is None else fit_tail(fields, len(tail))
+
+
+class TailStream:
+    """A response streamed to the client while a walker finds its tail (cut-through).
+
+    :meth:`feed` takes the frame's bytes as they arrive, from its size prefix on, and returns
+    what may be sent now: every byte the walker has passed, up to the start of the top-level
+    tagged fields. The tail is held back until the frame's last byte, then ``finish`` turns it
+    into what is sent instead (same length). Raises :class:`MalformedFrame` when the frame
+    does not have the structure the walker expects; nothing of the tail has left then.
+    """
+
+    __slots__ = ("_end", "_finish", "_held", "_partial", "_pos", "_step", "_walker")
+
+    def __init__(self, walker: _Walker, frame_size: int, finish: Callable[[bytes], bytes]) -> None:
+        self._walker: _Walker | None = walker
+        self._end = frame_size
+        self._finish = finish
+        self._pos = 0
+        self._held: list[bytes | memoryview] = []
+        self._partial = bytearray()
+        self._step = 0
+        self._next(None, first=True)
+
+    def _next(self, data: bytes | None, first: bool = False) -> None:
+        walker = self._walker
+        assert walker is not None
+        try:
+            step = next(walker) if first else walker.send(data)
+        except StopIteration:
+            self._walker = None
+            return
+        except _Truncated as exc:
+            raise MalformedFrame("a streamed response does not have its API's layout") from exc
+        if self._pos + abs(step) > self._end:
+            raise MalformedFrame("a streamed response's lengths run past its end")
+        self._step = step
+
+    def feed(self, data: bytes | memoryview, last: bool) -> list[bytes | memoryview]:
+        """The bytes of ``data`` that may go to the client now (``last``: the frame's last
+        bytes, which releases the rewritten tail)."""
+        view = memoryview(data)
+        n = len(view)
+        i = self._walk(view) if self._walker is not None else 0
+        out: list[bytes | memoryview] = []
+        if self._walker is not None:
+            if i:
+                out.append(view)
+        else:
+            if i:
+                out.append(view[:i])
+            if i < n:
+                self._held.append(view[i:])
+        if last:
+            if self._walker is not None:
+                raise MalformedFrame("a streamed response ended before its tagged fields")
+            out.append(self._finish(b"".join(self._held)))
+            self._held = []
+        return out
+
+    def _walk(self, view: memoryview) -> int:
+        """Give the walker the bytes of ``view`` it asks for; how many it took."""
+        n = len(view)
+        i = 0
+        while self._walker is not None and i < n:
+            step = self._step
+            if step >= 0:
+                take = min(step, n - i)
+                i += take
+                self._pos += take
+                if take == step:
+                    self._next(None)
+                else:
+                    self._step = step - take
+            else:
+                partial = self._partial
+                take = min(-step - len(partial), n - i)
+                partial += view[i : i + take]
+                i += take
+                self._pos += take
+                if len(partial) == -step:
+                    chunk = bytes(partial)
+                    partial.clear()
+                    self._next(chunk)
+        return i
+
+
+# -- Produce requests -------------------------------------------------------------------------
+class ProducePartitionSkim:
+    """``PartitionProduceData``: the index and a view of the record batches."""
+
+    __slots__ = ("index", "records")
+
+    def __init__(self, index: int, records: memoryview | None) -> None:
+        self.index = index
+        self.records = records
+
+
+class NamedTopicSkim:
+    """``TopicProduceData`` up to v12 (by name)."""
+
+    __slots__ = ("name", "partition_data")
+
+    def __init__(self, name: str, partition_data: tuple[ProducePartitionSkim, ...]) -> None:
+        self.name = name
+        self.partition_data = partition_data
+
+
+class IdTopicSkim:
+    """``TopicProduceData`` from v13 (by topic id, KIP-516)."""
+
+    __slots__ = ("partition_data", "topic_id")
+
+    def __init__(self, topic_id: UUID, partition_data: tuple[ProducePartitionSkim, ...]) -> None:
+        self.topic_id = topic_id
+        self.partition_data = partition_data
+
+
+class ProduceRequestSkim:
+    """What authorization reads of a ProduceRequest, with the kio body's field names."""
+
+    __slots__ = ("acks", "topic_data", "transactional_id")
+
+    def __init__(
+        self,
+        transactional_id: str | None,
+        acks: int,
+        topic_data: tuple[NamedTopicSkim | IdTopicSkim, ...],
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.acks = acks
+        self.topic_data = topic_data
+
+
+FIRST_SKIMMED_PRODUCE_VERSION: Final = 3
+LAST_SKIMMED_PRODUCE_VERSION: Final = 13
+
+
+def skim_produce_request(
+    frame: bytes | memoryview, version: int, client_id_end: int
+) -> ProduceRequestSkim | None:
+    """Read a whole ProduceRequest ``frame`` (``ProduceRequest.json`` v3–v13) after its client
+    id; ``None`` for another version. Every length is checked against the frame and the walk
+    must end exactly at its end: raises :class:`MalformedFrame` otherwise, as a decode would."""
+    if not FIRST_SKIMMED_PRODUCE_VERSION <= version <= LAST_SKIMMED_PRODUCE_VERSION:
+        return None
+    view = memoryview(frame)
+    end = len(view)
+    try:
+        if version >= 9:
+            transactional_id, pos = _compact_string(view, _tags_end(view, client_id_end))
+            acks = _I16.unpack_from(view, pos)[0]
+            count, pos = _uv(view, pos + 6)  # acks, timeout_ms
+            count -= 1
+        else:
+            transactional_id, pos = _string(view, client_id_end, nullable=True)
+            acks, count = _ACKS_COUNT.unpack_from(view, pos)
+            pos += 10
+        if count < 0:  # ``ProduceRequestData.read`` refuses a null array
+            raise MalformedFrame("non-nullable field topic_data was serialized as null")
+        if count > end - pos:  # every entry takes a byte at least: a hostile count
+            raise _Truncated
+        topics = []
+        for _ in range(count):
+            topic, pos = _produce_topic(view, pos, version)
+            topics.append(topic)
+        if version >= 9:
+            pos = _tags_end(view, pos)
+    except (_Truncated, IndexError, struct.error) as exc:
+        raise MalformedFrame(
+            f"cannot decode ProduceRequest v{version}: its lengths run past the frame"
+        ) from exc
+    if pos != end:
+        raise MalformedFrame(
+            f"cannot decode ProduceRequest v{version}: {end - pos} bytes left over"
+        )
+    return ProduceRequestSkim(transactional_id, acks, tuple(topics))
+
+
+_ACKS_COUNT = struct.Struct(">h4xi")  # acks, timeout_ms, topic_data count
+
+
+def _produce_topic(
+    view: memoryview, pos: int, version: int
+) -> tuple[NamedTopicSkim | IdTopicSkim, int]:
+    flexible = version >= 9
+    name: str | None = None
+    if version >= 13:
+        if pos + 16 > len(view):
+            raise _Truncated
+        topic_id = UUID(bytes=bytes(view[pos : pos + 16]))
+        pos += 16
+    elif flexible:
+        name, pos = _compact_string(view, pos)
+    else:
+        name, pos = _string(view, pos, nullable=False)
+    partitions, pos = _produce_partitions(view, pos, flexible)
+    if flexible:
+        pos = _tags_end(view, pos)
+    if version >= 13:
+        return IdTopicSkim(topic_id, partitions), pos
+    if name is None:
+        raise _Truncated
+    return NamedTopicSkim(name, partitions), pos
+
+
+def _produce_partitions(
+    view: memoryview, pos: int, flexible: bool
+) -> tuple[tuple[ProducePartitionSkim, ...], int]:
+    if flexible:
+        count, pos = _uv(view, pos)
+        count -= 1
+    else:
+        count = _I32.unpack_from(view, pos)[0]
+        pos += 4
+    if count < 0:
+        raise MalformedFrame("non-nullable field partition_data was serialized as null")
+    if count > len(view) - pos:
+        raise _Truncated
+    partitions = []
+    for _ in range(count):
+        index = _I32.unpack_from(view, pos)[0]
+        if flexible:
+            size, pos = _uv(view, pos + 4)
+            size -= 1
+        else:
+            size = _I32.unpack_from(view, pos + 4)[0]
+            pos += 8
+        records = None
+        if size >= 0:
+            if pos + size > len(view):
+                raise _Truncated
+            records = view[pos : pos + size]
+            pos += size
+        if flexible:
+            pos = _tags_end(view, pos)
+        partitions.append(ProducePartitionSkim(index, records))
+    return tuple(partitions), pos
+
+
+def _compact_string(view: memoryview, pos: int) -> tuple[str | None, int]:
+    length, pos = _uv(view, pos)
+    if not length:
+        return None, pos
+    stop = pos + length - 1
+    if stop > len(view):
+        raise _Truncated
+    try:
+        return str(view[pos:stop], "utf-8"), stop
+    except UnicodeDecodeError as exc:
+        raise _Truncated from exc
+
+
+def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
+    length = _I16.unpack_from(view, pos)[0]
+    pos += 2
+    if length < 0:
+        if not nullable:
+            raise _Truncated
+        return None, pos
+    stop = pos + length
+    if stop > len(view):
+        raise _Truncated
+    try:
+        return str(view[pos:stop], "utf-8"), stop
+    except UnicodeDecodeError as exc:
+        raise _Truncated from exc
+
+
+# -- ShareFetch and ShareAcknowledge responses ------------------------------------------------
+SHARE_FETCH: Final = 78
+SHARE_ACKNOWLEDGE: Final = 79
+SHARE_RESPONSE_VERSIONS: Final = range(1, 3)
+"""``ShareFetchResponse.json`` / ``ShareAcknowledgeResponse.json`` v1–v2 (KIP-932)."""
+
+
+class ShareResponseSkim:
+    """What the share-session handlers check of a response before passing its bytes on."""
+
+    __slots__ = ("error_code", "has_node_endpoints", "partitions")
+
+    def __init__(
+        self, error_code: int, partitions: list[tuple[UUID, int]], has_node_endpoints: bool
+    ) -> None:
+        self.error_code = error_code
+        self.partitions = partitions
+        """(topic id, partition index) of every partition entry, in order."""
+        self.has_node_endpoints = has_node_endpoints
+
+
+def skim_share_response(
+    frame: bytes | memoryview, api_key: int, version: int
+) -> ShareResponseSkim | None:
+    """Walk a whole ShareFetch or ShareAcknowledge response by its lengths, records unread;
+    ``None`` for another version or a frame the walk cannot follow exactly to its end."""
+    if version not in SHARE_RESPONSE_VERSIONS:
+        return None
+    fetch = api_key == SHARE_FETCH
+    try:
+        pos = _tags_end(frame, 8) + 4  # header, throttle_time_ms
+        error_code = _I16.unpack_from(frame, pos)[0]
+        pos = _compact_end(frame, pos + 2, True)  # error_message
+        if fetch or version >= 2:
+            pos += 4  # acquisition_lock_timeout_ms
+        partitions: list[tuple[UUID, int]] = []
+        topics, pos = _uv(frame, pos)
+        for _ in range(topics - 1):
+            if pos + 16 > len(frame):
+                raise _Truncated
+            topic_id = UUID(bytes=bytes(frame[pos : pos + 16]))
+            pos = _share_partitions(frame, pos + 16, fetch, topic_id, partitions)
+        endpoints, pos = _uv(frame, pos)
+        for _ in range(endpoints - 1):  # node id, host, port, rack, tagged fields
+            pos = _tags_end(
+                frame, _compact_end(frame, _compact_end(frame, pos + 4, False) + 4, True)
+            )
+        pos = _tags_end(frame, pos)
+    except (_Truncated, IndexError, struct.error):
+        return None
+    if pos != len(frame):
+        return None
+    return ShareResponseSkim(error_code, partitions, endpoints > 1)
+
+
+def _share_partitions(
+    frame: bytes | memoryview,
+    pos: int,
+    fetch: bool,
+    topic_id: UUID,
+    out: list[tuple[UUID, int]],
+) -> int:
+    count, pos = _uv(frame, pos)
+    for _ in range(count - 1):
+        out.append((topic_id, _I32.unpack_from(frame, pos)[0]))
+        pos = _compact_end(frame, pos + 6, True)  # index, error_code, error_message
+        if fetch:
+            pos = _compact_end(frame, pos + 2, True)  # acknowledge error code and message
+        pos = _tags_end(frame, pos + 8)  # current_leader: leader id, epoch (no address)
+        if fetch:
+            pos = _compact_end(frame, pos, True)  # records
+            acquired, pos = _uv(frame, pos)
+            for _ in range(acquired - 1):  # first offset, last offset, delivery count
+                pos = _tags_end(frame, pos + 18)
+        pos = _tags_end(frame, pos)
+    return _tags_end(frame, pos)

@@ -48,6 +48,7 @@ from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
 from kafkaguard.protocol.inflight import InflightQueue, ResponseTransform, Slot
+from kafkaguard.protocol.skim import NodeEndpointsTail, TailStream
 from kafkaguard.proxy.context import ConnectionContext
 from kafkaguard.proxy.handlers import REGISTRY
 from kafkaguard.proxy.handlers.ask import decide
@@ -211,6 +212,8 @@ class Exchange:
         """A broker response is being streamed to the client (cut-through)."""
         self._passthrough = 0
         """Bytes of the streamed response still to come from the broker."""
+        self._tail: TailStream | None = None
+        """The walk of a streamed response whose tail may need rewriting (Fetch v16+)."""
         self._closing: str | None = None
         """Answer what is pending, then close (a failed SASL authentication, as Kafka does)."""
         self._draining = False
@@ -340,7 +343,8 @@ class Exchange:
                 return out
             view = memoryview(data)
             self._passthrough = 0
-            self._stream(view[:n], True)  # (may close: then nothing more is sent)
+            if not self._stream(view[:n], True):
+                return out
             data = view[n:]  # type: ignore[assignment]
         try:
             frames = self._broker_frames.feed(data)
@@ -355,6 +359,15 @@ class Exchange:
         ):
             chunks, self._passthrough = buffer.take_partial()
             slot = self._inflight.claim_for_stream()
+            if isinstance(slot.transform, NodeEndpointsTail):  # walked as it streams
+                try:
+                    self._tail = tail = slot.transform.stream(
+                        sum(map(len, chunks)) + self._passthrough
+                    )
+                    chunks = [part for chunk in chunks for part in tail.feed(chunk, False)]
+                except ProtocolError as exc:
+                    self._close(f"cannot relay the broker's response: {exc}", CloseCause.UPSTREAM)
+                    return out
             self._count_response(self.stats.responses_from_broker, slot)
             stats = self.stats  # latencies to the first streamed byte: the proxy adds nothing
             stats.observe(stats.upstream_latency, slot.api_key, self._waited(slot))
@@ -586,8 +599,8 @@ class Exchange:
                     verdict.request, header.correlation_id, header.client_id
                 )
             if verdict.expects_response:
-                transform = None
-                if verdict.rewrite is not None:
+                transform = verdict.transform
+                if transform is None and verdict.rewrite is not None:
                     transform = response_transform(verdict.rewrite, header, verdict.decode_if)
                 self._inflight.forward(
                     header.correlation_id,
@@ -674,13 +687,27 @@ class Exchange:
             and self._inflight.can_stream(peek_correlation_id(response_head))
         )
 
-    def _stream(self, data: bytes | memoryview, done: bool) -> None:
+    def _stream(self, data: bytes | memoryview, done: bool) -> bool:
+        """Send what may go of a streamed response; False when it closed the connection."""
         self.liveness.active = True
-        self.stats.bytes_to_client += len(data)
-        self._out.append(SendClient([data]))
+        tail = self._tail
+        if tail is None:
+            self.stats.bytes_to_client += len(data)
+            self._out.append(SendClient([data]))
+        else:  # the walk holds back the tail, and rewrites it once the last byte is in
+            try:
+                parts = tail.feed(data, done)
+            except ProtocolError as exc:
+                self._close(f"cannot relay the broker's response: {exc}", CloseCause.UPSTREAM)
+                return False
+            if parts:
+                self.stats.bytes_to_client += sum(map(len, parts))
+                self._out.append(SendClient(parts))
         if done:
+            self._tail = None
             self._streaming = False
             self._flush()
+        return not self.closed
 
     def _flush(self) -> None:
         """Send the responses now due; a freed slot lets held requests proceed."""
@@ -766,11 +793,7 @@ def handle_request(
         ), True
     if header.api_version not in ctx.supported_versions(header.api_key):
         return handler.unsupported_version(header, ctx), False
-    body = (
-        codec.decode_request(frame, header.api_key, header.api_version)
-        if handler.decode_request
-        else None
-    )
+    body = handler.read_request(header, frame)
     return decide(handler, Request(header, frame, body), ctx), True
 
 

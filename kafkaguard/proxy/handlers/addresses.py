@@ -10,7 +10,8 @@ Which responses carry broker addresses (checked against every kio response schem
 FindCoordinator v0–3 top level and v4+ ``coordinators`` (:func:`rewrite_coordinators`);
 DescribeCluster ``brokers`` (:func:`rewrite_describe_cluster_brokers`); Produce v10+, Fetch
 v16+, ShareFetch and ShareAcknowledge ``node_endpoints`` (KIP-951,
-:func:`node_endpoints_rewrite`). DescribeQuorum and the
+:func:`node_endpoints_rewrite`; on the data path's fast paths :func:`node_endpoints_transform`
+rewrites them in the raw response's tail, records untouched). DescribeQuorum and the
 Raft/registration APIs carry controller endpoints and are refused (broker-internal). The
 ``host`` fields of Describe/DeleteAcls are ACL hosts and those of the Streams group APIs are
 application endpoints: neither is a broker address.
@@ -21,8 +22,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Final
 
-from kafkaguard.proxy.handlers.base import HandlerContext, Request, ResponseRewrite
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.header import peek_correlation_id
+from kafkaguard.protocol.skim import NodeEndpointsTail, fetch_response_has_node_endpoints
+from kafkaguard.proxy.handlers.base import (
+    FORWARD,
+    Forward,
+    HandlerContext,
+    Request,
+    ResponseRewrite,
+)
 
+FETCH: Final = 1
 FIRST_VERSION_WITH_NODE_ENDPOINTS: Final = {0: 10, 1: 16}
 """Produce and Fetch: the first version whose response carries ``node_endpoints``."""
 
@@ -92,6 +104,69 @@ def node_endpoints_rewrite(request: Request, ctx: HandlerContext) -> ResponseRew
         if not response.node_endpoints:
             return response
         endpoints = rewrite_node_addresses(response.node_endpoints, ctx, "node_id")
+        if endpoints is response.node_endpoints:
+            return response
         return replace(response, node_endpoints=endpoints)
 
     return rewrite
+
+
+def node_endpoints_transform(
+    request: Request, ctx: HandlerContext, rewrite: ResponseRewrite | None = None
+) -> NodeEndpointsTail | None:
+    """The ``node_endpoints`` rewrite of a forwarded Produce/Fetch request's response, on its
+    raw bytes: the tail is found by a skim and rewritten alone, a Fetch response streams
+    (:mod:`kafkaguard.protocol.skim`). ``None`` for versions without ``node_endpoints``. A
+    response the skim cannot walk is decoded and rewritten whole
+    (:func:`node_endpoints_rewrite`)."""
+    if rewrite is None:  # (the caller's own :func:`node_endpoints_rewrite`, when it has one)
+        rewrite = node_endpoints_rewrite(request, ctx)
+        if rewrite is None:
+            return None
+    header = request.header
+    api_key, version = header.api_key, header.api_version
+
+    def decoded(frame: Frame) -> Frame:
+        body = codec.decode_response(frame, api_key, version)
+        new = rewrite(body)
+        return frame if new is body else codec.encode_response(new, peek_correlation_id(frame))
+
+    return NodeEndpointsTail(api_key, version, ctx.advertise_node, decoded)
+
+
+class _AllowedForwards:
+    """Per connection: the verdict for an allowed Produce/Fetch of each (api key, version),
+    built once: it carries nothing of the request, and the data path is spared building the
+    same rewrite, transform and verdict for every request."""
+
+    __slots__ = ("by_version",)
+
+    def __init__(self) -> None:
+        self.by_version: dict[tuple[int, int], Forward] = {}
+
+
+def allowed_forward(request: Request, ctx: HandlerContext) -> Forward:
+    """``Forward()`` of an allowed Produce/Fetch sent as the client's bytes, with the
+    ``node_endpoints`` rewrite of its response for the versions that have them (Fetch: with
+    the skim that spares the decoded path from decoding responses without them)."""
+    header = request.header
+    key = (header.api_key, header.api_version)
+    cache = ctx.connection_state.get(_AllowedForwards).by_version
+    verdict = cache.get(key)
+    if verdict is None:
+        rewrite = node_endpoints_rewrite(request, ctx)
+        if rewrite is None:
+            verdict = FORWARD
+        else:
+            version = header.api_version
+            verdict = Forward(
+                rewrite=rewrite,
+                decode_if=(
+                    (lambda frame: fetch_response_has_node_endpoints(frame, version))
+                    if header.api_key == FETCH
+                    else None
+                ),
+                transform=node_endpoints_transform(request, ctx, rewrite),
+            )
+        cache[key] = verdict
+    return verdict

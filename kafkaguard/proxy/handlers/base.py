@@ -42,9 +42,11 @@ from kafkaguard.protocol.codec import (
     ResponsePayload,
     build_error_response,
     codec_versions,
+    decode_request,
 )
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
+from kafkaguard.protocol.inflight import ResponseTransform
 
 if TYPE_CHECKING:
     from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
@@ -62,8 +64,10 @@ class Request:
     header: RequestHeaderInfo
     frame: Frame
     """The whole original frame, size prefix included."""
-    body: RequestPayload | None
-    """Decoded by kio when the handler asked for it (``decode_request``), else ``None``."""
+    body: Any
+    """What :meth:`ApiHandler.read_request` made of the frame: decoded by kio when the handler
+    asked for it (``decode_request``), a skim of the few fields it needs (Produce), or
+    ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,10 @@ class Forward:
     decode_if: Callable[[Frame], bool] | None = None
     """A cheap look at the broker's raw response: when it answers False, ``rewrite`` would
     change nothing, so the response is not decoded and its bytes go back as they are."""
+    transform: ResponseTransform | None = None
+    """The same change as ``rewrite``, made on the broker's raw response without decoding it;
+    the exchange applies it instead of ``rewrite`` (the ``node_endpoints`` tail,
+    :class:`~kafkaguard.protocol.skim.NodeEndpointsTail`, even while the response streams)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +245,13 @@ class ApiHandler:
         if self.max_version is None:
             return known
         return range(known.start, min(known.stop, self.max_version + 1))
+
+    def read_request(self, header: RequestHeaderInfo, frame: Frame) -> Any:
+        """The body :meth:`on_request` reads: kio's decode when ``decode_request``, else
+        ``None``. A data-path handler reads only the fields it authorizes instead."""
+        if self.decode_request:
+            return decode_request(frame, header.api_key, header.api_version)
+        return None
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         return Close(f"{type(self).__name__} does not decide api key {self.api_key}")

@@ -37,9 +37,9 @@ connection and authorizes the whole mirror on every request, as Kafka does:
   check); a requested partition that is dropped means the request is rewritten.
 
 Fast path: nothing denied and no withheld partition → the client's bytes go up unchanged and the
-response is not decoded (v16+ responses are skimmed for ``node_endpoints`` and decoded only when
-they carry some, :mod:`kafkaguard.protocol.skim`; epoch-0 fetches are decoded to learn the
-session id). Sessionless clients (epoch −1) never pay for the mirror.
+response is not decoded (v16+ responses are walked by their lengths, as they stream, and only
+a ``node_endpoints`` tail is rewritten, :mod:`kafkaguard.protocol.skim`; epoch-0 fetches are
+decoded to learn the session id). Sessionless clients (epoch −1) never pay for the mirror.
 """
 
 from __future__ import annotations
@@ -53,7 +53,11 @@ from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.skim import fetch_response_has_node_endpoints
-from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
+from kafkaguard.proxy.handlers.addresses import (
+    allowed_forward,
+    node_endpoints_rewrite,
+    node_endpoints_transform,
+)
 from kafkaguard.proxy.handlers.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
 from kafkaguard.proxy.handlers.base import (
@@ -422,15 +426,19 @@ class FetchHandler(ApiHandler):
         upstream: Any,
         rewrite: ResponseRewrite | None,
     ) -> Verdict:
+        if rewrite is None and upstream is None:
+            # Only the KIP-951 addresses may need rewriting, and brokers rarely send them:
+            # the raw response is walked for them (as it streams, when large) and only its
+            # tail is rewritten; no record batch is decoded.
+            return allowed_forward(request, ctx)
         endpoints = node_endpoints_rewrite(request, ctx)
         if endpoints is not None and rewrite is None:
-            # Only the KIP-951 addresses may need rewriting, and brokers rarely send them:
-            # skim the raw response for them instead of decoding every record batch.
             version = request.header.api_version
             return Forward(
                 request=upstream,
                 rewrite=endpoints,
                 decode_if=lambda frame: fetch_response_has_node_endpoints(frame, version),
+                transform=node_endpoints_transform(request, ctx, endpoints),
             )
         return Forward(request=upstream, rewrite=chain(endpoints, rewrite))
 

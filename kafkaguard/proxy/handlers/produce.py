@@ -14,7 +14,11 @@ Checks, in Kafka's order:
 when an acks=0 produce fails. Allowed ``acks=0`` requests take no reply slot.
 
 Whether a batch is transactional is read from the batch header's attributes (bit 4) only;
-records are never decoded (``docs/design.md#forwarded-untouched``).
+records are never decoded (``docs/design.md#forwarded-untouched``). The request itself is not
+decoded either: a skim reads the transactional id, ``acks``, topics and partitions
+(:func:`~kafkaguard.protocol.skim.skim_produce_request`), and an allowed request goes up as the
+client's bytes; only a partly denied one is decoded, to be split. The response's
+``node_endpoints`` (v10+) are rewritten in its raw tail.
 """
 
 from __future__ import annotations
@@ -26,12 +30,16 @@ from uuid import UUID
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import node_endpoints_rewrite
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.header import RequestHeaderInfo
+from kafkaguard.protocol.skim import skim_produce_request
+from kafkaguard.proxy.handlers.addresses import allowed_forward, node_endpoints_rewrite
 from kafkaguard.proxy.handlers.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.authz import (
     TopicKey,
     authorize_topics,
     is_allowed,
+    topic,
     topic_key,
     transactional_id,
 )
@@ -74,9 +82,30 @@ def has_transactional_batches(body: Any) -> bool:
     return False
 
 
+def _denied_topics(
+    ctx: HandlerContext, request: Request, keys: list[TopicKey]
+) -> dict[TopicKey, ErrorCode]:
+    """:func:`~authz.authorize_topics` for WRITE; a request to one topic (nearly every
+    producer's) is one check, the same :class:`Action` (reference count 1), made directly."""
+    if len(keys) != 1:
+        return authorize_topics(ctx, request, AclOperation.WRITE, keys)
+    key = keys[0]
+    name = key if isinstance(key, str) else ctx.topic_name(key)
+    if name is None:
+        return {key: ErrorCode.unknown_topic_id}
+    if is_allowed(ctx, request, AclOperation.WRITE, topic(name)):
+        return {}
+    return {key: ErrorCode.topic_authorization_failed}
+
+
 class ProduceHandler(ApiHandler):
     api_key = 0
-    decode_request = True
+
+    def read_request(self, header: RequestHeaderInfo, frame: Frame) -> Any:
+        skim = skim_produce_request(frame, header.api_version, header.client_id_end)
+        if skim is None:  # a version the skim does not know: kio's decode
+            return codec.decode_request(frame, self.api_key, header.api_version)
+        return skim
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         return listed_topic_ids(request.body, "topic_data")
@@ -91,15 +120,18 @@ class ProduceHandler(ApiHandler):
         ):
             return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
         keys = [topic_key(e) for e in body.topic_data]
-        denied = authorize_topics(ctx, request, AclOperation.WRITE, keys)
+        denied = _denied_topics(ctx, request, keys)
         if not denied:
             if body.acks == 0:
                 return Forward(expects_response=False)
-            return Forward(rewrite=node_endpoints_rewrite(request, ctx))
+            return allowed_forward(request, ctx)
         if body.acks == 0:
             return Close("acks=0 Produce to a topic it may not write (Kafka closes too)")
         entries = self._denied_entries(request, body, denied)
-        kept = tuple(e for e in body.topic_data if topic_key(e) not in denied)
+        # The split re-encodes the request: it needs kio's body, not the skim.
+        decoded: Any = codec.decode_request(request.frame, self.api_key, request.header.api_version)
+        request = Request(request.header, request.frame, decoded)
+        kept = tuple(e for e in decoded.topic_data if topic_key(e) not in denied)
         merge = merge_rewrite(keys, entries, "responses", topic_key)
         endpoints = node_endpoints_rewrite(request, ctx)
         return split(request, "topic_data", kept, "responses", merge, rewrite=endpoints)

@@ -55,16 +55,20 @@ opened on it (as :mod:`fetch` mirrors KIP-227 sessions):
 A ShareFetch continuing a session not opened on this connection is answered
 SHARE_SESSION_NOT_FOUND (122) without reaching the broker (the client then opens a new one), so
 a guessed session cannot pull data past the proxy; ShareAcknowledge and a closing ShareFetch
-need only the partitions they name and are served. Responses are always decoded: the broker's
+need only the partitions they name and are served. Responses are always checked: the broker's
 entries are kept only for partitions authorized in this request (anything else the broker's
 session might hold is dropped), and ``NodeEndpoints`` carries broker addresses
-(``docs/design.md#clients-never-see-a-broker-address``). Session errors (122, 123, 133) and
+(``docs/design.md#clients-never-see-a-broker-address``). A skim of the raw response
+(:func:`~kafkaguard.protocol.skim.skim_share_response`) reads its partitions and whether it has
+``NodeEndpoints``: when every entry is allowed, nothing is to be merged in and there are no
+endpoints, the broker's bytes go on undecoded (records included); otherwise it is decoded and
+completed. Session errors (122, 123, 133) and
 every other top-level error reach the client as the broker gave them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -73,6 +77,9 @@ from uuid import UUID
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.inflight import ResponseTransform
+from kafkaguard.protocol.skim import skim_share_response
 from kafkaguard.proxy.handlers.addresses import rewrite_node_addresses
 from kafkaguard.proxy.handlers.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.authz import authorize_topics, group, is_allowed
@@ -83,6 +90,7 @@ from kafkaguard.proxy.handlers.base import (
     HandlerContext,
     Request,
     Respond,
+    ResponseRewrite,
     Verdict,
 )
 from kafkaguard.proxy.handlers.responses import entity, response_type, whole_error
@@ -350,6 +358,39 @@ def _node_endpoints(response: Any, ctx: HandlerContext) -> Any:
     return codec.replace(response, node_endpoints=endpoints)
 
 
+def _skimmed(
+    request: Request,
+    complete: ResponseRewrite,
+    allowed: set[SharePartition],
+    synthesizes: bool,
+    confirm: Callable[[], None] | None,
+) -> ResponseTransform:
+    """``complete`` on the raw response: when a skim shows it would change nothing (every
+    partition allowed, none of the proxy's own entries to add, no ``NodeEndpoints``), the
+    broker's bytes are passed on undecoded — records and all; otherwise the response is decoded
+    and completed as before. ``confirm`` runs as ``complete`` would run it on an error-free
+    response."""
+    header = request.header
+    api_key, version, correlation_id = header.api_key, header.api_version, header.correlation_id
+
+    def transform(frame: Frame) -> Frame:
+        skim = skim_share_response(frame, api_key, version)
+        if (
+            skim is None
+            or skim.has_node_endpoints
+            or (synthesizes and skim.error_code == ErrorCode.none)
+            or any(key not in allowed for key in skim.partitions)
+        ):
+            body = codec.decode_response(frame, api_key, version)
+            new = complete(body)
+            return frame if new is body else codec.encode_response(new, correlation_id)
+        if confirm is not None and skim.error_code == ErrorCode.none:
+            confirm()
+        return frame
+
+    return transform
+
+
 def _partition_type(request: Request) -> type[Any]:
     return codec.nested_type(codec.nested_type(response_type(request), "responses"), "partitions")
 
@@ -476,12 +517,20 @@ class ShareFetchHandler(_ShareSessionHandler):
         entries = _share_fetch_entries(request, plan)
         number = mirror.sent if mirror is not None else 0
 
-        def complete(response: Any) -> Any:
-            if mirror is not None and response.error_code == ErrorCode.none:
+        def confirm() -> None:
+            if mirror is not None:
                 _confirm_forgotten(mirror, plan.forgotten, number)
+
+        def complete(response: Any) -> Any:
+            if response.error_code == ErrorCode.none:
+                confirm()
             return _node_endpoints(_merge(response, plan.allowed, entries), ctx)
 
-        return Forward(request=plan.upstream, rewrite=complete)
+        return Forward(
+            request=plan.upstream,
+            rewrite=complete,
+            transform=_skimmed(request, complete, plan.allowed, bool(entries), confirm),
+        )
 
 
 def _continue_plan(
@@ -553,7 +602,11 @@ class ShareAcknowledgeHandler(_ShareSessionHandler):
         def complete(response: Any) -> Any:
             return _node_endpoints(_merge(response, allowed, entries), ctx)
 
-        return Forward(request=_upstream_body(body, denied), rewrite=complete)
+        return Forward(
+            request=_upstream_body(body, denied),
+            rewrite=complete,
+            transform=_skimmed(request, complete, allowed, bool(entries), None),
+        )
 
 
 HANDLERS: list[ApiHandler] = [ShareFetchHandler(), ShareAcknowledgeHandler()]
