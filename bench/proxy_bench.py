@@ -24,6 +24,8 @@ their order rotated per round; medians over rounds are printed with proxy/direct
   compression, one partition; fixed message count; timed from the first ``produce()`` to the
   end of ``flush()``, after a warm-up message so metadata lookup is excluded. The topic is
   deleted after every run (Tansu keeps every record in memory).
+* ``produce-50p``: 50 producers at once, the ``produce-1k`` count of 1 KiB records between
+  them (each producer its own connections; the proxy's work spreads over its ``workers``).
 * ``consume``: a confluent-kafka Consumer ``assign()``-ed to a pre-filled 1 KiB topic from the
   beginning (no group join, no commits), timed from ``assign()`` to the last message.
 * ``latency``: produce one 100 B message with ``linger.ms=0`` and wait for its delivery report,
@@ -35,6 +37,9 @@ authorizer, 512 MB heap, started by ``tests/support/kafka_broker.py``: needs Jav
 Maven, like the ``kafka`` tests); the relay then fronts a second Kafka that advertises the
 relay's port, ``metadata-rtt`` sends Metadata v4 (Kafka 4 removed v0-v3, KIP-896), and one
 unrecorded warm-up round runs first (the JVM's JIT; ``--warmup-rounds``).
+
+``--workers N`` adds the side ``kafkaguard-xN``: the same proxy with ``workers: N``
+(kafkaguard/proxy/workers.py); proxy CPU is then the whole process tree's.
 
 ``--profile-proxy FILE`` runs the proxy under cProfile (``python -m cProfile -o FILE``); it is
 stopped with SIGINT so the profile is written. ``--kafkaguard-path DIR`` runs the proxy from
@@ -172,12 +177,19 @@ class Side:
 
 
 def cpu_seconds(pid: int | None) -> float:
-    """user + system CPU time of a process (Linux ``/proc``), 0 when there is none."""
+    """user + system CPU time of a process and its live children (``workers``: the
+    supervisor and its worker processes; Linux ``/proc``), 0 when there is none."""
     if pid is None:
         return 0.0
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            kids = [int(child) for child in children.read().split()]
+    except FileNotFoundError:  # ended meanwhile
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(kid) for kid in kids)
 
 
 class Timer:
@@ -266,6 +278,7 @@ class Env:
         name: str = "kafkaguard",
         path: str | None = None,
         profile: str | None = None,
+        workers: int = 1,
     ) -> Side:
         port = free_port()
         config = Path(self.tmp.name) / f"{name}.yaml"
@@ -282,6 +295,7 @@ class Env:
             f"    port: {port}\n"
             f"    broker_ports: {{base: {free_base()}}}\n"
             f"upstream:\n  bootstrap_servers: ['{upstream}']\n"
+            f"workers: {workers}\n"
             "logging:\n  level: WARNING\n" + (AUTHZ_SUPER if args.authz == "super" else AUTHZ_ACLS)
         )
         env = dict(os.environ)
@@ -414,6 +428,35 @@ def produce_run(side: Side, size: int, count: int) -> float:
         delete_topic(side.admin_bootstrap, topic)
 
 
+def produce_many_run(side: Side, size: int, count: int, producers: int = 50) -> float:
+    """Messages per second for ``count`` records of ``size`` bytes from ``producers``
+    producers at once (each its own connections; one Python thread hands them records in
+    turn, librdkafka's threads send them)."""
+    topic = f"bench-m-{uuid.uuid4().hex[:8]}"
+    create_topic(side.admin_bootstrap, topic)
+    try:
+        prods = [producer(side.bootstrap) for _ in range(producers)]
+        for prod in prods:
+            prod.produce(topic, b"w")
+        if any(prod.flush(30) != 0 for prod in prods):
+            raise RuntimeError(f"{side.name}: warm-up messages not delivered")
+        payload = os.urandom(size)
+        timer = Timer(side)
+        for i in range(count):
+            prod = prods[i % producers]
+            while True:
+                try:
+                    prod.produce(topic, payload)
+                    break
+                except BufferError:
+                    prod.poll(0.001)
+        if any(prod.flush(120) != 0 for prod in prods):
+            raise RuntimeError(f"{side.name}: messages left undelivered")
+        return count / timer.stop()
+    finally:
+        delete_topic(side.admin_bootstrap, topic)
+
+
 def fill_topic(side: Side, count: int, size: int) -> None:
     side.consume_topic = f"bench-c-{uuid.uuid4().hex[:8]}"
     create_topic(side.admin_bootstrap, side.consume_topic)
@@ -531,7 +574,7 @@ PLANS = {
     "quick": Plan(rounds=3, produce_1k=100_000, produce_100=300_000, consume=100_000, latency=500),
 }
 
-WORKLOADS = ("produce-1k", "produce-100", "consume", "latency", "metadata-rtt")
+WORKLOADS = ("produce-1k", "produce-100", "produce-50p", "consume", "latency", "metadata-rtt")
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -567,6 +610,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
         ]
         if args.candidate:
             sides.append(env.start_proxy(broker, args, "candidate", args.candidate))
+        if args.workers > 1:
+            name = f"kafkaguard-x{args.workers}"
+            sides.append(env.start_proxy(broker, args, name, workers=args.workers))
         if args.relay:
             relay_port = free_port()
             relayed = (
@@ -585,6 +631,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
         jobs: dict[str, Callable[[Side], float | list[float]]] = {
             "produce-1k": lambda s: produce_run(s, 1024, plan.produce_1k),
             "produce-100": lambda s: produce_run(s, 100, plan.produce_100),
+            "produce-50p": lambda s: produce_many_run(s, 1024, plan.produce_1k),
             "consume": lambda s: consume_run(s, plan.consume),
             "latency": lambda s: latency_run(s, plan.latency),
             "metadata-rtt": lambda s: metadata_rtt(s, plan.latency, 4 if kafka else 1),
@@ -650,7 +697,7 @@ def report(
                 rows.append((f"{workload} {label}", values, False))
         else:
             values = {n: statistics.median(results[(workload, n)]) for n in names}  # type: ignore[arg-type]
-            size = 100 if workload == "produce-100" else 1024
+            size = 100 if workload == "produce-100" else 1024  # produce-50p: 1 KiB
             rows.append((f"{workload} msg/s", values, True))
             rows.append((f"{workload} MB/s", {n: v * size / 1e6 for n, v in values.items()}, True))
         for label, values, throughput in rows:
@@ -701,6 +748,13 @@ def main(argv: list[str] | None = None) -> int:
         "--warmup-rounds",
         type=int,
         help="unrecorded rounds first (default 1 with --upstream kafka: JIT warm-up, else 0)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="also run kafkaguard with workers: N as side kafkaguard-xN (N > 1)",
     )
     parser.add_argument(
         "--serve-relay", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS

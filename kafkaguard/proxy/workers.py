@@ -19,7 +19,9 @@ configuration is loaded and before anything else starts, then only waits:
   second signal cuts the drain short), SIGHUP too (each reloads the file itself; a worker
   still starting gets it once it serves). A worker reads the file when it starts, so one
   started again after a reload runs the file as it is then;
-* a worker whose supervisor dies gets SIGTERM (``PR_SET_PDEATHSIG``), so none is orphaned.
+* a worker whose supervisor dies gets SIGTERM (``PR_SET_PDEATHSIG``), so none is orphaned;
+  each worker has a process group of its own, so a signal to the supervisor's group (a
+  terminal's Ctrl-C) reaches a worker once, from the supervisor.
 
 Per worker: connection limits (``max_connections``, ``max_connections_per_ip``,
 ``max_connection_creation_rate``), SASL failure delays, the authentication pool, and the
@@ -119,6 +121,8 @@ class Supervisor:
     def _child(self, index: int, ready: int, supervisor: int) -> int:
         status = 1
         try:
+            os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the supervisor only: it is sent on
+            # once (a second SIGINT would cut the worker's drain short)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's server installs its own
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
