@@ -28,6 +28,7 @@ their order rotated per round; medians over rounds are printed with proxy/direct
   them (each producer its own connections; the proxy's work spreads over its ``workers``).
 * ``consume``: a confluent-kafka Consumer ``assign()``-ed to a pre-filled 1 KiB topic from the
   beginning (no group join, no commits), timed from ``assign()`` to the last message.
+* ``consume-100``: the same with 100 B records (the ``produce-100`` count).
 * ``latency``: produce one 100 B message with ``linger.ms=0`` and wait for its delivery report,
   repeated; p50/p99 per side. ``metadata-rtt``: a raw-socket Metadata v1 request (no topics)
   round trip, p50/p99 (through kafkaguard this response is decoded and re-encoded).
@@ -171,7 +172,8 @@ class Side:
     bootstrap: str
     admin_bootstrap: str
     """Where topics are created and deleted (always the broker itself)."""
-    consume_topic: str = ""
+    consume_topics: dict[int, str] = field(default_factory=dict)
+    """Pre-filled topics to consume, by record size."""
     pid: int | None = None
     """The proxy process whose CPU time is measured (relay, kafkaguard)."""
 
@@ -457,23 +459,25 @@ def produce_many_run(side: Side, size: int, count: int, producers: int = 50) -> 
         delete_topic(side.admin_bootstrap, topic)
 
 
-def fill_topic(side: Side, count: int, size: int) -> None:
-    side.consume_topic = f"bench-c-{uuid.uuid4().hex[:8]}"
-    create_topic(side.admin_bootstrap, side.consume_topic)
+def fill_topic(side: Side, count: int, size: int) -> str:
+    """A new topic holding ``count`` records of ``size`` bytes; its name."""
+    topic = f"bench-c-{uuid.uuid4().hex[:8]}"
+    create_topic(side.admin_bootstrap, topic)
     prod = producer(side.admin_bootstrap, **{"linger.ms": 20})
     payload = os.urandom(size)
     for _ in range(count):
         while True:
             try:
-                prod.produce(side.consume_topic, payload)
+                prod.produce(topic, payload)
                 break
             except BufferError:
                 prod.poll(0.001)
     if prod.flush(120) != 0:
         raise RuntimeError("pre-fill failed")
+    return topic
 
 
-def consume_run(side: Side, count: int) -> float:
+def consume_run(side: Side, size: int, count: int) -> float:
     cons = Consumer(
         {
             "bootstrap.servers": side.bootstrap,
@@ -484,9 +488,10 @@ def consume_run(side: Side, count: int) -> float:
         }
     )
     try:
-        cons.list_topics(side.consume_topic, timeout=15)  # metadata lookup not timed
+        topic = side.consume_topics[size]
+        cons.list_topics(topic, timeout=15)  # metadata lookup not timed
         timer = Timer(side)
-        cons.assign([TopicPartition(side.consume_topic, 0, 0)])
+        cons.assign([TopicPartition(topic, 0, 0)])
         got = 0
         deadline = time.monotonic() + 120
         while got < count:
@@ -574,7 +579,17 @@ PLANS = {
     "quick": Plan(rounds=3, produce_1k=100_000, produce_100=300_000, consume=100_000, latency=500),
 }
 
-WORKLOADS = ("produce-1k", "produce-100", "produce-50p", "consume", "latency", "metadata-rtt")
+WORKLOADS = (
+    "produce-1k",
+    "produce-100",
+    "produce-50p",
+    "consume",
+    "consume-100",
+    "latency",
+    "metadata-rtt",
+)
+SIZES = {"produce-100": 100, "consume-100": 100}
+"""Record size of the throughput workloads other than 1 KiB."""
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -621,18 +636,21 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
                 else env.start_broker(advertised=HostPort("127.0.0.1", relay_port)).address
             )
             sides.insert(1, env.start_relay(relay_port, relayed))
-        if "consume" in workloads:  # one pre-filled topic per broker, read by every round
+        fills = {1024: plan.consume, 100: plan.produce_100}  # one topic per broker and size
+        for size, count in fills.items():
+            if ("consume" if size == 1024 else "consume-100") not in workloads:
+                continue
             filled: dict[str, str] = {}
             for side in sides:
                 if side.admin_bootstrap not in filled:
-                    fill_topic(side, plan.consume, 1024)
-                    filled[side.admin_bootstrap] = side.consume_topic
-                side.consume_topic = filled[side.admin_bootstrap]
+                    filled[side.admin_bootstrap] = fill_topic(side, count, size)
+                side.consume_topics[size] = filled[side.admin_bootstrap]
         jobs: dict[str, Callable[[Side], float | list[float]]] = {
             "produce-1k": lambda s: produce_run(s, 1024, plan.produce_1k),
             "produce-100": lambda s: produce_run(s, 100, plan.produce_100),
             "produce-50p": lambda s: produce_many_run(s, 1024, plan.produce_1k),
-            "consume": lambda s: consume_run(s, plan.consume),
+            "consume": lambda s: consume_run(s, 1024, plan.consume),
+            "consume-100": lambda s: consume_run(s, 100, plan.produce_100),
             "latency": lambda s: latency_run(s, plan.latency),
             "metadata-rtt": lambda s: metadata_rtt(s, plan.latency, 4 if kafka else 1),
         }
@@ -666,10 +684,43 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
                 f"{name:>14} {statistics.median(cpu[(workload, name)]):.2f}" for name in proxies
             )
             print(f"{workload:<22}{shares}")
+        cpu_per_gb(results, cpu, proxies, workloads)
         print(f"\nwall time {time.monotonic() - began:.0f} s")
     finally:
         env.close()
     return 0
+
+
+def cpu_per_gb(
+    results: dict[tuple[str, str], list[float | list[float]]],
+    cpu: dict[tuple[str, str], list[float]],
+    proxies: list[str],
+    workloads: list[str],
+) -> None:
+    """Proxy CPU-seconds per GB moved (median over rounds of CPU share ÷ GB/s), and each
+    proxy's against the relay's when there is one."""
+    print("\nproxy CPU-seconds per GB (median of rounds)")
+    for workload in workloads:
+        if workload in ("latency", "metadata-rtt"):
+            continue
+        size = SIZES.get(workload, 1024)
+        per_gb = {
+            name: statistics.median(
+                share / (rate * size / 1e9)  # type: ignore[operator]
+                for share, rate in zip(
+                    cpu[(workload, name)], results[(workload, name)], strict=True
+                )
+            )
+            for name in proxies
+        }
+        line = f"{workload:<22}" + "".join(f"{name:>14} {per_gb[name]:.2f}" for name in proxies)
+        if per_gb.get("relay"):  # (0 in a run too short for the clock's ticks)
+            line += "".join(
+                f"   {name}/relay {per_gb[name] / per_gb['relay']:.2f}x"
+                for name in proxies
+                if name != "relay"
+            )
+        print(line)
 
 
 def report(
@@ -697,7 +748,7 @@ def report(
                 rows.append((f"{workload} {label}", values, False))
         else:
             values = {n: statistics.median(results[(workload, n)]) for n in names}  # type: ignore[arg-type]
-            size = 100 if workload == "produce-100" else 1024  # produce-50p: 1 KiB
+            size = SIZES.get(workload, 1024)
             rows.append((f"{workload} msg/s", values, True))
             rows.append((f"{workload} MB/s", {n: v * size / 1e6 for n, v in values.items()}, True))
         for label, values, throughput in rows:
