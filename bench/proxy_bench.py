@@ -17,7 +17,8 @@ advertises the relay's port (a byte relay cannot rewrite addresses) — the floo
 proxy can reach.
 
 Workloads (one per side, interleaved: for every round and workload the sides run back to back,
-their order rotated per round; medians over rounds are printed with proxy/direct ratios):
+their order rotated per round; medians over rounds are printed with proxy/direct ratios, and
+each proxy's CPU-seconds per GB moved, against the relay's):
 
 * ``produce-1k`` / ``produce-100``: one confluent-kafka Producer, ``acks=all`` (Tansu is a
   single node, so ``acks=1`` is the same), ``linger.ms=5`` (librdkafka's default), no
