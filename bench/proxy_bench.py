@@ -2,17 +2,17 @@
 
 Usage (from the repository root, with the test extras installed)::
 
-    .venv/bin/python bench/proxy_bench.py              # full run (~4 min)
+    .venv/bin/python bench/proxy_bench.py              # full run (~10 min; ./dev bench)
     .venv/bin/python bench/proxy_bench.py --quick      # smoke run (< 1 min)
-    .venv/bin/python bench/proxy_bench.py --relay      # add the plain byte-relay floor
+    .venv/bin/python bench/proxy_bench.py --no-relay --workers 1   # direct and kafkaguard only
 
 What runs where. Tansu and the proxy each run in their own process (``python -m kafkaguard
 run --config <tmp yaml>``, uvloop), so the load generator (confluent-kafka, in this process)
 never shares a GIL with the proxy. Everything is on loopback.
 
 Sides. ``direct``: clients bootstrap to Tansu A. ``kafkaguard``: clients bootstrap to the proxy
-in front of Tansu A (it rewrites every broker address). ``relay`` (``--relay``): a ~30-line
-uvloop ``asyncio.Protocol`` byte pipe in its own process, in front of a second Tansu B that
+in front of Tansu A (it rewrites every broker address). ``relay`` (default; ``--no-relay``): a
+~30-line uvloop ``asyncio.Protocol`` byte pipe in its own process, in front of a second Tansu B that
 advertises the relay's port (a byte relay cannot rewrite addresses) — the floor any Python
 proxy can reach.
 
@@ -768,7 +768,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
     parser.add_argument("--messages", type=int, help="1 KiB produce/consume message count")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (< 1 min)")
-    parser.add_argument("--relay", action="store_true", help="add the plain byte-relay floor")
+    parser.add_argument(
+        "--relay",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the plain byte-relay floor as a side (default; --no-relay leaves it out)",
+    )
     parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)}")
     parser.add_argument("--profile-proxy", metavar="FILE", help="run the proxy under cProfile")
     parser.add_argument("--kafkaguard-path", metavar="DIR", help="run the proxy from DIR")
@@ -804,9 +809,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
+        default=max(2, len(os.sched_getaffinity(0))),
         metavar="N",
-        help="also run kafkaguard with workers: N as side kafkaguard-xN (N > 1)",
+        help="also run kafkaguard with workers: N as side kafkaguard-xN (default: the cores, "
+        "at least 2; 1: no such side)",
     )
     parser.add_argument(
         "--serve-relay", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS
