@@ -396,6 +396,21 @@ def producer(bootstrap: str, **extra: object) -> Producer:
     return Producer(config)
 
 
+def send(
+    prod: Producer, topic: str, payload: bytes, on_delivery: Callable[..., None] | None = None
+) -> None:
+    """``produce()``, waiting while librdkafka's queue is full."""
+    while True:
+        try:
+            if on_delivery is None:
+                prod.produce(topic, payload)
+            else:
+                prod.produce(topic, payload, on_delivery=on_delivery)
+            return
+        except BufferError:
+            prod.poll(0.001)
+
+
 def produce_run(side: Side, size: int, count: int) -> float:
     """Messages per second for ``count`` records of ``size`` bytes."""
     topic = f"bench-p-{uuid.uuid4().hex[:8]}"
@@ -415,12 +430,7 @@ def produce_run(side: Side, size: int, count: int) -> float:
 
         timer = Timer(side)
         for _ in range(count):
-            while True:
-                try:
-                    prod.produce(topic, payload, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    prod.poll(0.001)
+            send(prod, topic, payload, on_delivery)
         if prod.flush(120) != 0:
             raise RuntimeError(f"{side.name}: messages left undelivered")
         elapsed = timer.stop()
@@ -446,13 +456,7 @@ def produce_many_run(side: Side, size: int, count: int, producers: int = 50) -> 
         payload = os.urandom(size)
         timer = Timer(side)
         for i in range(count):
-            prod = prods[i % producers]
-            while True:
-                try:
-                    prod.produce(topic, payload)
-                    break
-                except BufferError:
-                    prod.poll(0.001)
+            send(prods[i % producers], topic, payload)
         if any(prod.flush(120) != 0 for prod in prods):
             raise RuntimeError(f"{side.name}: messages left undelivered")
         return count / timer.stop()
@@ -467,12 +471,7 @@ def fill_topic(side: Side, count: int, size: int) -> str:
     prod = producer(side.admin_bootstrap, **{"linger.ms": 20})
     payload = os.urandom(size)
     for _ in range(count):
-        while True:
-            try:
-                prod.produce(topic, payload)
-                break
-            except BufferError:
-                prod.poll(0.001)
+        send(prod, topic, payload)
     if prod.flush(120) != 0:
         raise RuntimeError("pre-fill failed")
     return topic
