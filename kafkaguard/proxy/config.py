@@ -134,13 +134,6 @@ class ListenerConfig:
             return False
         return any(address in network for network in self.proxy_protocol_trusted_cidrs)
 
-    def advertised_address(self, node_id: int, port: int) -> tuple[str, int]:
-        """The address clients are given for node ``node_id``, ``port`` its proxy port (SNI
-        routing: the listener's port, bound as ``port`` too)."""
-        if self.sni is not None:
-            return self.sni.host_for(node_id), port
-        return self.advertised_host, port
-
     def fixed_ports(self) -> dict[int, str]:
         """The ports this listener binds whatever the cluster: bootstrap and explicit map
         (port → what it is, for messages)."""
