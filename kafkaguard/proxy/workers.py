@@ -61,11 +61,11 @@ class _Worker:
     started: float
     serving: bool = False
     restarted: bool = False
+    """Started again after an exit: failing to start is then retried, not fatal (the
+    upstream may be down for a while; the other workers keep serving)."""
     reload_pending: bool = False
     """A SIGHUP came before the worker served: sent once it does (until its server installs
     its handler, a SIGHUP is ignored, never the default end of the process)."""
-    """Started again after an exit: failing to start is then retried, not fatal (the
-    upstream may be down for a while; the other workers keep serving)."""
 
 
 Serve = Callable[[int, Callable[[], None]], int]
