@@ -2,9 +2,10 @@
 
 Usage (from the repository root, with the test extras installed; Java >= 17)::
 
-    .venv/bin/python bench/analyze_bench.py                      # 10 M records, ~30-45 min
+    .venv/bin/python bench/analyze_bench.py                      # 10 M records, ~15 min
     .venv/bin/python bench/analyze_bench.py --events 1000000     # a smaller run
     .venv/bin/python bench/analyze_bench.py --data /tmp/trail    # reuse generated data
+    .venv/bin/python bench/analyze_bench.py --duckdb             # with the DuckDB reference
 
 Generation uses Spark itself (``spark.range`` → contract-shaped columns → JSON lines written
 into ``date=YYYY-MM-DD/hour=HH`` directories, then renamed ``*.jsonl`` as the proxy's writer
@@ -26,23 +27,38 @@ partitions = 2 × cores, driver memory a bounded quarter of RAM; ``--driver-memo
   against the total.
 
 Each job is timed from reading the files to its last output; events/s is records / seconds.
+
+``--duckdb`` adds the issue's reference (DuckDB is a benchmark reference only, never a
+runtime dependency: ``pip install -e '.[bench]'``): in every round, right after the Spark
+jobs on the same input, DuckDB runs ``propose``'s aggregation (:func:`observed_grants`) and
+the report's cube with its main roll-ups, on the same compacted Parquet and on the same JSON
+lines (validated as :func:`kafkaguard.audit.spark.source.valid_records` does), and the first
+round checks that DuckDB's rows equal Spark's.
+
+Peak memory: the kernel's high-water mark of resident memory (``VmHWM`` in
+``/proc/<pid>/status``) of the driver JVM (the Python process's ``java`` child; in local mode
+it is the executor too) and of the Python process (where DuckDB runs), reset before each job
+by writing ``5`` to ``/proc/<pid>/clear_refs`` (Linux ``proc(5)``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from kafkaguard.audit.spark.compact import compact  # noqa: E402
@@ -50,7 +66,12 @@ from kafkaguard.audit.spark.html_report import render  # noqa: E402
 from kafkaguard.audit.spark.output import write_tables  # noqa: E402
 from kafkaguard.audit.spark.proposal import render_acl_file  # noqa: E402
 from kafkaguard.audit.spark.propose import propose  # noqa: E402
-from kafkaguard.audit.spark.report import LARGE_TABLES, build_report, report_data  # noqa: E402
+from kafkaguard.audit.spark.report import (  # noqa: E402
+    LARGE_TABLES,
+    Report,
+    build_report,
+    report_data,
+)
 from kafkaguard.audit.spark.schema import FIELD_NAMES  # noqa: E402
 from kafkaguard.audit.spark.session import build_session  # noqa: E402
 from kafkaguard.audit.spark.source import (  # noqa: E402
@@ -74,7 +95,7 @@ OPERATIONS = (
 )
 
 
-def _pick(h: F.Column, choices: list[tuple[str, int]]) -> F.Column:
+def _pick(h: Column, choices: list[tuple[str, int]]) -> Column:
     """A weighted choice by ``h`` (0..99)."""
     expr, bound = None, 0
     for value, weight in choices:
@@ -193,21 +214,207 @@ Source = tuple[str | None, bool]
 """``read_audit``'s ``compacted`` and ``json_only``."""
 
 
-def timed_report(spark: SparkSession, data: str, out: Path, source: Source) -> float:
+def timed_report(spark: SparkSession, data: str, out: Path, source: Source) -> tuple[float, Report]:
     began = time.perf_counter()
     window = TimeRange()
     events = read_audit(spark, data, compacted=source[0], json_only=source[1])
     built = build_report(events, window)
     write_tables(built.tables, str(out / "report"), partitioned=LARGE_TABLES)
     (out / "report.html").write_text(render(report_data(built, window, datetime.now(UTC))))
-    return time.perf_counter() - began
+    return time.perf_counter() - began, built
 
 
-def timed_propose(spark: SparkSession, data: str, out: Path, source: Source) -> tuple[float, int]:
+def timed_propose(
+    spark: SparkSession, data: str, out: Path, source: Source
+) -> tuple[float, int, DataFrame]:
     began = time.perf_counter()
     made = propose(read_audit(spark, data, compacted=source[0], json_only=source[1]))
     (out / "proposed.yaml").write_text(render_acl_file(made.acls))
-    return time.perf_counter() - began, len(made.acls)
+    return time.perf_counter() - began, len(made.acls), made.grants
+
+
+class PeakRss:
+    """Peak resident memory of the driver JVM and of this Python process, per job: the
+    kernel's ``VmHWM``, reset by ``clear_refs`` (``proc(5)``; the reset needs Linux >= 4.0
+    and write access to the file, else the peak is since the process started)."""
+
+    def __init__(self) -> None:
+        self.pids = {"JVM": _java_child(), "Python": os.getpid()}
+
+    def reset(self) -> None:
+        for pid in self.pids.values():
+            with contextlib.suppress(OSError):
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+    def peaks(self) -> dict[str, int]:
+        """MiB by process (0 when unknown)."""
+        found = {}
+        for name, pid in self.pids.items():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                found[name] = 0
+                continue
+            hwm = [line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")]
+            kib = hwm[0] if hwm else "0"
+            found[name] = int(kib) // 1024
+        return found
+
+
+def _java_child() -> int:
+    """The JVM that pyspark started (a direct child running ``java``), or 0."""
+    me = str(os.getpid())
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == me and cmd.endswith(b"java"):
+            return int(proc.name)
+    return 0
+
+
+DUCKDB_JSON_COLUMNS = {
+    "schema_version": "INTEGER",
+    "time": "VARCHAR",
+    "count": "BIGINT",
+    "listener": "VARCHAR",
+    "security_protocol": "VARCHAR",
+    "principal": "VARCHAR",
+    "client_host": "VARCHAR",
+    "operation": "VARCHAR",
+    "resource_type": "VARCHAR",
+    "resource_name": "VARCHAR",
+    "result": "VARCHAR",
+    "would_deny": "BOOLEAN",
+    "reason": "VARCHAR",
+}
+"""The fields the reference reads from a JSON line (others are skipped), typed as
+:data:`kafkaguard.audit.spark.schema.AUDIT_SCHEMA` types them."""
+
+DUCKDB_GRANTS = """
+SELECT principal, '*' AS host, operation, resource_type, resource_name,
+       sum("count") AS decisions,
+       sum(CASE WHEN would_deny THEN "count" ELSE 0 END) AS would_deny,
+       max(would_deny AND reason = 'DenyAcl') AS deny_acl,
+       min(client_host) AS sample_host,
+       min(event_time) AS first_seen, max(event_time) AS last_seen
+FROM events
+WHERE (result = 'ALLOWED' AND coalesce(reason, '') <> 'SuperUser') OR would_deny
+GROUP BY ALL
+ORDER BY principal, host, operation, resource_type, resource_name
+"""
+"""``propose``'s :func:`observed_grants` (hosts as ``*``), in DuckDB's SQL."""
+
+DUCKDB_CUBE = """
+CREATE OR REPLACE TEMP TABLE cube AS
+SELECT date_trunc('hour', event_time) AS hour_start,
+       principal, listener, security_protocol, operation, resource_type, resource_name,
+       sum(CASE WHEN result = 'ALLOWED' THEN "count" ELSE 0 END) AS allowed,
+       sum(CASE WHEN result = 'DENIED' THEN "count" ELSE 0 END) AS denied,
+       sum(CASE WHEN would_deny THEN "count" ELSE 0 END) AS would_deny,
+       min(event_time) AS first_seen, max(event_time) AS last_seen, count(*) AS records
+FROM events
+GROUP BY ALL
+"""
+"""The report's :func:`hourly_cube`; the roll-ups below are the report's tables of the same
+names (the cube is at its hourly resolution for a trail of up to eight days)."""
+
+DUCKDB_ROLLUPS = {
+    "by_principal": """
+        SELECT principal, sum(allowed) AS allowed, sum(denied) AS denied,
+               sum(would_deny) AS would_deny, sum(allowed) + sum(denied) AS total,
+               min(first_seen) AS first_seen, max(last_seen) AS last_seen
+        FROM cube GROUP BY principal ORDER BY total DESC, principal""",
+    "by_resource": """
+        SELECT resource_type, resource_name, sum(allowed) AS allowed, sum(denied) AS denied,
+               sum(would_deny) AS would_deny, sum(allowed) + sum(denied) AS total,
+               min(first_seen) AS first_seen, max(last_seen) AS last_seen
+        FROM cube GROUP BY resource_type, resource_name
+        ORDER BY total DESC, resource_type, resource_name""",
+    "decisions_over_time": """
+        SELECT hour_start, 1 AS hours, sum(allowed) AS allowed, sum(denied) AS denied,
+               sum(would_deny) AS would_deny
+        FROM cube GROUP BY hour_start ORDER BY hour_start""",
+    "principal_topic": """
+        SELECT principal, resource_name AS topic, sum(allowed) AS allowed,
+               sum(denied) AS denied, sum(would_deny) AS would_deny
+        FROM cube WHERE resource_type = 'TOPIC' GROUP BY principal, resource_name
+        ORDER BY principal, topic""",
+}
+
+
+def duckdb_events(data: Path, compacted: Path | None) -> str:
+    """The valid records as a DuckDB relation: the compacted Parquet as it is, or the JSON
+    lines validated as :func:`kafkaguard.audit.spark.source.valid_records` does."""
+    if compacted is not None:
+        return f"read_parquet('{compacted}/date=*/hour=*/*.parquet')"
+    columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in DUCKDB_JSON_COLUMNS.items()) + "}"
+    lines = (
+        f"read_json('{data}/date=*/hour=*/*.jsonl', format='newline_delimited', "
+        f"columns={columns}, hive_partitioning=false)"
+    )
+    return f"""(
+        SELECT * EXCLUDE (would_deny), coalesce(would_deny, false) AS would_deny
+        FROM (SELECT *, try_cast("time" AS TIMESTAMPTZ) AS event_time FROM {lines})
+        WHERE schema_version = 1 AND "count" > 0 AND principal IS NOT NULL
+          AND operation IS NOT NULL AND resource_type IS NOT NULL
+          AND resource_name IS NOT NULL AND result IN ('ALLOWED', 'DENIED')
+          AND event_time IS NOT NULL
+    )"""
+
+
+def _normal(value: Any, naive_is_local: bool) -> Any:
+    """Timestamps as UTC epoch microseconds: Spark collects them naive in the local zone,
+    DuckDB aware (TIMESTAMPTZ) or naive in UTC (Parquet's INT96)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.astimezone(UTC) if naive_is_local else value.replace(tzinfo=UTC)
+        return round(value.timestamp() * 1_000_000)
+    return value
+
+
+def _rows(rows: list[Any], *, naive_is_local: bool) -> list[tuple[Any, ...]]:
+    return [tuple(_normal(v, naive_is_local) for v in row) for row in rows]
+
+
+def duckdb_jobs(
+    data: Path, compacted: Path | None
+) -> tuple[float, float, dict[str, list[tuple[Any, ...]]]]:
+    """Seconds of the grants query and of the cube with its roll-ups, and their rows."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    events = duckdb_events(data, compacted)
+    began = time.perf_counter()
+    grants = con.execute(DUCKDB_GRANTS.replace("FROM events", f"FROM {events}")).fetchall()
+    grants_s = time.perf_counter() - began
+    began = time.perf_counter()
+    con.execute(DUCKDB_CUBE.replace("FROM events", f"FROM {events}"))
+    tables = {name: con.execute(sql).fetchall() for name, sql in DUCKDB_ROLLUPS.items()}
+    report_s = time.perf_counter() - began
+    con.close()
+    found = {"observed_grants": grants, **tables}
+    return grants_s, report_s, {n: _rows(r, naive_is_local=False) for n, r in found.items()}
+
+
+def spark_rows(built: Report, grants: DataFrame) -> dict[str, list[tuple[Any, ...]]]:
+    """Spark's rows of the tables the reference computes (from the jobs' cached results)."""
+    found = {"observed_grants": grants.collect()}
+    for name in DUCKDB_ROLLUPS:
+        found[name] = built.tables[name].collect()
+    return {n: _rows([tuple(r) for r in rows], naive_is_local=True) for n, rows in found.items()}
+
+
+def same_rows(spark: dict[str, list[Any]], duck: dict[str, list[Any]]) -> list[str]:
+    """The tables whose rows differ (order included: both sort the same way, ties aside)."""
+    differ = []
+    for name, rows in spark.items():
+        if sorted(rows, key=repr) != sorted(duck[name], key=repr) or len(rows) != len(duck[name]):
+            differ.append(f"{name} ({len(rows)} Spark rows, {len(duck[name])} DuckDB rows)")
+    return differ
 
 
 def pruning(
@@ -225,22 +432,56 @@ def pruning(
     return partition_filters(df), stats, time.perf_counter() - began
 
 
+Timings = dict[str, list[float]]
+"""Seconds of every round, by job."""
+
+
+def _record(timings: Timings, peaks: dict[str, int], job: str, seconds: float, rss: PeakRss) -> str:
+    timings.setdefault(job, []).append(seconds)
+    now = rss.peaks()
+    for process, mib in now.items():
+        key = f"{job} [{process}]"
+        peaks[key] = max(mib, peaks.get(key, 0))
+    return f"{seconds:6.1f} s (peak RSS: JVM {now['JVM']} MiB, Python {now['Python']} MiB)"
+
+
 def _jobs(
-    spark: SparkSession, data: Path, out: Path, source: Source, best: dict[str, float]
+    spark: SparkSession,
+    data: Path,
+    out: Path,
+    source: Source,
+    timings: Timings,
+    peaks: dict[str, int],
+    duck: bool,
 ) -> None:
     """Time report and propose over ``source``, each from an empty cache (both jobs cache:
-    a second run would reuse the first one's tables); keep each job's best time."""
+    a second run would reuse the first one's tables), then DuckDB's reference on the same
+    files; the first time, check that DuckDB's rows are Spark's."""
     name = "JSON" if source[1] else "Parquet"
+    rss = PeakRss()
     spark.catalog.clearCache()
-    report_s = timed_report(spark, str(data), out, source)
+    rss.reset()
+    report_s, built = timed_report(spark, str(data), out, source)
+    print(f"  {name:7}: report  {_record(timings, peaks, f'report  ({name})', report_s, rss)}")
+    rss.reset()
+    propose_s, acls, grants = timed_propose(spark, str(data), out, source)
+    line = _record(timings, peaks, f"propose ({name})", propose_s, rss)
+    print(f"  {name:7}: propose {line}, {acls} ACLs; load average {os.getloadavg()[0]:.1f}")
+    if duck:
+        rss.reset()
+        compacted = Path(source[0]) if source[0] else None
+        grants_s, cube_s, rows = duckdb_jobs(data, compacted)
+        line = _record(timings, peaks, f"DuckDB grants  ({name})", grants_s, rss)
+        print(f"  {name:7}: DuckDB grants {line}")
+        line = _record(timings, peaks, f"DuckDB report tables ({name})", cube_s, rss)
+        print(f"  {name:7}: DuckDB cube and roll-ups {line}")
+        if f"checked {name}" not in peaks:
+            peaks[f"checked {name}"] = 1
+            differ = same_rows(spark_rows(built, grants), rows)
+            sizes = ", ".join(f"{n} {len(r)}" for n, r in rows.items())
+            verdict = f"DIFFER: {'; '.join(differ)}" if differ else f"same rows ({sizes})"
+            print(f"  {name:7}: DuckDB vs Spark: {verdict}")
     spark.catalog.clearCache()
-    propose_s, acls = timed_propose(spark, str(data), out, source)
-    print(
-        f"  {name:7}: report {report_s:6.1f} s, propose {propose_s:6.1f} s ({acls} ACLs);"
-        f" load average {os.getloadavg()[0]:.1f}"
-    )
-    for job, seconds in ((f"report  ({name})", report_s), (f"propose ({name})", propose_s)):
-        best[job] = min(seconds, best.get(job, seconds))
 
 
 def _time_range(spark: SparkSession, data: Path, days: int, source: Source) -> None:
@@ -258,7 +499,7 @@ def _size(files: list[Path]) -> str:
     return f"{len(files)} files, {sum(p.stat().st_size for p in files) / 1e9:.2f} GB"
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--days", type=int, default=7)
@@ -267,7 +508,24 @@ def main() -> int:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", help="default: the session's (a quarter of RAM)")
     parser.add_argument("--rounds", type=int, default=2, help="JSON/Parquet job rounds")
+    parser.add_argument(
+        "--duckdb", action="store_true", help="the DuckDB reference (the bench extra)"
+    )
+    parser.add_argument("--compacted", type=Path, help="reuse this compaction's output")
+    parser.add_argument(
+        "--parquet-only", action="store_true", help="skip the jobs over the JSON lines"
+    )
     args = parser.parse_args()
+    if args.duckdb:
+        try:
+            import duckdb  # noqa: F401
+        except ImportError:
+            parser.error("--duckdb needs DuckDB: pip install -e '.[bench]'")
+    return args
+
+
+def main() -> int:
+    args = _arguments()
     conf = {"spark.sql.maxMetadataStringLength": "2000"}  # print PartitionFilters whole
     if args.driver_memory:
         conf["spark.driver.memory"] = args.driver_memory
@@ -286,20 +544,33 @@ def main() -> int:
             print(f"generated {args.events:,} records in {seconds:.1f} s into {data}")
         print(f"load average before the jobs: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
         print(f"input: {_size(list(data.rglob('*.jsonl')))}, {args.days} days")
-        compacted = out / "compacted"
-        seconds = timed_compact(spark, data, compacted, args.days)
-        print(
-            f"compact: {seconds:7.1f} s  {args.events / seconds:>12,.0f} events/s -> "
-            f"{_size(list(compacted.rglob('*.parquet')))}"
-        )
-        best: dict[str, float] = {}
+        compacted = args.compacted or out / "compacted"
+        if args.compacted is None:
+            rss = PeakRss()
+            rss.reset()
+            seconds = timed_compact(spark, data, compacted, args.days)
+            peak = rss.peaks()
+            print(
+                f"compact: {seconds:7.1f} s  {args.events / seconds:>12,.0f} events/s -> "
+                f"{_size(list(compacted.rglob('*.parquet')))}; peak RSS: JVM {peak['JVM']} MiB"
+            )
+        timings: Timings = {}
+        peaks: dict[str, int] = {}
+        sources: list[Source] = [(None, True), (str(compacted), False)]
+        if args.parquet_only:
+            sources = sources[1:]
         for round_ in range(1, args.rounds + 1):  # alternated: JVM warm-up favours neither
             print(f"round {round_}:")
-            for source in ((None, True), (str(compacted), False)):
-                _jobs(spark, data, out, source, best)
-        for job, seconds in best.items():
-            print(f"{job}: {seconds:7.1f} s  {args.events / seconds:>12,.0f} events/s (best)")
-        for source in ((None, True), (str(compacted), False)):
+            for source in sources:
+                _jobs(spark, data, out, source, timings, peaks, args.duckdb)
+        for job, runs in timings.items():
+            best, median = min(runs), statistics.median(runs)
+            print(
+                f"{job}: best {best:7.1f} s, median {median:7.1f} s "
+                f"{args.events / best:>12,.0f} events/s (best); peak RSS JVM "
+                f"{peaks[f'{job} [JVM]']} MiB, Python {peaks[f'{job} [Python]']} MiB"
+            )
+        for source in sources:
             _time_range(spark, data, args.days, source)
     finally:
         spark.stop()
