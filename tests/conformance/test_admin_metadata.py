@@ -31,6 +31,7 @@ from tests.support.conformance.admin_steps import (
     topic_ids,
     wait_for_topics,
 )
+from tests.support.conformance.datapath import coordinator_ready
 from tests.support.conformance.harness import Side, differential, scenario_name
 
 pytestmark = pytest.mark.kafka
@@ -48,6 +49,9 @@ def test_metadata_named_and_all_topics(sides: list[Side]) -> None:
     missing_visible, missing_hidden = f"{base}-mvis", f"{base}-mhid"
     for side in sides:
         ensure_topics(side, visible, hidden, denied, partitions=2)
+        # __consumer_offsets, shown to bob below, on both sides: the upstream is shared with
+        # the session's other tests, the referee may not have used a group yet.
+        coordinator_ready(side, "conformance-metadata", 0)
     set_acls(
         sides,
         [
