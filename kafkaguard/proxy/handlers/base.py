@@ -142,6 +142,20 @@ class ConnectionState:
         return cast(_S, state)
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def remember_newest(entries: dict[_K, _V], key: _K, value: _V, limit: int) -> None:
+    """Put ``key`` last in ``entries``' order, then evict the oldest entries past ``limit``:
+    the bound of a connection's session mirrors (Fetch, ShareFetch), which a client could
+    otherwise grow without end."""
+    entries.pop(key, None)
+    entries[key] = value
+    while len(entries) > limit:
+        del entries[next(iter(entries))]
+
+
 class HandlerContext(Protocol):
     """What a handler may ask of the proxy about the connection it serves."""
 

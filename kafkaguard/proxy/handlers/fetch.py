@@ -68,6 +68,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     ResponseRewrite,
     Verdict,
+    remember_newest,
 )
 from kafkaguard.proxy.handlers.responses import chain, split
 
@@ -117,10 +118,7 @@ class FetchSessions:
         self.by_id: dict[int, SessionMirror] = {}
 
     def add(self, session_id: int, mirror: SessionMirror) -> None:
-        self.by_id.pop(session_id, None)
-        self.by_id[session_id] = mirror
-        while len(self.by_id) > MAX_SESSIONS_PER_CONNECTION:
-            del self.by_id[next(iter(self.by_id))]
+        remember_newest(self.by_id, session_id, mirror, MAX_SESSIONS_PER_CONNECTION)
 
 
 def connection_sessions(ctx: HandlerContext) -> FetchSessions:

@@ -92,6 +92,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     ResponseRewrite,
     Verdict,
+    remember_newest,
 )
 from kafkaguard.proxy.handlers.responses import entity, response_type, whole_error
 
@@ -145,10 +146,7 @@ class ShareSessions:
         self.by_key: dict[SessionKey, ShareSessionMirror] = {}
 
     def open(self, key: SessionKey, mirror: ShareSessionMirror) -> None:
-        self.by_key.pop(key, None)
-        self.by_key[key] = mirror
-        while len(self.by_key) > MAX_SHARE_SESSIONS_PER_CONNECTION:
-            del self.by_key[next(iter(self.by_key))]
+        remember_newest(self.by_key, key, mirror, MAX_SHARE_SESSIONS_PER_CONNECTION)
 
 
 def share_sessions(ctx: HandlerContext) -> ShareSessions:
