@@ -208,6 +208,25 @@ async def _open(
     )
 
 
+async def _ask(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    frames: FrameBuffer,
+    request: Any,
+    version: int,
+    client_id: str,
+) -> Any:
+    """Send ``request`` on the proxy's own connection to a broker and decode its answer."""
+    writer.write(codec.encode_request(request, version, client_id))
+    got: list[Frame] = []
+    while not got:
+        data = await reader.read(65536)
+        if not data:
+            raise OSError(f"upstream closed the connection before answering {client_id}")
+        got = frames.feed(data)
+    return codec.decode_response(got[0], int(request.__api_key__), version)
+
+
 async def fetch_brokers(server: HostPort, cluster: UpstreamCluster) -> list[tuple[int, str, int]]:
     """(node id, host, port) of every broker, from a Metadata request for no topics on a
     fresh connection to ``server`` (over the cluster's TLS, after its SASL exchange)."""
@@ -223,14 +242,7 @@ async def fetch_brokers(server: HostPort, cluster: UpstreamCluster) -> list[tupl
         request = codec.make_entity(  # other fields zero: false, no authorized operations
             codec.request_schema(METADATA, version), topics=(), allow_auto_topic_creation=False
         )
-        writer.write(codec.encode_request(request, version, "kafkaguard-brokers"))
-        got: list[Frame] = []
-        while not got:
-            data = await reader.read(65536)
-            if not data:
-                raise OSError("upstream closed the connection before answering Metadata")
-            got = frames.feed(data)
-        response: Any = codec.decode_response(got[0], METADATA, version)
+        response = await _ask(reader, writer, frames, request, version, "kafkaguard-brokers")
         return [(b.node_id, b.host, b.port) for b in response.brokers]
     finally:
         writer.close()
@@ -259,14 +271,7 @@ async def fetch_api_versions(
                 client_software_name="kafkaguard",
                 client_software_version="0.1.0",
             )
-            writer.write(codec.encode_request(request, version, "kafkaguard-probe"))
-            got: list[Frame] = []
-            while not got:
-                data = await reader.read(65536)
-                if not data:
-                    raise OSError("upstream closed the connection during the probe")
-                got = frames.feed(data)
-            response: Any = codec.decode_response(got[0], API_VERSIONS, version)
+            response = await _ask(reader, writer, frames, request, version, "kafkaguard-probe")
             if response.error_code != ErrorCode.none:
                 raise ProtocolError(f"ApiVersions v{version} answered {response.error_code!r}")
             return response

@@ -129,8 +129,8 @@ class ProxyHeader:
     """The address the client connected to (the balancer's frontend)."""
     authority: str | None = None
     """v2 PP2_TYPE_AUTHORITY (§2.2.2): the host name the client asked for, over TLS the
-    ``server_name`` (SNI) the balancer saw. Kept on the session for SNI routing (issue #15
-    part 1, not implemented yet); nothing is decided on it."""
+    ``server_name`` (SNI) the balancer saw. Kept on the session; nothing is decided on it
+    (``routing: sni`` reads the ClientHello itself, kafkaguard/proxy/sni.py)."""
 
 
 def parse(data: bytes | bytearray | memoryview, versions: frozenset[int]) -> ProxyHeader | None:

@@ -31,8 +31,8 @@ class Session:
     principal: KafkaPrincipal = KafkaPrincipal.ANONYMOUS
     authority: str | None = None
     """The host name the client asked the load balancer for (its TLS SNI), from a PROXY
-    protocol v2 PP2_TYPE_AUTHORITY TLV; kept for SNI routing (issue #15 part 1, not
-    implemented): nothing is decided on it yet."""
+    protocol v2 PP2_TYPE_AUTHORITY TLV; nothing is decided on it (``routing: sni`` reads
+    the ClientHello itself, kafkaguard/proxy/sni.py)."""
     client_host: str = field(init=False)
     """The address as Java prints it (ACL host matching and audit lines)."""
 
