@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.proxy.config import parse_config
 from kafkaguard.tansu import TansuBroker, free_base, free_port
 from tests.support.proxy_fixture import TANSU_NODE_ID
 from tests.support.raw_client import RawKafkaClient
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 def _config(tmp_path: Path, upstream: str, port: int, admin_port: int) -> Path:
@@ -87,7 +89,7 @@ def supervisor(
         text=True,
     )
     try:
-        _wait(lambda: all(_accepted(admin_port + i) is not None for i in (0, 1)), "both serve")
+        _wait(lambda: all(_accepted(admin_port + i) is not None for i in (0, 1)), "both serve", 90)
         yield process, port, admin_port
     finally:
         if process.poll() is None:
@@ -115,10 +117,12 @@ def test_workers_share_the_port_survive_a_crash_and_stop_cleanly(
 
     killed = max(workers)
     os.kill(killed, signal.SIGKILL)
-    _wait(lambda: len(_children(process.pid) - {killed}) == 2, "the killed worker restarted")
+    _wait(lambda: len(_children(process.pid) - {killed}) == 2, "the killed worker restarted", 60)
     for _ in range(5):  # served meanwhile and after: by the other worker or the new one
         _api_versions(port)
-    _wait(lambda: all(_accepted(admin_port + i) is not None for i in (0, 1)), "both serve again")
+    _wait(
+        lambda: all(_accepted(admin_port + i) is not None for i in (0, 1)), "both serve again", 60
+    )
 
     config = Path(process.args[-1])  # SIGHUP: each worker reloads the file
     config.write_text(config.read_text().replace("workers: 2", "workers: 3"), encoding="utf-8")
@@ -154,3 +158,29 @@ def test_a_worker_that_cannot_start_stops_the_supervisor(
     assert result.returncode == 1, result.stderr
     assert "failed to start" in result.stderr and "cannot start" in result.stderr
     assert "restarting" not in result.stderr
+
+
+UPSTREAM = "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n"
+
+
+@pytest.mark.parametrize(
+    ("setting", "upstream", "expected"),
+    [
+        (
+            "auto",
+            "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n",
+            len(os.sched_getaffinity(0)),
+        ),
+        ("3", "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n", 3),
+        ("0", "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n", "must be auto or 1 to 256"),
+        ("true", "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n", "must be auto or 1 to 256"),
+        ("2", "", "needs upstream.bootstrap_servers"),  # the embedded broker is one process's
+    ],
+)
+def test_workers_setting(setting: str, upstream: str, expected: int | str) -> None:
+    text = f"{upstream}workers: {setting}\nlisteners:\n  - {{name: A, port: 9192}}\n"
+    if isinstance(expected, int):
+        assert parse_config(ConfigSection.from_text(text, "c.yaml")).workers == expected
+    else:
+        with pytest.raises(ConfigError, match=expected):
+            parse_config(ConfigSection.from_text(text, "c.yaml"))
