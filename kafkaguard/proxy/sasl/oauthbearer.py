@@ -200,8 +200,9 @@ class KeySource(Protocol):
         """The keys in force now; cheap (called for every token)."""
         ...
 
-    def unknown_kid(self, kid: str) -> None:
-        """A token named a ``kid`` no key has: a source that can look again may."""
+    def unknown_kid(self, kid: str) -> bool:
+        """A token named a ``kid`` no key has: True when the source looks again for it
+        (``RefreshingHttpsJwks.maybeExpediteRefresh``)."""
         ...
 
 
@@ -214,8 +215,8 @@ class StaticKeys:
     def current(self) -> Sequence[VerificationKey]:
         return self.loaded
 
-    def unknown_kid(self, kid: str) -> None:
-        pass
+    def unknown_kid(self, kid: str) -> bool:
+        return False
 
 
 class JwksFile:
@@ -265,8 +266,8 @@ class JwksFile:
             return
         log.info("JWKS file %s reloaded: %d keys", self.path, len(self._keys))
 
-    def unknown_kid(self, kid: str) -> None:
-        pass
+    def unknown_kid(self, kid: str) -> bool:
+        return False
 
 
 class _HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
@@ -346,19 +347,20 @@ class HttpsJwks:
     def current(self) -> Sequence[VerificationKey]:
         return self._keys
 
-    def unknown_kid(self, kid: str) -> None:
-        if len(kid) > MISSING_KEY_ID_MAX_KEY_LENGTH:
-            return
+    def unknown_kid(self, kid: str) -> bool:
+        if len(kid) > MISSING_KEY_ID_MAX_KEY_LENGTH or self._thread is None:
+            return False
         now = self._clock()
         with self._lock:
             again = self._missing.get(kid)
             if again is not None and again > now:
-                return
+                return False
             self._missing[kid] = now + MISSING_KEY_ID_CACHE_IN_FLIGHT_S
             self._missing.move_to_end(kid)
             while len(self._missing) > MISSING_KEY_ID_CACHE_MAX_ENTRIES:
                 self._missing.popitem(last=False)
         self._wake.set()
+        return True
 
     def _run(self) -> None:
         due = self._clock() + self._refresh_s
