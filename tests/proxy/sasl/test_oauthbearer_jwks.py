@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.proxy.config import parse_config
 from kafkaguard.proxy.sasl.authenticator import SaslServer
 from kafkaguard.proxy.sasl.config import OAuthBearerConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.mechanism import Success
@@ -202,3 +204,91 @@ async def test_listener_sasl_server_with_a_jwks_endpoint(tmp_path: Path) -> None
             assert isinstance(result, Success) and result.authorization_id == "alice"
         finally:
             await sasl.close()
+
+
+# -- the oauthbearer: section ---------------------------------------------------------------------
+
+OAUTH_CONFIG = """
+upstream: {bootstrap_servers: ["127.0.0.1:9092"]}
+listeners:
+  - name: SASL
+    security_protocol: SASL_PLAINTEXT
+    port: 9300
+    sasl:
+      enabled_mechanisms: [OAUTHBEARER]
+      oauthbearer:
+        jwks_endpoint_url: https://idp.example/jwks
+        jwks_endpoint_ca_file: idp-ca.pem
+        jwks_endpoint_refresh_ms: 60000
+        jwks_endpoint_retry_backoff_ms: 200
+        jwks_endpoint_retry_backoff_max_ms: 20000
+        expected_issuer: https://idp.example
+        expected_audience: [kafka]
+        principal_claim: client_id
+        scope_claim: scp
+        clock_skew_s: 5
+        algorithms: [PS256, EdDSA]
+"""
+
+
+def parsed(text: str) -> OAuthBearerConfig:
+    config = parse_config(ConfigSection.from_text(text, "/etc/kafkaguard/config.yaml"))
+    sasl = config.listeners[0].sasl
+    assert sasl is not None and sasl.oauthbearer is not None
+    return sasl.oauthbearer
+
+
+def test_config_keys() -> None:
+    oauth = parsed(OAUTH_CONFIG)
+    assert oauth == OAuthBearerConfig(
+        jwks_endpoint_url="https://idp.example/jwks",
+        jwks_endpoint_ca_file=Path("/etc/kafkaguard/idp-ca.pem"),
+        jwks_endpoint_refresh_ms=60000,
+        jwks_endpoint_retry_backoff_ms=200,
+        jwks_endpoint_retry_backoff_max_ms=20000,
+        expected_issuer="https://idp.example",
+        expected_audience=("kafka",),
+        principal_claim="client_id",
+        scope_claim="scp",
+        clock_skew_s=5,
+        algorithms=("PS256", "EdDSA"),
+    )
+    defaults = parsed(OAUTH_CONFIG.split("        jwks_endpoint_ca_file")[0])
+    assert (
+        defaults.jwks_endpoint_refresh_ms,
+        defaults.jwks_endpoint_retry_backoff_ms,
+        defaults.jwks_endpoint_retry_backoff_max_ms,
+        defaults.clock_skew_s,
+        defaults.scope_claim,
+        defaults.principal_claim,
+    ) == (3_600_000, 100, 10_000, 30, "scope", "sub")
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (("https://idp.example/jwks", "http://idp.example/jwks"), "must be an https:// URL"),
+        (
+            ("jwks_endpoint_url: https://idp.example/jwks", "jwks_file: jwks.json"),
+            "jwks_endpoint_ca_file: is only for jwks_endpoint_url",
+        ),
+        (
+            (
+                "        jwks_endpoint_ca_file",
+                "        jwks_file: jwks.json\n        jwks_endpoint_ca_file",
+            ),
+            "exclusive with jwks_file",
+        ),
+        (("retry_backoff_max_ms: 20000", "retry_backoff_max_ms: 100"), "must not be less"),
+        (("refresh_ms: 60000", "refresh_ms: 0"), "at least 1"),
+        (("[PS256, EdDSA]", "[RS256, HS256]"), "'HS256' is not one of"),
+        (("[PS256, EdDSA]", "[none]"), "'none' is not one of"),
+        (("clock_skew_s: 5", "clock_skew_s: -1"), "at least 0"),
+        (("scope_claim: scp", "scope_claims: scp"), "unknown key 'scope_claims'"),
+    ],
+)
+def test_config_errors(change: tuple[str, str], message: str) -> None:
+    text = OAUTH_CONFIG.replace(*change)
+    assert text != OAUTH_CONFIG
+    with pytest.raises(ConfigError, match=message):
+        parsed(text)
