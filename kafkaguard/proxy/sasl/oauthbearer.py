@@ -324,8 +324,6 @@ class HttpsJwks:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
-        self.fetches = 0
-        """Fetches attempted (each retry counts)."""
         self._rate_log = RateLimitedLog(log, 60.0)
 
     async def start(self) -> None:
@@ -389,6 +387,8 @@ class HttpsJwks:
                 keys = self._fetch()
             except KeyLoadError as exc:
                 wait = min(self._backoff_s * 2 ** (attempt - 1), end - self._clock())
+                if self._closed.is_set():
+                    return
                 if wait <= 0 or self._closed.wait(wait):
                     self._rate_log.log(
                         ("jwks-refresh", self.url),
@@ -408,7 +408,6 @@ class HttpsJwks:
             return
 
     def _fetch(self) -> tuple[VerificationKey, ...]:
-        self.fetches += 1
         request = urllib.request.Request(self.url, headers={"Accept": "application/json"})
         try:
             with self._opener.open(request, timeout=JWKS_FETCH_TIMEOUT_S) as response:
@@ -499,10 +498,16 @@ class JwtValidator:
             seen.add(scope.strip())
 
 
+_MAX_NUMERIC_DATE: Final = (2**63 - 1) // 1000
+"""jose4j's ``NumericDate.getValueInMillis`` fails beyond this many seconds (long overflow)."""
+
+
 def _numeric_date(claims: dict[str, Any], name: str) -> int:
     value = claims.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise TokenInvalid(f"{name} is not a number: {clip(value)}")
+    if abs(value) > _MAX_NUMERIC_DATE:
+        raise TokenInvalid(f"{name} is out of range: {clip(value)}")
     return int(value)
 
 

@@ -140,6 +140,7 @@ def test_principal_from_configured_claim_trimmed() -> None:
         (lambda: RSA.token(exp=int(time.time()) - 100), "expired"),
         (lambda: RSA.token(iat=int(time.time()) + 900), "exp .* is before iat"),
         (lambda: RSA.token(iat=-5), "negative"),
+        (lambda: RSA.token(exp=10**30), "exp is out of range"),  # int64 ms in SaslAuthenticate
         (lambda: RSA.token(nbf=int(time.time()) + 600), "not valid before"),
         (lambda: RSA.token(aud="other"), "Audience doesn't match"),
         (lambda: RSA.token(aud=["x", "y"]), "Audience doesn't match"),
