@@ -10,8 +10,8 @@ The JWS signature, its header (``crit``) and the ``aud``/``iss`` claims are chec
 
 * algorithms RS/PS/ES 256-512 and EdDSA (``algorithms`` narrows them); ``none`` and HMAC never;
 * a key is chosen as jose4j's ``VerificationJwkSelector`` does: the token's ``kid`` when it has
-  one, a key type and curve that fit ``alg``, ``use`` absent or ``sig``, ``alg`` absent or equal;
-  several candidates are each tried;
+  one, a key type and curve that fit ``alg``, ``use`` absent or ``sig`` (the JWK's own ``alg`` is
+  not looked at); several candidates are each tried;
 * ``exp`` and ``iat`` required, numeric and not negative; ``nbf`` honoured; ``exp`` not before
   ``iat`` or ``nbf``; expired when ``now - clock_skew_s >= exp``, not yet valid when
   ``now + clock_skew_s < nbf`` (``iat`` in the future is allowed, as jose4j's default);
@@ -73,7 +73,8 @@ ALGORITHMS: Final = (
     *("ES256", "ES384", "ES512"),
     "EdDSA",
 )
-"""What jose4j verifies with public keys (``DISALLOW_NONE``), less HMAC (docs/deviations.md)."""
+"""The public-key algorithms jose4j verifies; Kafka's ``DISALLOW_NONE`` also lets HMAC through,
+kafkaguard never (docs/deviations.md)."""
 INVALID_TOKEN: Final = '{"status":"invalid_token"}'
 
 PublicKey = (
@@ -128,16 +129,14 @@ class KeyLoadError(ValueError):
 class VerificationKey:
     key: PublicKey
     kid: str | None = None
-    alg: str | None = None
     any_kid: bool = False
     """A PEM key has no ``kid``: it is tried whatever ``kid`` a token names."""
 
     def fits(self, alg: str, kid: str | None) -> bool:
-        """jose4j's ``VerificationJwkSelector``: the token's ``kid`` when it names one, the JWK's
-        ``alg`` when it has one, a key type (and curve) the algorithm verifies with."""
+        """jose4j's ``VerificationJwkSelector``: the token's ``kid`` when it names one, a key
+        type (and curve) the algorithm verifies with. Like it, not the JWK's ``alg``: Kafka
+        accepts a PS256 token signed with an RSA key published as ``"alg": "RS256"``."""
         if kid is not None and self.kid != kid and not self.any_kid:
-            return False
-        if self.alg is not None and self.alg != alg:
             return False
         if alg[:2] in ("RS", "PS"):
             return isinstance(self.key, rsa.RSAPublicKey)
@@ -152,8 +151,8 @@ class VerificationKey:
 
 
 def parse_jwks(document: bytes | str, origin: str) -> tuple[VerificationKey, ...]:
-    """The signature keys of a JWKS (RFC 7517 §5); keys of other kinds, uses or algorithms are
-    skipped, as jose4j's selector would never choose them."""
+    """The signature keys of a JWKS (RFC 7517 §5); keys of other kinds or uses are skipped, as
+    jose4j's selector would never choose them."""
     try:
         data = json.loads(document)
     except (ValueError, RecursionError) as exc:
@@ -169,18 +168,19 @@ def parse_jwks(document: bytes | str, origin: str) -> tuple[VerificationKey, ...
 def _key_from_jwk(jwk: object) -> VerificationKey | None:
     if not isinstance(jwk, dict) or jwk.get("use", "sig") != "sig":
         return None
-    kid, alg = jwk.get("kid"), jwk.get("alg")
-    if (kid is not None and not isinstance(kid, str)) or (
-        alg is not None and alg not in ALGORITHMS
-    ):
+    kid = jwk.get("kid")
+    if kid is not None and not isinstance(kid, str):
         return None
+    # Without its "alg": PyJWK would bind the key to it, jose4j does not. PyJWK guesses an
+    # algorithm from "kty" and "crv" then, except for Ed448 (OKP: EdDSA whatever the curve).
+    algorithm = "EdDSA" if jwk.get("kty") == "OKP" else None
     try:
-        key = jwt.PyJWK(jwk).key
+        key = jwt.PyJWK({k: v for k, v in jwk.items() if k != "alg"}, algorithm).key
     except (PyJWTError, ValueError, TypeError, KeyError):
         return None
     if not isinstance(key, _PUBLIC_KEY_TYPES):
         return None  # an "oct" (HMAC) key
-    return VerificationKey(key, kid, alg)
+    return VerificationKey(key, kid)
 
 
 def load_pem_key(path: Path) -> VerificationKey:
@@ -351,8 +351,10 @@ class HttpsJwks:
         now = self._clock()
         with self._lock:
             again = self._missing.get(kid)
-            if again is not None and again > now:
-                return False
+            if again is not None:
+                self._missing.move_to_end(kid)  # an access-ordered LinkedHashMap in Kafka
+                if again > now:
+                    return False
             self._missing[kid] = now + MISSING_KEY_ID_CACHE_IN_FLIGHT_S
             self._missing.move_to_end(kid)
             while len(self._missing) > MISSING_KEY_ID_CACHE_MAX_ENTRIES:
@@ -387,9 +389,7 @@ class HttpsJwks:
                 keys = self._fetch()
             except KeyLoadError as exc:
                 wait = min(self._backoff_s * 2 ** (attempt - 1), end - self._clock())
-                if self._closed.is_set():
-                    return
-                if wait <= 0 or self._closed.wait(wait):
+                if wait <= 0 and not self._closed.is_set():
                     self._rate_log.log(
                         ("jwks-refresh", self.url),
                         logging.WARNING,
@@ -397,6 +397,7 @@ class HttpsJwks:
                         attempt,
                         exc,
                     )
+                if wait <= 0 or self._closed.wait(wait):
                     return
                 continue
             with self._lock:
