@@ -447,6 +447,9 @@ class JwtValidator:
                     source.unknown_kid(kid)
             raise TokenInvalid(f"no {alg} key{f' with kid {clip(kid)}' if kid else ''}")
         claims = self._verified_claims(token, alg, candidates)
+        if not self.expected_audience and claims.get("aud") is not None:
+            # jose4j's AudValidator; PyJWT lets an empty one ("", []) through
+            raise TokenInvalid(f"aud {clip(claims['aud'])} present but no audience expected")
         self._check_times(claims, int(now_s))
         self._check_scope(claims)
         principal = claims.get(self.principal_claim)

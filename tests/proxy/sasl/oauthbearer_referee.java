@@ -1,6 +1,6 @@
 // Kafka's own BrokerJwtValidator as a referee for kafkaguard's OAUTHBEARER validation
 // (tests/proxy/sasl/test_oauthbearer_kafka_referee.py). Run in source-file mode on the Kafka
-// classpath: java -cp CP oauthbearer_referee.java JWKS_FILE AUDIENCE ISSUER
+// classpath: java -cp CP oauthbearer_referee.java JWKS_FILE AUDIENCE|- ISSUER
 // Reads one JWT a line on stdin; prints "OK <principal>" or "ERR <why>" a line.
 
 import java.io.BufferedReader;
@@ -18,7 +18,9 @@ public class OAuthBearerReferee {
     public static void main(String[] args) throws Exception {
         Map<String, Object> configs = new HashMap<>();
         configs.put("sasl.oauthbearer.jwks.endpoint.url", "file://" + args[0]);
-        configs.put("sasl.oauthbearer.expected.audience", List.of(args[1]));
+        // "-": none expected (the empty list that is the setting's default)
+        configs.put("sasl.oauthbearer.expected.audience",
+            args[1].equals("-") ? List.of() : List.of(args[1]));
         configs.put("sasl.oauthbearer.expected.issuer", args[2]);
         configs.put("sasl.oauthbearer.clock.skew.seconds", 30);
         configs.put("sasl.oauthbearer.scope.claim.name", "scope");

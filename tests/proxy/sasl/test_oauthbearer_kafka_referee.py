@@ -81,22 +81,21 @@ def cases(now: int) -> dict[str, Callable[[], str]]:
     }
 
 
-def test_same_verdicts_as_kafka(tmp_path: Path) -> None:
-    classpath = check_runtime()
+def compare_with_kafka(tmp_path: Path, tokens: dict[str, str], audience: str | None) -> list[str]:
+    """Kafka's verdicts (``OK <principal>`` or ``ERR <why>``) for ``tokens``; asserts that
+    kafkaguard's, with the same settings, are the same."""
     jwks_file = tmp_path / "jwks.json"
     keys = [p.jwk() for p in PROVIDERS] + [NO_ALG.jwk(alg=None), NO_KID.jwk()]
     jwks_file.write_text(json.dumps({"keys": keys}))
-    now = int(time.time())
-    tokens = {name: make() for name, make in cases(now).items()}
     referee = subprocess.run(
         [
             "java",
             f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=file://{jwks_file}",
             "-cp",
-            classpath,
+            check_runtime(),
             str(REFEREE),
             str(jwks_file),
-            AUDIENCE,
+            audience or "-",
             ISSUER,
         ],
         input="".join(f"{token}\n" for token in tokens.values()),
@@ -108,7 +107,9 @@ def test_same_verdicts_as_kafka(tmp_path: Path) -> None:
     verdicts = referee.stdout.splitlines()
     assert len(verdicts) == len(tokens), referee.stderr[-2000:]
     validator = JwtValidator(
-        (JwksFile(jwks_file),), expected_issuer=ISSUER, expected_audience=(AUDIENCE,)
+        (JwksFile(jwks_file),),
+        expected_issuer=ISSUER,
+        expected_audience=(audience,) if audience else (),
     )
     differences = []
     for (name, token), kafka in zip(tokens.items(), verdicts, strict=True):
@@ -119,4 +120,23 @@ def test_same_verdicts_as_kafka(tmp_path: Path) -> None:
         if ours.split(" ")[0] != kafka.split(" ")[0] or (ours.startswith("OK") and ours != kafka):
             differences.append(f"{name}: kafka {kafka[:300]!r}, kafkaguard {ours!r}")
     assert not differences, "\n".join(differences)
+    return verdicts
+
+
+def test_same_verdicts_as_kafka(tmp_path: Path) -> None:
+    tokens = {name: make() for name, make in cases(int(time.time())).items()}
+    verdicts = compare_with_kafka(tmp_path, tokens, AUDIENCE)
     assert sum(v.startswith("OK") for v in verdicts) >= len(PROVIDERS) + 8  # not all refused
+
+
+def test_same_verdicts_as_kafka_without_an_expected_audience(tmp_path: Path) -> None:
+    """jose4j's ``AudValidator`` then refuses a token that *has* an ``aud``."""
+    tokens = {
+        "with aud": RS.token(),
+        "aud list": RS.token(aud=["x", AUDIENCE]),
+        "empty aud list": RS.token(aud=[]),
+        "empty aud": RS.token(aud=""),
+        "no aud": RS.token(aud=None),
+    }
+    verdicts = compare_with_kafka(tmp_path, tokens, None)
+    assert verdicts[0].startswith("ERR") and verdicts[-1] == "OK alice"

@@ -182,6 +182,8 @@ def test_audience_absent_from_config_refuses_a_token_that_has_one() -> None:
     """jose4j's AudValidator with no expected audience refuses any ``aud`` (Kafka's
     ``sasl.oauthbearer.expected.audience`` doc: unset, tokens *without* aud are accepted)."""
     refused(RSA.token(), "Invalid audience", expected_audience=())
+    for empty in ("", []):  # PyJWT alone would accept these
+        refused(RSA.token(aud=empty), "present but no audience expected", expected_audience=())
     validator(expected_audience=()).validate(RSA.token(aud=None), time.time())
 
 
