@@ -60,7 +60,7 @@ from kafkaguard.proxy.proxy_protocol import (
 from kafkaguard.proxy.proxy_protocol import parse as parse_proxy_header
 from kafkaguard.proxy.quotas import CloseCause, ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.sasl.authenticator import SaslServer
-from kafkaguard.proxy.sasl.credentials import LiveCredentialStore, build_credential_store
+from kafkaguard.proxy.sasl.credentials import build_credential_store
 from kafkaguard.proxy.sasl.executor import AuthExecutor
 from kafkaguard.proxy.sni import (
     MAX_RECORD_BYTES,
@@ -173,9 +173,9 @@ class ListenerRuntime:
         reload opens every added listener before it applies anything (a port already in use
         rejects the whole reload), and accepts on them only once the new settings are in
         force. :meth:`close` releases what this took."""
-        # SASL credentials kept in ZooKeeper: first full load before the port opens.
-        if self.sasl is not None and isinstance(self.sasl.store, LiveCredentialStore):
-            await self.sasl.store.start()
+        # SASL credentials kept in ZooKeeper, a JWKS endpoint: first load before the port opens.
+        if self.sasl is not None:
+            await self.sasl.start()
         sock = self._bind(self.config.port)
         self._sockets.append(sock)  # closed by stop_accepting even if never served
         self._unserved = sock
@@ -669,8 +669,8 @@ class ListenerRuntime:
             connection.close(cause=CloseCause.SHUTDOWN)
         for task in list(self._tasks):
             task.cancel()
-        if self.sasl is not None and isinstance(self.sasl.store, LiveCredentialStore):
-            await self.sasl.store.close()
+        if self.sasl is not None:
+            await self.sasl.close()
 
 
 def _peer(address: Any) -> tuple[str, object]:

@@ -12,7 +12,8 @@ the per-directory conftest files build the fixtures from these modules).
 * ``zookeeper`` — a real standalone ZooKeeper (Debian's package) on loopback.
 * ``kafka_broker`` — Apache Kafka (upstream and referee), its CLI tools and their classpath;
   ``python -m tests.support.kafka_broker [version]`` resolves and caches the jars.
-* ``sasl_proxy``, ``scram_client``, ``jwt_signer`` — SASL users and clients.
+* ``sasl_proxy``, ``scram_client``, ``jose_tokens``, ``jwks_server`` — SASL users and clients;
+  JWTs minted by jwcrypto and an HTTPS JWKS endpoint for OAUTHBEARER.
 * ``analyze_data`` — audit records for the Spark analysis tests.
 * ``conformance`` — the differential harness (kafkaguard against Kafka's own authorizer) and its
   scenario steps.

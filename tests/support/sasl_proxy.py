@@ -1,5 +1,5 @@
 """A SASL_PLAINTEXT kafkaguard in front of Tansu, knowing the users :data:`PASSWORDS` for
-PLAIN and both SCRAM mechanisms and OAUTHBEARER tokens signed by :data:`SIGNER`."""
+PLAIN and both SCRAM mechanisms and OAUTHBEARER tokens signed by :data:`PROVIDER` (jwcrypto)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import OAuthBearerConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.tansu import TansuBroker
-from tests.support.jwt_signer import Signer
+from tests.support.jose_tokens import AUDIENCE, ISSUER, IdentityProvider
 from tests.support.proxy_fixture import RunningProxy, proxy_config, start_proxy_thread
 
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
-SIGNER = Signer("RS256", "test-key")
-ISSUER, AUDIENCE = "https://issuer.test", "kafka"
+PROVIDER = IdentityProvider("RS256", "test-key")
 
 
 def start_sasl_proxy(
@@ -41,7 +40,7 @@ def start_sasl_proxy(
     credentials = tmp_path / "users.yaml"
     write_users_file(credentials, users)
     jwks = tmp_path / "jwks.json"
-    jwks.write_text(json.dumps({"keys": [SIGNER.jwk()]}))
+    jwks.write_text(json.dumps({"keys": [PROVIDER.jwk()]}))
     acl_file = tmp_path / "acls.yaml"
     acl_file.write_text(format_acl_text(acls), encoding="utf-8")
     sasl = SaslListenerConfig(

@@ -42,8 +42,12 @@ from kafkaguard.policy.principal_mapping import KerberosShortNamer, NoMatchingRu
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.config import LimitsConfig
 from kafkaguard.proxy.sasl import oauthbearer, plain, scram
-from kafkaguard.proxy.sasl.config import SaslListenerConfig
-from kafkaguard.proxy.sasl.credentials import CredentialStore, FileCredentialStore
+from kafkaguard.proxy.sasl.config import OAuthBearerConfig, SaslListenerConfig
+from kafkaguard.proxy.sasl.credentials import (
+    CredentialStore,
+    FileCredentialStore,
+    LiveCredentialStore,
+)
 from kafkaguard.proxy.sasl.executor import AuthExecutor, executor_for
 from kafkaguard.proxy.sasl.mechanism import (
     Challenge,
@@ -131,19 +135,10 @@ class SaslServer:
             store = FileCredentialStore(config.credentials_file)
         self.store = store
         self.validator: oauthbearer.JwtValidator | None = None
+        self.jwks_endpoint: oauthbearer.HttpsJwks | None = None
+        """Started by :meth:`start` (its first fetch) and stopped by :meth:`close`."""
         if config.oauthbearer is not None:
-            oauth = config.oauthbearer
-            keys = [oauthbearer.load_pem_key(p) for p in oauth.public_key_files]
-            if oauth.jwks_file is not None:
-                keys += oauthbearer.load_jwks(oauth.jwks_file)
-            self.validator = oauthbearer.JwtValidator(
-                keys,
-                expected_issuer=oauth.expected_issuer,
-                expected_audience=oauth.expected_audience,
-                principal_claim=oauth.principal_claim,
-                clock_skew_s=oauth.clock_skew_s,
-                algorithms=oauth.algorithms,
-            )
+            self.validator = self._jwt_validator(config.oauthbearer)
         self.short_namer = (
             KerberosShortNamer(config.kerberos_principal_to_local_rules)
             if config.kerberos_principal_to_local_rules is not None
@@ -169,6 +164,46 @@ class SaslServer:
         """Refused because the authentication executor was full, nothing computed."""
         self.outcomes: dict[tuple[str, str], int] = {}
         """Attempts by (mechanism, outcome: success, failure, throttled, busy)."""
+
+    def _jwt_validator(self, oauth: OAuthBearerConfig) -> oauthbearer.JwtValidator:
+        sources: list[oauthbearer.KeySource] = []
+        if oauth.public_key_files:
+            pems = tuple(oauthbearer.load_pem_key(p) for p in oauth.public_key_files)
+            sources.append(oauthbearer.StaticKeys(pems))
+        if oauth.jwks_file is not None:
+            sources.append(oauthbearer.JwksFile(oauth.jwks_file))
+        if oauth.jwks_endpoint_url is not None:
+            self.jwks_endpoint = oauthbearer.HttpsJwks(
+                oauth.jwks_endpoint_url,
+                refresh_ms=oauth.jwks_endpoint_refresh_ms,
+                retry_backoff_ms=oauth.jwks_endpoint_retry_backoff_ms,
+                retry_backoff_max_ms=oauth.jwks_endpoint_retry_backoff_max_ms,
+                ca_file=oauth.jwks_endpoint_ca_file,
+            )
+            sources.append(self.jwks_endpoint)
+        return oauthbearer.JwtValidator(
+            tuple(sources),
+            expected_issuer=oauth.expected_issuer,
+            expected_audience=oauth.expected_audience,
+            principal_claim=oauth.principal_claim,
+            scope_claim=oauth.scope_claim,
+            clock_skew_s=oauth.clock_skew_s,
+            algorithms=oauth.algorithms,
+        )
+
+    async def start(self) -> None:
+        """What must be loaded before the listener opens: SCRAM credentials kept in ZooKeeper,
+        the first key set of a JWKS endpoint (a failure stops the start, as Kafka's)."""
+        if isinstance(self.store, LiveCredentialStore):
+            await self.store.start()
+        if self.jwks_endpoint is not None:
+            await self.jwks_endpoint.start()
+
+    async def close(self) -> None:
+        if isinstance(self.store, LiveCredentialStore):
+            await self.store.close()
+        if self.jwks_endpoint is not None:
+            await self.jwks_endpoint.close()
 
     def count(self, mechanism: str | None, outcome: str) -> None:
         """One evaluated (or refused) authentication attempt."""

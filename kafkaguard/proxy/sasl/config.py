@@ -24,11 +24,23 @@ authentication completes."""
 
 @dataclass(frozen=True, slots=True)
 class OAuthBearerConfig:
+    """Kafka's ``sasl.oauthbearer.*`` broker settings (``BrokerJwtValidator``): keys from
+    ``jwks_file`` or ``jwks_endpoint_url`` (``sasl.oauthbearer.jwks.endpoint.url``, a file or
+    an HTTPS URL there) and/or PEM ``public_key_files``."""
+
     jwks_file: Path | None = None
+    jwks_endpoint_url: str | None = None
+    jwks_endpoint_ca_file: Path | None = None
+    """CA certificates (PEM) the endpoint's certificate is checked against; the system's when
+    unset (Kafka: the JAAS ``ssl.truststore.*`` options)."""
+    jwks_endpoint_refresh_ms: int = 3_600_000
+    jwks_endpoint_retry_backoff_ms: int = 100
+    jwks_endpoint_retry_backoff_max_ms: int = 10_000
     public_key_files: tuple[Path, ...] = ()
     expected_issuer: str | None = None
     expected_audience: tuple[str, ...] = ()
     principal_claim: str = "sub"
+    scope_claim: str = "scope"
     clock_skew_s: int = 30
     algorithms: tuple[str, ...] = oauthbearer.ALGORITHMS
 
@@ -138,13 +150,32 @@ def parse_sasl_config(  # noqa: C901 - one check per documented sasl: key
 
 def _parse_oauth(section: ConfigSection) -> OAuthBearerConfig:
     jwks = section.get_str("jwks_file", None)
+    url = section.get_str("jwks_endpoint_url", None)
     pems = section.str_list("public_key_files", [])
-    if jwks is None and not pems:
-        raise section.error("jwks_file", "OAUTHBEARER needs jwks_file or public_key_files")
+    if jwks is None and url is None and not pems:
+        raise section.error(
+            "jwks_file", "OAUTHBEARER needs jwks_file, jwks_endpoint_url or public_key_files"
+        )
+    if jwks is not None and url is not None:
+        raise section.error("jwks_endpoint_url", "is exclusive with jwks_file")
+    if url is not None and not url.lower().startswith("https://"):
+        raise section.error("jwks_endpoint_url", "must be an https:// URL (or use jwks_file)")
+    ca_file = section.get_str("jwks_endpoint_ca_file", None)
+    if ca_file is not None and url is None:
+        raise section.error("jwks_endpoint_ca_file", "is only for jwks_endpoint_url")
+    backoff = section.get_int("jwks_endpoint_retry_backoff_ms", 100, minimum=0)
+    backoff_max = section.get_int("jwks_endpoint_retry_backoff_max_ms", 10_000, minimum=0)
+    if backoff_max < backoff:  # Kafka's Retry refuses it too
+        raise section.error(
+            "jwks_endpoint_retry_backoff_max_ms",
+            "must not be less than jwks_endpoint_retry_backoff_ms",
+        )
     algorithms = tuple(section.str_list("algorithms", list(oauthbearer.ALGORITHMS)))
     for alg in algorithms:
         if alg not in oauthbearer.ALGORITHMS:
-            raise section.error("algorithms", f"{alg!r} is not one of RS256, ES256")
+            raise section.error(
+                "algorithms", f"{alg!r} is not one of {', '.join(oauthbearer.ALGORITHMS)}"
+            )
     audience = section.raw("expected_audience", None)
     if isinstance(audience, str):
         audience = [audience]
@@ -154,10 +185,18 @@ def _parse_oauth(section: ConfigSection) -> OAuthBearerConfig:
         raise section.error("expected_audience", "must be a string or a list of strings")
     config = OAuthBearerConfig(
         jwks_file=_path(section, "jwks_file", jwks) if jwks else None,
+        jwks_endpoint_url=url,
+        jwks_endpoint_ca_file=(
+            _path(section, "jwks_endpoint_ca_file", ca_file) if ca_file else None
+        ),
+        jwks_endpoint_refresh_ms=section.get_int("jwks_endpoint_refresh_ms", 3_600_000, minimum=1),
+        jwks_endpoint_retry_backoff_ms=backoff,
+        jwks_endpoint_retry_backoff_max_ms=backoff_max,
         public_key_files=tuple(_path(section, "public_key_files", p) for p in pems),
         expected_issuer=section.get_str("expected_issuer", None),
         expected_audience=tuple(audience or ()),
         principal_claim=section.get_str("principal_claim", "sub"),
+        scope_claim=section.get_str("scope_claim", "scope"),
         clock_skew_s=section.get_int("clock_skew_s", 30, minimum=0),
         algorithms=algorithms,
     )

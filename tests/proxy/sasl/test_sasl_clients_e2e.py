@@ -28,8 +28,9 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.tansu import TansuBroker
+from tests.support.jose_tokens import AUDIENCE, ISSUER
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread, unique_name
-from tests.support.sasl_proxy import AUDIENCE, ISSUER, PASSWORDS, SIGNER, start_sasl_proxy
+from tests.support.sasl_proxy import PASSWORDS, PROVIDER, start_sasl_proxy
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -73,7 +74,7 @@ def sasl_setup(proxy: RunningProxy, tansu: TansuBroker, tmp_path: Path) -> Itera
 
 def mint_token(sub: str, lifetime_s: int = 600) -> tuple[str, float]:
     exp = int(time.time()) + lifetime_s
-    return SIGNER.token(sub=sub, iss=ISSUER, aud=AUDIENCE, exp=exp), float(exp)
+    return PROVIDER.token(sub=sub, iss=ISSUER, aud=AUDIENCE, exp=exp), float(exp)
 
 
 # -- confluent-kafka ---------------------------------------------------------------------------
@@ -135,7 +136,8 @@ def test_confluent_kafka_wrong_password(sasl_setup: SaslSetup, mechanism: str) -
 
 def test_confluent_kafka_expired_token(sasl_setup: SaslSetup) -> None:
     config = _confluent_config(sasl_setup, "OAUTHBEARER", "alice", "")
-    expired = SIGNER.token(sub="alice", iss=ISSUER, aud=AUDIENCE, exp=int(time.time()) - 3600)
+    now = int(time.time())
+    expired = PROVIDER.token(sub="alice", iss=ISSUER, aud=AUDIENCE, iat=now - 7200, exp=now - 3600)
     config["oauth_cb"] = lambda _cfg: (expired, time.time() + 600)  # the client believes it
     config["message.timeout.ms"] = 3000
     delivered, errors = _confluent_produce(config, sasl_setup.topic)
