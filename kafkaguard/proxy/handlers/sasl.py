@@ -158,6 +158,9 @@ def _finish(auth: SaslAuthenticator, result: StepResult) -> AuthenticateOutcome:
     return auth.finish_step(result, time.monotonic(), int(auth.server.wall_clock() * 1000))
 
 
+_MAX_LIFETIME_MS = timedelta.max // timedelta(milliseconds=1)
+
+
 def _response(version: int, outcome: AuthenticateOutcome) -> Any:
     schema = codec.response_schema(36, version)
     values: dict[str, Any] = {
@@ -165,7 +168,11 @@ def _response(version: int, outcome: AuthenticateOutcome) -> Any:
         "auth_bytes": outcome.auth_bytes,
     }
     if "session_lifetime" in schema.__dataclass_fields__:
-        values["session_lifetime"] = timedelta(milliseconds=outcome.session_lifetime_ms)
+        # An int64 on the wire (SaslAuthenticateResponse.json); kio carries it as a timedelta,
+        # whose range ends near 2.7 million years: a token expiring later is answered with
+        # that bound rather than raising.
+        lifetime_ms = min(outcome.session_lifetime_ms, _MAX_LIFETIME_MS)
+        values["session_lifetime"] = timedelta(milliseconds=lifetime_ms)
     return codec.make_entity(schema, outcome.error_code, **values)
 
 
