@@ -236,7 +236,7 @@ class _Translator:
         return "".join(out)
 
     def quantifier(self) -> str:
-        """``Pattern.closure``: ``? * + {n} {n,} {n,m}``, then ``?`` (lazy) or ``+`` (possessive)."""
+        """``Pattern.closure``: ``? * + {n} {n,} {n,m}``, then ``?`` (lazy) or ``+``."""
         c = self.peek()
         if c in ("?", "*", "+"):
             self.i += 1
@@ -356,7 +356,7 @@ class _Translator:
         self.flags = frozenset(flags)
 
     # -- atoms
-    def atom(self) -> tuple[str, bool]:  # noqa: C901 - Pattern.sequence: a branch per meta char
+    def atom(self) -> tuple[str, bool]:
         c = self.take()
         if c == "[":
             self.i -= 1
@@ -373,7 +373,7 @@ class _Translator:
             raise self.unsupported("a NUL character")
         return _emit_set(self.literal(ord(c))), True
 
-    def escape_atom(self) -> tuple[str, bool]:  # noqa: C901 - Pattern.escape: a branch per letter
+    def escape_atom(self) -> tuple[str, bool]:
         c = self.peek()
         if c in "123456789":
             return self.back_reference(), True
@@ -436,7 +436,7 @@ class _Translator:
         return _ascii_case_closure(single) if "i" in self.flags else single
 
     def escape_value(self, *, is_range: bool) -> int | _Ranges:  # noqa: C901 - a branch per letter
-        """``Pattern.escape`` after the backslash: one character, or a set (``\\d``, ``\\p{..}``)."""
+        """``Pattern.escape`` after the backslash: one character or a set (``\\d``, ``\\p``)."""
         c = self.take()
         if c in ("p", "P"):
             return self.family(negate=c == "P")

@@ -35,6 +35,29 @@ _SSL_PARSER = re.compile(_SSL_RULE, re.ASCII)
 _BACK_REFERENCE = re.compile(r"\$(\d+)", re.ASCII)
 _INT_MAX = 2**31 - 1
 _JAVA_TRIM = "".join(chr(c) for c in range(33))  # String.trim(): every char <= U+0020
+# Characters whose case mapping differs between the JVMs Kafka 4.x runs on (Java 17: Unicode 13,
+# Java 21: 15, Java 25: 16) or from Python's (3.11: Unicode 14, 3.12+: 15): the pairs added in
+# Unicode 14 and 16. Measured over every code point with String.toLowerCase/toUpperCase
+# (Locale.ENGLISH) on Java 17 and 25 against str.lower/str.upper.
+_CASE_UNSTABLE = re.compile(
+    "[\u019b\u0264\u1c89-\u1c8a\u2c2f\u2c5f\ua7c0-\ua7c1\ua7cb-\ua7cd\ua7d0-\ua7d1"
+    "\ua7d6-\ua7dc\U00010570-\U000105bc\U00010d50-\U00010d65\U00010d70-\U00010d85]"
+)
+
+
+def _java_case(rule: str, name: str, *, lower: bool, upper: bool) -> str:
+    """``toLowerCase``/``toUpperCase(Locale.ENGLISH)``: no locale-specific mappings, as Python.
+
+    A name holding a character whose mapping depends on the JVM's Unicode version is refused
+    (fail closed): the principal would depend on which Java the broker runs.
+    """
+    if not (lower or upper):
+        return name
+    if _CASE_UNSTABLE.search(name):
+        raise NoMatchingRuleError(
+            f"rule {rule}: the case of {name!r} depends on the JVM's Unicode version"
+        )
+    return name.lower() if lower else name.upper()
 
 
 def _escape_literal_back_references(unescaped: str, groups: int) -> str:
@@ -78,12 +101,7 @@ class _SslRule:
             result = self.pattern.replace(dn, replacement)  # String.replaceAll
         except (JavaReplacementError, UndecidableSubjectError) as exc:
             raise NoMatchingRuleError(f"rule {self} failed on {dn}: {exc}") from exc
-        # toLowerCase/toUpperCase(Locale.ENGLISH): no locale-specific mappings, as Python's
-        if self.lower:
-            return result.lower()
-        if self.upper:
-            return result.upper()
-        return result
+        return _java_case(str(self), result, lower=self.lower, upper=self.upper)
 
     def __str__(self) -> str:
         if self.pattern is None:
@@ -244,11 +262,9 @@ class KerberosRule:
             raise NoMatchingRuleError(
                 f"Non-simple name {result} after auth_to_local rule {self.text}"
             )
-        if result is not None and self.lower:
-            return result.lower()
-        if result is not None and self.upper:
-            return result.upper()
-        return result
+        if result is None:
+            return None
+        return _java_case(self.text, result, lower=self.lower, upper=self.upper)
 
 
 class KerberosShortNamer:
