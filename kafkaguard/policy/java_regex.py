@@ -396,7 +396,8 @@ class _Translator:
             if c == "b" and self.peek() == "{":
                 raise self.unsupported("\\b{g}")
             self.word_boundary = True
-            return f"\\{c}", False
+            # Python's \B fails on the empty string, where Java's (and (?!\b)) succeeds
+            return (r"\b" if c == "b" else r"(?!\b)"), False
         if c in ("G", "X", "R", "N"):
             raise self.unsupported(f"\\{c}")
         value = self.escape_value(is_range=False)
@@ -642,14 +643,27 @@ def java_compile(pattern: str) -> JavaPattern:
 
 
 def java_find_iter(pattern: re.Pattern[str], text: str, start: int = 0) -> Iterator[re.Match[str]]:
-    """``while (matcher.find())``: after an empty match the search resumes one char later."""
+    """``while (matcher.find())``: after an empty match the search resumes one char later.
+
+    Java's "one char" is a UTF-16 unit: after an empty match before a character outside the
+    BMP it searches from inside its surrogate pair (and splices replacements between the
+    halves), which a Python string cannot reproduce: :class:`UndecidableSubjectError`.
+    """
     pos = start
     while pos <= len(text):
         match = pattern.search(text, pos)
         if match is None:
             return
         yield match
-        pos = match.end() + 1 if match.end() == match.start() else match.end()
+        if match.end() != match.start():
+            pos = match.end()
+            continue
+        if match.end() < len(text) and ord(text[match.end()]) > 0xFFFF:
+            raise UndecidableSubjectError(
+                f"an empty match of {pattern.pattern!r} before {text[match.end()]!r}: Java "
+                "resumes its search inside the character's surrogate pair"
+            )
+        pos = match.end() + 1
 
 
 def _expand(replacement: str, match: re.Match[str]) -> str:  # noqa: C901 - Java's replacement syntax: a branch per form/error
