@@ -660,8 +660,8 @@ def java_find_iter(pattern: re.Pattern[str], text: str, start: int = 0) -> Itera
             continue
         if match.end() < len(text) and ord(text[match.end()]) > 0xFFFF:
             raise UndecidableSubjectError(
-                f"an empty match of {pattern.pattern!r} before {text[match.end()]!r}: Java "
-                "resumes its search inside the character's surrogate pair"
+                f"an empty match before U+{ord(text[match.end()]):X}: Java resumes its search "
+                "inside the character's surrogate pair"
             )
         pos = match.end() + 1
 

@@ -90,6 +90,13 @@ def test_case_depending_on_the_jvm_unicode_version_fails_closed() -> None:
     assert mapper.get_name("CN=\u2c00,OU=eng") == "\u2c30"  # GLAGOLITIC AZU: Unicode 4.1
 
 
+def test_empty_match_before_a_supplementary_character_fails_closed() -> None:
+    """Kafka's name is ``[][]\\uD83D[]\\uDE00[]``: replaceAll splits the surrogate pair."""
+    with pytest.raises(NoMatchingRuleError, match="surrogate pair"):
+        SslPrincipalMapper(r"RULE:(?:CN=)?(.*?)/[$1]/").get_name("CN=\U0001f600")
+    assert SslPrincipalMapper(r"RULE:(?:CN=)?(.*?)/[$1]/").get_name("CN=é") == "[][]é[]"
+
+
 @pytest.mark.parametrize(
     ("rules", "name", "expected"),
     [
