@@ -147,11 +147,10 @@ _PREDEFINED: dict[str, tuple[_Ranges, bool]] = {
 }
 _SIMPLE_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "a": 0x07, "e": 0x1B}
 # Java's '$' (Dollar) and '^' (Caret with MULTILINE), written with Python's absolute \A \Z.
-_TERM = _emit_set(_LINE_TERMINATORS)
 _DOLLAR = r"(?:\Z|(?=\r\n\Z)|(?<!\r)(?=\n\Z)|(?=[\r\x85\u2028\u2029]\Z))"
 _DOLLAR_MULTILINE = r"(?:\Z|(?<!\r)(?=\n)|(?=[\r\x85\u2028\u2029]))"
 _CARET_MULTILINE = r"(?!\Z)(?:\A|(?<=[\n\x85\u2028\u2029])|(?<=\r)(?!\n))"
-_JAVA_DOT = "[^\\n\\r\\u0085\\u2028\\u2029]"
+_JAVA_DOT = _emit_set(_complement(_LINE_TERMINATORS))  # '.' without DOTALL
 _UNSUPPORTED_FLAGS = {
     "d": "UNIX_LINES",
     "u": "UNICODE_CASE",
