@@ -7,8 +7,12 @@ or ``KerberosShortNamer.fromUnparsedRules("EXAMPLE.COM", rules).shortName(..)`` 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from kafkaguard.certs.tls import parse_tls_config
+from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.java_regex import (
     JavaPatternSyntaxError,
     UndecidableSubjectError,
@@ -135,6 +139,21 @@ def test_kerberos_rules_not_applying_as_kafka(rules: str, name: str) -> None:
 def test_constructs_refused_at_load(rules: str, reason: str) -> None:
     with pytest.raises(ValueError, match=f"Invalid rule: `RULE:.*{reason}"):
         SslPrincipalMapper(rules)
+
+
+@pytest.mark.parametrize(
+    ("rule", "reason"),
+    [
+        (r"RULE:^CN=([a-z&&[b]&c]+),.*$/$1/", "characters after a '&&' operand's class"),
+        (r"RULE:(?U)^CN=(\w+),.*$/$1/", "UNICODE_CHARACTER_CLASS"),
+        (r"RULE:^CN=(a{,2}),.*$/$1/", "Illegal repetition"),
+    ],
+)
+def test_config_load_error_names_the_rule(tmp_path: Path, rule: str, reason: str) -> None:
+    text = f"cert_file: c.pem\nkey_file: k.pem\nprincipal_mapping_rules: '{rule}, DEFAULT'\n"
+    with pytest.raises(ConfigError, match="principal_mapping_rules") as error:
+        parse_tls_config(ConfigSection.from_text(text, "t.yaml"), tmp_path)
+    assert rule in str(error.value) and reason in str(error.value)
 
 
 def test_kerberos_refusal_names_the_rule() -> None:
