@@ -176,10 +176,10 @@ class _Translator:
     def syntax(self, desc: str) -> JavaPatternSyntaxError:
         return JavaPatternSyntaxError(f"{desc} near index {self.i}: {self.p}")
 
-    def unsupported(self, what: str) -> UnsupportedJavaRegexError:
+    def unsupported(self, what: str, hint: str = "") -> UnsupportedJavaRegexError:
         return UnsupportedJavaRegexError(
-            f"{what} (at index {self.i} of {self.p!r}) is not supported: kafkaguard cannot "
-            "reproduce its Java meaning exactly (docs/deviations.md, principal mapping)"
+            f"{what} is not supported (at index {self.i} of {self.p!r}): kafkaguard cannot "
+            f"reproduce its Java meaning exactly{hint} (docs/deviations.md, principal mapping)"
         )
 
     def peek(self, k: int = 0) -> str:
@@ -475,7 +475,7 @@ class _Translator:
             name = self.take()
         if name not in _POSIX:
             raise self.unsupported(
-                f"\\p{{{name}}} (only the US-ASCII POSIX classes {', '.join(_POSIX)} are)"
+                f"\\p{{{name}}}", f"; the US-ASCII POSIX classes are: {', '.join(_POSIX)}"
             )
         base = _POSIX[name]
         if "i" in self.flags:
