@@ -397,7 +397,10 @@ class _Translator:
             self.word_boundary = True
             # Python's \B fails on the empty string, where Java's (and (?!\b)) succeeds
             return (r"\b" if c == "b" else r"(?!\b)"), False
-        if c in ("G", "X", "R", "N"):
+        if c == "R":  # LineEnding: \r\n first, then backtracks to \r alone
+            self.i += 1
+            return r"(?:\r\n|[\n\x0b\x0c\r\x85\u2028\u2029])", True
+        if c in ("G", "X", "N"):
             raise self.unsupported(f"\\{c}")
         value = self.escape_value(is_range=False)
         return _emit_set(self.literal(value) if isinstance(value, int) else value), True

@@ -131,7 +131,7 @@ def test_kerberos_rules_not_applying_as_kafka(rules: str, name: str) -> None:
         (r"RULE:(?x)^CN=(.*)$/$1/", "COMMENTS"),
         (r"RULE:(?u)(?i)^CN=ÅLICE,.*$/matched/", "UNICODE_CASE"),
         (r"RULE:^CN=(\p{L}+),.*$/$1/", r"\\p\{L\}"),
-        (r"RULE:^CN=(\h+),.*$/$1/, RULE:^\R$/x/", r"\\R"),
+        (r"RULE:^CN=(\h+),.*$/$1/, RULE:^\X$/x/", r"\\X"),
         (r"RULE:^CN=([&&a]+)$/$1/", "'&&' with nothing before it"),
         (r"RULE:^(?<=a|bc)b$/$1/", "look-behind"),
     ],
