@@ -377,15 +377,7 @@ class _Translator:
         if c in "123456789":
             return self.back_reference(), True
         if c == "k":
-            self.i += 1
-            if self.take() != "<":
-                raise self.syntax("\\k is not followed by '<' for named capturing group")
-            name = self.group_name()
-            if name not in self.names:
-                raise self.syntax(f"named capturing group <{name}> does not exist")
-            if self.names[name] not in self.closed:
-                raise self.unsupported("a back reference inside the group it refers to")
-            return self.backref_text(self.names[name]), True
+            return self.named_back_reference(), True
         zero_width = {"A": r"\A", "z": r"\Z", "Z": _DOLLAR}
         if c in zero_width:
             self.i += 1
@@ -428,6 +420,18 @@ class _Translator:
         if ref not in self.closed:
             raise self.unsupported(f"\\{ref}, a back reference to a group not closed before it")
         return self.backref_text(ref)
+
+    def named_back_reference(self) -> str:
+        """``\\k<name>``: the group must exist (Java) and be closed (else refused)."""
+        self.i += 1
+        if self.take() != "<":
+            raise self.syntax("\\k is not followed by '<' for named capturing group")
+        name = self.group_name()
+        if name not in self.names:
+            raise self.syntax(f"named capturing group <{name}> does not exist")
+        if self.names[name] not in self.closed:
+            raise self.unsupported("a back reference inside the group it refers to")
+        return self.backref_text(self.names[name])
 
     def backref_text(self, ref: int) -> str:
         # Java's CIBackRef without UNICODE_CASE folds US-ASCII only, as re.ASCII's IGNORECASE.
