@@ -16,11 +16,11 @@ reproduced exactly is refused with :class:`UnsupportedJavaRegexError` (fail clos
 Java itself rejects with :class:`JavaPatternSyntaxError`. Whatever remains different is listed
 in docs/deviations.md (principal mapping).
 
-``\\b``/``\\B`` are the one case decided per subject: Java 17 counts every Unicode letter and
-digit as a word character there, Java 19+ only ASCII ones (JDK-8264160), and both count a
-combining mark after a letter. On an all-ASCII subject every Java agrees with Python's ASCII
-``\\b``; on any other subject :class:`UndecidableSubjectError` is raised, and the caller
-fails the name closed.
+Two cases are decided per subject, raising :class:`UndecidableSubjectError` (the caller fails
+the name closed): ``\\b``/``\\B`` on a subject with a non-ASCII character (Java 17 counts every
+Unicode letter and digit as a word character there, Java 19+ only ASCII ones, JDK-8264160, and
+both a combining mark after a letter; on all-ASCII subjects every Java agrees with Python's
+ASCII ``\\b``), and ``replaceAll`` resuming after an empty match inside a surrogate pair.
 """
 
 from __future__ import annotations
