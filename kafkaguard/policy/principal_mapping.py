@@ -15,11 +15,12 @@ import re
 from dataclasses import dataclass
 
 from kafkaguard.policy.java_regex import (
+    JavaPattern,
     JavaReplacementError,
+    UndecidableSubjectError,
     java_compile,
     java_dot,
     java_find_iter,
-    java_replace,
 )
 
 
@@ -34,6 +35,29 @@ _SSL_PARSER = re.compile(_SSL_RULE, re.ASCII)
 _BACK_REFERENCE = re.compile(r"\$(\d+)", re.ASCII)
 _INT_MAX = 2**31 - 1
 _JAVA_TRIM = "".join(chr(c) for c in range(33))  # String.trim(): every char <= U+0020
+# Characters whose case mapping differs between the JVMs Kafka 4.x runs on (Java 17: Unicode 13,
+# Java 21: 15, Java 25: 16) or from Python's (3.11: Unicode 14, 3.12+: 15): the pairs added in
+# Unicode 14 and 16. Measured over every code point with String.toLowerCase/toUpperCase
+# (Locale.ENGLISH) on Java 17 and 25 against str.lower/str.upper.
+_CASE_UNSTABLE = re.compile(
+    "[\u019b\u0264\u1c89-\u1c8a\u2c2f\u2c5f\ua7c0-\ua7c1\ua7cb-\ua7cd\ua7d0-\ua7d1"
+    "\ua7d6-\ua7dc\U00010570-\U000105bc\U00010d50-\U00010d65\U00010d70-\U00010d85]"
+)
+
+
+def _java_case(rule: str, name: str, *, lower: bool, upper: bool) -> str:
+    """``toLowerCase``/``toUpperCase(Locale.ENGLISH)``: no locale-specific mappings, as Python.
+
+    A name holding a character whose mapping depends on the JVM's Unicode version is refused
+    (fail closed): the principal would depend on which Java the broker runs.
+    """
+    if not (lower or upper):
+        return name
+    if _CASE_UNSTABLE.search(name):
+        raise NoMatchingRuleError(
+            f"rule {rule}: the case of {name!r} depends on the JVM's Unicode version"
+        )
+    return name.lower() if lower else name.upper()
 
 
 def _escape_literal_back_references(unescaped: str, groups: int) -> str:
@@ -62,7 +86,7 @@ def _escape_literal_back_references(unescaped: str, groups: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _SslRule:
-    pattern: re.Pattern[str] | None  # None means DEFAULT
+    pattern: JavaPattern | None  # None means DEFAULT
     replacement: str = ""
     lower: bool = False
     upper: bool = False
@@ -70,24 +94,20 @@ class _SslRule:
     def apply(self, dn: str) -> str | None:
         if self.pattern is None:
             return dn
-        if self.pattern.fullmatch(dn) is None:  # Matcher.matches(): the whole DN
-            return None
-        replacement = _escape_literal_back_references(self.replacement, self.pattern.groups)
         try:
-            result = java_replace(self.pattern, dn, replacement)  # String.replaceAll
-        except JavaReplacementError as exc:
+            if not self.pattern.matches(dn):  # Matcher.matches(): the whole DN
+                return None
+            replacement = _escape_literal_back_references(self.replacement, self.pattern.groups)
+            result = self.pattern.replace(dn, replacement)  # String.replaceAll
+        except (JavaReplacementError, UndecidableSubjectError) as exc:
             raise NoMatchingRuleError(f"rule {self} failed on {dn}: {exc}") from exc
-        if self.lower:
-            return result.lower()
-        if self.upper:
-            return result.upper()
-        return result
+        return _java_case(str(self), result, lower=self.lower, upper=self.upper)
 
     def __str__(self) -> str:
         if self.pattern is None:
             return "DEFAULT"
         suffix = "/L" if self.lower else "/U" if self.upper else ""
-        return f"RULE:{self.pattern.pattern}/{self.replacement}{suffix}"
+        return f"RULE:{self.pattern}/{self.replacement}{suffix}"
 
 
 def _split_ssl_rules(rules: str) -> list[str]:
@@ -117,9 +137,13 @@ class SslPrincipalMapper:
             if match.group(1) is not None:
                 out.append(_SslRule(None))
             elif match.group(2) is not None:
+                try:
+                    pattern = java_compile(match.group(2))
+                except ValueError as exc:
+                    raise ValueError(f"Invalid rule: `{piece}`: {exc}") from exc
                 out.append(
                     _SslRule(
-                        java_compile(match.group(2)),
+                        pattern,
                         match.group(4),
                         match.group(6) == "L",
                         match.group(6) == "U",
@@ -209,8 +233,8 @@ class KerberosRule:
     is_default: bool = False
     components: int = 0
     format: str = ""
-    match: re.Pattern[str] | None = None
-    from_pattern: re.Pattern[str] | None = None
+    match: JavaPattern | None = None
+    from_pattern: JavaPattern | None = None
     to: str = ""
     repeat: bool = False
     lower: bool = False
@@ -224,25 +248,23 @@ class KerberosRule:
                 result = params[1]
         elif len(params) - 1 == self.components:
             base = _replace_parameters(self.format, params)
-            if self.match is None or self.match.fullmatch(base) is not None:
-                if self.from_pattern is None:
-                    result = base
-                else:
-                    try:
-                        result = java_replace(
-                            self.from_pattern, base, self.to, first_only=not self.repeat
+            try:
+                if self.match is None or self.match.matches(base):
+                    if self.from_pattern is None:
+                        result = base
+                    else:
+                        result = self.from_pattern.replace(
+                            base, self.to, first_only=not self.repeat
                         )
-                    except JavaReplacementError as exc:
-                        raise NoMatchingRuleError(f"rule {self.text} failed: {exc}") from exc
+            except (JavaReplacementError, UndecidableSubjectError) as exc:
+                raise NoMatchingRuleError(f"rule {self.text} failed: {exc}") from exc
         if result is not None and _NON_SIMPLE.search(result):
             raise NoMatchingRuleError(
                 f"Non-simple name {result} after auth_to_local rule {self.text}"
             )
-        if result is not None and self.lower:
-            return result.lower()
-        if result is not None and self.upper:
-            return result.upper()
-        return result
+        if result is None:
+            return None
+        return _java_case(self.text, result, lower=self.lower, upper=self.upper)
 
 
 class KerberosShortNamer:
@@ -269,12 +291,17 @@ class KerberosShortNamer:
             return KerberosRule(realm, is_default=True)
         if not m.group(5):
             raise ValueError(f'For input string: "{m.group(5)}" in rule {rule}')
+        try:
+            match = java_compile(m.group(8)) if m.group(8) is not None else None
+            from_pattern = java_compile(m.group(10)) if m.group(10) is not None else None
+        except ValueError as exc:
+            raise ValueError(f"Invalid rule: {rule}: {exc}") from exc
         return KerberosRule(
             realm,
             components=int(m.group(5)),
             format=m.group(6),
-            match=java_compile(m.group(8)) if m.group(8) is not None else None,
-            from_pattern=java_compile(m.group(10)) if m.group(10) is not None else None,
+            match=match,
+            from_pattern=from_pattern,
             to=m.group(11) or "",
             repeat=m.group(12) == "g",
             lower=m.group(13) == "L",
