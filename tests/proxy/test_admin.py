@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
@@ -258,10 +259,9 @@ def test_idle_connections_past_the_cap_neither_block_healthz_nor_add_threads(
         for sock in idle:
             sock.close()
     refused = value(metrics, "kafkaguard_admin_connections_refused_total", reason="max_connections")
-    assert refused >= 300 - 16
-    assert (
-        value(metrics, "kafkaguard_admin_connections_closed_total", reason="request_timeout") >= 1
-    )
+    cut = value(metrics, "kafkaguard_admin_connections_closed_total", reason="request_timeout")
+    assert refused >= 1 and cut >= 1
+    assert refused + cut >= 300 - 16  # each refused at once, or cut (16 may still be open)
     assert value(metrics, "kafkaguard_admin_connections") >= 1  # the scrape's own
 
 
@@ -282,8 +282,8 @@ def closed_by_peer(sock: socket.socket, dribble: bytes, timeout_s: float = 20.0)
 
 def test_a_slowloris_is_cut_after_the_request_timeout(limited_proxy: RunningProxy) -> None:
     with socket.create_connection(admin_address(limited_proxy), timeout=10) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-        assert closed_by_peer(sock, b"X-A: b\r\n")  # a header line, never the empty one
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        assert closed_by_peer(sock, b"a")  # a header line that never ends
     metrics = get(limited_proxy, "/metrics")[1]
     assert (
         value(metrics, "kafkaguard_admin_connections_closed_total", reason="request_timeout") == 1
@@ -355,12 +355,13 @@ def test_hostile_requests_are_answered_counted_and_not_logged(
 
 def test_the_example_admin_section_uncommented_is_valid(tmp_path: Path) -> None:
     example = (Path(__file__).parents[2] / "config.example.yaml").read_text(encoding="utf-8")
-    for line in ("#admin:", "#  bind_host: 127.0.0.1", "#  port: 9404", "#  allow_remote: false"):
-        assert line + "\n" in example, line
-        example = example.replace(line + "\n", line[1:] + "\n")
+    section = example[example.index("#admin:\n") :].partition("\n\n")[0]
+    uncommented = "\n".join(line[1:] for line in section.splitlines())
     path = tmp_path / "config.yaml"
-    path.write_text(example, encoding="utf-8")
+    path.write_text(example.replace(section, uncommented), encoding="utf-8")
     config = load_config(path)
-    assert config.admin == AdminConfig("127.0.0.1", 9404, allow_remote=False)
+    assert config.admin == AdminConfig()  # every value shown is the default
+    keys = set(yaml.safe_load(uncommented)["admin"])
+    assert keys == {field.name for field in dataclasses.fields(AdminConfig)}  # and every key
     assert config.metrics == MetricsConfig(per_principal=False, max_principals=100)
     assert config.log_format == "text"
