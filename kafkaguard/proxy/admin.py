@@ -112,8 +112,12 @@ class AdminServer:
                 "set admin.allow_remote: true to say this is intended",
                 config.bind_host,
             )
-        family = socket.AF_INET6 if ":" in config.bind_host else socket.AF_INET
-        sock = socket.create_server((config.bind_host, config.port), family=family)
+        ipv6 = ":" in config.bind_host  # "::" takes IPv4 too, as Linux binds it by default
+        sock = socket.create_server(
+            (config.bind_host, config.port),
+            family=socket.AF_INET6 if ipv6 else socket.AF_INET,
+            dualstack_ipv6=ipv6 and socket.has_dualstack_ipv6(),
+        )
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         self._loop = asyncio.new_event_loop()

@@ -265,6 +265,19 @@ def test_idle_connections_past_the_cap_neither_block_healthz_nor_add_threads(
     assert value(metrics, "kafkaguard_admin_connections") >= 1  # the scrape's own
 
 
+def test_an_ipv6_wildcard_admin_address_takes_ipv4_too(tansu: TansuBroker) -> None:
+    admin = AdminConfig(bind_host="::", port=0, allow_remote=True)
+    proxy = start_proxy_thread(dataclasses.replace(proxy_config(tansu.address), admin=admin))
+    try:
+        assert proxy.server.admin is not None
+        for host in ("127.0.0.1", "[::1]"):
+            url = f"http://{host}:{proxy.server.admin.port}/healthz"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert response.read() == b"ok\n"
+    finally:
+        stop_proxy_thread(proxy)
+
+
 def closed_by_peer(sock: socket.socket, dribble: bytes, timeout_s: float = 20.0) -> bool:
     """Send ``dribble`` every 0.2 s until the peer closes the connection (True) or
     ``timeout_s`` passes (False)."""
