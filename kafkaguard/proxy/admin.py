@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gzip
 import ipaddress
 import logging
@@ -60,6 +61,8 @@ _errors = RateLimitedLog(log)
 
 _HEALTH_TIMEOUT_S = 1.0
 _STOP_TIMEOUT_S = 5.0
+_LINGER_S = 1.0
+_LINGER_BYTES = 65_536
 _TEXT = "text/plain; charset=utf-8"
 
 
@@ -236,6 +239,7 @@ class AdminServer:
             except _Refusal as refusal:
                 self.counters.closed[refusal.reason] += 1
                 writer.write(_response(refusal.status, f"{refusal.status.phrase}\n", False))
+                await _linger(reader, writer)
                 return
             status, content_type, body, more = await self._answer(method, path, headers)
             writer.write(
@@ -247,6 +251,7 @@ class AdminServer:
                 self.counters.closed["request_timeout"] += 1
                 return
             if not keep_alive:
+                await _linger(reader, writer)
                 return
             try:
                 first = await asyncio.wait_for(reader.read(1), config.idle_timeout_ms / 1000)
@@ -298,6 +303,19 @@ class AdminServer:
 
 
 _GZIP = ("Content-Encoding", "gzip")
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Before closing after an answer, end the writing side and read what the client still
+    sends (at most :data:`_LINGER_BYTES`, for at most :data:`_LINGER_S`): closing with bytes
+    unread sends a reset, which can destroy the answer before the client reads it (RFC 9112
+    §9.6)."""
+    writer.write_eof()
+    left = _LINGER_BYTES
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_LINGER_S):
+            while left > 0 and (data := await reader.read(left)):
+                left -= len(data)
 
 
 def _set_done(future: concurrent.futures.Future[None]) -> None:
