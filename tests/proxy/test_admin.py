@@ -22,8 +22,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
-from kafkaguard.proxy.config import AdminConfig, MetricsConfig, load_config
+from kafkaguard.proxy.config import AdminConfig, MetricsConfig, load_config, parse_config
 from kafkaguard.proxy.metrics import UPSTREAM_UNREACHABLE
 from kafkaguard.tansu import TansuBroker
 from tests.support.handler_harness import acl
@@ -313,14 +314,16 @@ def test_a_kept_alive_connection_is_closed_when_idle(limited_proxy: RunningProxy
     assert value(metrics, "kafkaguard_admin_connections_closed_total", reason="idle_timeout") == 1
 
 
-def read_response(sock: socket.socket) -> bytes:
-    """One response: its head, then Content-Length bytes of body."""
+def read_response(sock: socket.socket, *, head_only: bool = False) -> bytes:
+    """One response: its head, then (unless ``head_only``) Content-Length bytes of body."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(4096)
         assert chunk, f"closed after {data!r}"
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
+    if head_only:
+        return data  # with whatever came after the head
     length = next(
         int(line.split(b":")[1])
         for line in head.split(b"\r\n")
@@ -331,6 +334,19 @@ def read_response(sock: socket.socket) -> bytes:
         assert chunk
         body += chunk
     return head + b"\r\n\r\n" + body
+
+
+def test_head_and_other_methods(limited_proxy: RunningProxy) -> None:
+    with socket.create_connection(admin_address(limited_proxy), timeout=10) as sock:
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = read_response(sock, head_only=True)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 3\r\n" in head
+        assert head.endswith(b"\r\n\r\n")  # no body (one write: it would have come along)
+        sock.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab")
+        answer = read_response(sock)
+        assert answer.startswith(b"HTTP/1.1 405 ") and b"Allow: GET, HEAD\r\n" in answer
+        assert b"Connection: close\r\n" in answer  # the body is not read
+        assert sock.recv(1) == b""
 
 
 @pytest.mark.parametrize(
@@ -378,3 +394,38 @@ def test_the_example_admin_section_uncommented_is_valid(tmp_path: Path) -> None:
     assert keys == {field.name for field in dataclasses.fields(AdminConfig)}  # and every key
     assert config.metrics == MetricsConfig(per_principal=False, max_principals=100)
     assert config.log_format == "text"
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        (
+            "max_connections: 5, request_timeout_ms: 100, idle_timeout_ms: 200, "
+            "max_request_bytes: 1024, readiness_probe_interval_ms: 300",
+            AdminConfig(
+                port=9404,
+                max_connections=5,
+                request_timeout_ms=100,
+                idle_timeout_ms=200,
+                max_request_bytes=1024,
+                readiness_probe_interval_ms=300,
+            ),
+        ),
+        ("max_connections: 0", "max_connections"),
+        ("request_timeout_ms: 0", "request_timeout_ms"),
+        ("idle_timeout_ms: 0", "idle_timeout_ms"),
+        ("max_request_bytes: 100", "max_request_bytes"),
+        ("readiness_probe_interval_ms: 10", "readiness_probe_interval_ms"),
+    ],
+)
+def test_the_admin_limits_are_parsed_and_bounded(keys: str, expected: object) -> None:
+    text = (
+        "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n"
+        "listeners: [{name: PLAINTEXT, port: 19092}]\n"
+        f"admin: {{{keys}}}\n"
+    )
+    if isinstance(expected, AdminConfig):
+        assert parse_config(ConfigSection.from_text(text, "c.yaml")).admin == expected
+    else:
+        with pytest.raises(ConfigError, match=f"admin.{expected}"):
+            parse_config(ConfigSection.from_text(text, "c.yaml"))
