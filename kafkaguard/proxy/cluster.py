@@ -193,7 +193,7 @@ class UpstreamCluster:
         ApiVersions request (over TLS when configured, without SASL: a broker answers
         ApiVersions before authentication, KIP-43). Nothing is kept. Raises ``OSError`` when
         none answers."""
-        servers = [*self.bootstrap_servers, *self._nodes.values()]
+        servers = [*self.bootstrap_servers, *self.node_addresses()]
         return (await self._first_answer(servers, "bootstrap server or broker"))[0]
 
     async def _first_answer(
