@@ -35,6 +35,7 @@ from tests.support.proxy_fixture import (
     stop_proxy_thread,
     unique_name,
 )
+from tests.support.raw_client import RawKafkaClient
 from tests.support.tcp_relay import CountingRelay
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -215,6 +216,28 @@ def test_the_readiness_probe_runs_once_per_interval(tansu: TansuBroker) -> None:
         before = relay.accepted
         wait_until(lambda: relay.accepted >= before + 2, "two readiness probes")
         assert get(proxy, "/readyz") == (200, "ready\n")
+    finally:
+        stop_proxy_thread(proxy)
+        relay.stop()
+
+
+def test_broker_answers_to_traffic_stand_in_for_the_readiness_probe(tansu: TansuBroker) -> None:
+    relay = CountingRelay(tansu.address)
+    relay.start()
+    admin = AdminConfig(port=0, readiness_probe_interval_ms=300)
+    proxy = start_proxy_thread(dataclasses.replace(proxy_config(relay.address), admin=admin))
+    host, port = proxy.bootstrap.rsplit(":", 1)
+    try:
+        with RawKafkaClient(host, int(port), timeout_s=10) as client:
+            client.api_versions()  # the client's broker connection: through the relay
+            before = relay.accepted
+            deadline = time.monotonic() + 3  # ten intervals: no probe while the broker answers
+            while time.monotonic() < deadline:
+                client.api_versions()
+                time.sleep(0.05)
+            assert relay.accepted == before
+        assert get(proxy, "/readyz") == (200, "ready\n")
+        wait_until(lambda: relay.accepted > before, "a probe once the traffic stopped")
     finally:
         stop_proxy_thread(proxy)
         relay.stop()
