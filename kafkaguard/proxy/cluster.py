@@ -182,19 +182,35 @@ class UpstreamCluster:
         :class:`UpstreamAuthenticationError` at once when one refuses the proxy's SASL
         credentials (retrying cannot help).
         """
+        server, response = await self._first_answer(
+            self.bootstrap_servers, "bootstrap server", self.sasl
+        )
+        self.record_broker_api_versions(response)
+        return server
+
+    async def answers(self) -> HostPort:
+        """Readiness: the first of the bootstrap servers, then the known brokers, to answer an
+        ApiVersions request (over TLS when configured, without SASL: a broker answers
+        ApiVersions before authentication, KIP-43). Nothing is kept. Raises ``OSError`` when
+        none answers."""
+        servers = [*self.bootstrap_servers, *self.node_addresses()]
+        return (await self._first_answer(servers, "bootstrap server or broker"))[0]
+
+    async def _first_answer(
+        self, servers: Iterable[HostPort], what: str, sasl: UpstreamSasl | None = None
+    ) -> tuple[HostPort, Any]:
         last: Exception | None = None
-        for server in self.bootstrap_servers:
+        for server in servers:
             try:
                 response = await asyncio.wait_for(
-                    fetch_api_versions(server, ssl_context=self.ssl_context, sasl=self.sasl),
+                    fetch_api_versions(server, ssl_context=self.ssl_context, sasl=sasl),
                     timeout=self.connect_timeout_s,
                 )
             except (OSError, TimeoutError, ProtocolError) as exc:
                 last = exc
                 continue
-            self.record_broker_api_versions(response)
-            return server
-        raise OSError(f"no upstream bootstrap server answered: {last}")
+            return server, response
+        raise OSError(f"no upstream {what} answered: {last}")
 
 
 async def _open(

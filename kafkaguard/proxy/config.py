@@ -202,6 +202,21 @@ class AdminConfig:
     allow_remote: bool = False
     """Without it, binding anything but a loopback address logs a warning: the endpoint has
     no authentication and tells whoever reaches it about the proxy's traffic."""
+    max_connections: int = 64
+    """Open admin connections at most; one more is answered 503 and closed at once (counted):
+    idle or slow clients cannot exhaust the process (kafkaguard/proxy/admin.py)."""
+    request_timeout_ms: int = 5_000
+    """A request's line and headers must arrive within this (from the connection's accept, or
+    from a kept-alive request's first byte), and its answer be taken within it again; else the
+    connection is closed (counted): a slowloris client holds a connection this long at most."""
+    idle_timeout_ms: int = 30_000
+    """A kept-alive connection waiting for its next request is closed after this."""
+    max_request_bytes: int = 8_192
+    """Request line plus headers at most; larger is answered 431 and closed (counted)."""
+    readiness_probe_interval_ms: int = 5_000
+    """How often readiness checks the upstream: when no broker answered the proxy's traffic
+    since the last check, one ApiVersions probe (bootstrap servers, then known brokers).
+    ``/readyz`` and ``/metrics`` read the result; a scrape opens no connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,6 +524,13 @@ def _admin(section: ConfigSection) -> AdminConfig:
         bind_host=section.get_str("bind_host", "127.0.0.1"),
         port=section.get_int("port", 9404, minimum=0),
         allow_remote=section.get_bool("allow_remote", False),
+        max_connections=section.get_int("max_connections", 64, minimum=1),
+        request_timeout_ms=section.get_int("request_timeout_ms", 5_000, minimum=1),
+        idle_timeout_ms=section.get_int("idle_timeout_ms", 30_000, minimum=1),
+        max_request_bytes=section.get_int("max_request_bytes", 8_192, minimum=256),
+        readiness_probe_interval_ms=section.get_int(
+            "readiness_probe_interval_ms", 5_000, minimum=100
+        ),
     )
     section.reject_unknown()
     return admin

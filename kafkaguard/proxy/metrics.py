@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -42,8 +42,47 @@ if TYPE_CHECKING:
 UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker accepts a TCP connection"
 """The readiness condition that the upstream is down (``/readyz`` and its gauge)."""
 
+ADMIN_REFUSALS: Final = ("max_connections",)
+"""Why the admin listener refuses a connection at accept (``admin.max_connections``)."""
+ADMIN_CLOSES: Final = ("request_timeout", "idle_timeout", "request_too_large", "bad_request")
+"""Why the admin listener closes a connection it accepted, other than the client closing or
+asking to: the line and headers (or the answer's reading) outlasted
+``admin.request_timeout_ms``, a kept-alive connection ``admin.idle_timeout_ms``, the line and
+headers exceeded ``admin.max_request_bytes``, or they were not HTTP/1."""
+
 OTHER = "other"
 """The principal label of every principal past ``metrics.max_principals``."""
+
+
+class AdminCounters:
+    """The admin listener's connections: plain integers its thread writes, read when scraped."""
+
+    __slots__ = ("closed", "open", "refused")
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.refused = dict.fromkeys(ADMIN_REFUSALS, 0)
+        self.closed = dict.fromkeys(ADMIN_CLOSES, 0)
+
+    def families(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "kafkaguard_admin_connections", "Open admin connections.", self.open
+        )
+        refused = CounterMetricFamily(
+            "kafkaguard_admin_connections_refused",
+            "Admin connections answered 503 and closed at accept (admin.max_connections).",
+            labels=["reason"],
+        )
+        closed = CounterMetricFamily(
+            "kafkaguard_admin_connections_closed",
+            "Admin connections closed by the proxy, by reason (request_timeout, idle_timeout, "
+            "request_too_large, bad_request).",
+            labels=["reason"],
+        )
+        for family, table in ((refused, self.refused), (closed, self.closed)):
+            for reason, count in table.items():
+                family.add_metric([reason], count)
+        yield from (refused, closed)
 
 
 class DecisionCounter:
@@ -119,10 +158,12 @@ class ProxyCollector(Collector):
         server: ProxyServer,
         decisions: DecisionCounter | None,
         not_ready: Callable[[], list[str]] | None = None,
+        admin: AdminCounters | None = None,
     ) -> None:
         self._server = server
         self._decisions = decisions
         self._not_ready = not_ready
+        self._admin = admin
 
     def collect(self) -> Iterator[Metric]:
         server = self._server
@@ -139,9 +180,12 @@ class ProxyCollector(Collector):
             )
             yield GaugeMetricFamily(
                 "kafkaguard_upstream_reachable",
-                "1 when a bootstrap server or a known broker accepts a TCP connection.",
+                "1 when a broker answered the proxy's traffic or its readiness probe at the "
+                "last check (admin.readiness_probe_interval_ms).",
                 value=int(UPSTREAM_UNREACHABLE not in failing),
             )
+        if self._admin is not None:
+            yield from self._admin.families()
         yield from self._connections(listeners)
         yield from self._requests(listeners)
         yield from self._authorization(listeners)

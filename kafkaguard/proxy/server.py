@@ -37,7 +37,6 @@ from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.proxy.admin import AdminServer
 from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import (
-    HostPort,
     ListenerConfig,
     ProxyConfig,
     UpstreamConfig,
@@ -177,6 +176,8 @@ class ProxyServer:
             try:
                 server = await self.cluster.probe()
                 log.info("upstream %s answered the version probe", server)
+                if self.admin is not None:  # readiness: checked again at intervals from now
+                    self.admin.watch_upstream()
                 break
             except OSError as exc:
                 if attempt == probe_attempts:
@@ -523,10 +524,6 @@ class ProxyServer:
         for what, store in stores:
             if getattr(store, "connected", True) is False:
                 yield f"zookeeper: the {what} has no ZooKeeper session"
-
-    def upstream_addresses(self) -> list[HostPort]:
-        """Where the upstream can be reached: the bootstrap servers, then known brokers."""
-        return [*self.cluster.bootstrap_servers, *self.cluster.node_addresses()]
 
     async def close(self) -> None:
         if self.admin is not None:

@@ -74,13 +74,21 @@ def _accepted(admin_port: int) -> int | None:
     return _metric(admin_port, 'kafkaguard_connections_accepted_total{listener="PLAINTEXT"}')
 
 
+def _ready(admin_port: int) -> bool:
+    """The worker's /readyz answers 200: its listeners are bound (its admin listener answers
+    before, during start-up)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/readyz", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 @pytest.fixture
 def supervisor(
     tansu: TansuBroker, tmp_path: Path
 ) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
-    port, admin_port = free_port(), free_port()
-    while admin_port + 1 == port:
-        admin_port = free_port()
+    port, admin_port = free_port(), free_base((0, 1))  # worker i: admin_port + i, both free
     config = _config(tmp_path, str(tansu.address), port, admin_port)
     process = subprocess.Popen(
         [sys.executable, "-m", "kafkaguard", "run", "--config", str(config)],
@@ -89,7 +97,7 @@ def supervisor(
         text=True,
     )
     try:
-        _wait(lambda: all(_accepted(admin_port + i) is not None for i in (0, 1)), "both serve", 90)
+        _wait(lambda: all(_ready(admin_port + i) for i in (0, 1)), "both serve", 90)
         yield process, port, admin_port
     finally:
         if process.poll() is None:
@@ -120,9 +128,7 @@ def test_workers_share_the_port_survive_a_crash_and_stop_cleanly(
     _wait(lambda: len(_children(process.pid) - {killed}) == 2, "the killed worker restarted", 60)
     for _ in range(5):  # served meanwhile and after: by the other worker or the new one
         _api_versions(port)
-    _wait(
-        lambda: all(_accepted(admin_port + i) is not None for i in (0, 1)), "both serve again", 60
-    )
+    _wait(lambda: all(_ready(admin_port + i) for i in (0, 1)), "both serve again", 60)
 
     config = Path(process.args[-1])  # SIGHUP: each worker reloads the file
     config.write_text(config.read_text().replace("workers: 2", "workers: 3"), encoding="utf-8")
