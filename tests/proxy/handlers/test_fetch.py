@@ -266,15 +266,18 @@ def test_unknown_session_is_refused_with_70_without_reaching_the_broker() -> Non
 def test_session_revocation_forgets_upstream_and_reports_29_until_regranted() -> None:
     read_b = acl("User:alice", "READ", "TOPIC", "b")
     h = HandlerHarness([READ_A, read_b])
-    # full fetch creating the session: forwarded as sent, response decoded only to learn the id
+    # full fetch creating the session: forwarded as sent, the response's session id is read
+    # from its raw bytes (never decoded)
     verdict = h.send(fetch12("a", "b", epoch=0, offset=5))
-    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite
+    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
+    assert verdict.transform is not None
     h.complete(verdict, reply12("a", "b", session=77))
 
     # incremental, nothing changed, everything allowed: the bytes go up as they are
     verdict = h.send(fetch12(session=77, epoch=1))
     assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
     assert h.checked() == [("READ", "TOPIC", "a", "ALLOWED"), ("READ", "TOPIC", "b", "ALLOWED")]
+    h.complete(verdict, reply12("a", "b", session=77))
 
     # READ on b revoked mid-session: b leaves the broker's session, the client sees 29
     h.authorizer.load_snapshot([READ_A])
@@ -282,18 +285,19 @@ def test_session_revocation_forgets_upstream_and_reports_29_until_regranted() ->
     sent = h.forwarded_body(verdict, None)
     assert sent.topics == ()
     assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("b", (0, 1))]
-    out = h.complete(verdict, reply12("a"))
+    out = h.complete(verdict, reply12("a", session=77))
     assert parts(out) == [("a", 0, 0), ("a", 1, 0), ("b", 0, 29), ("b", 1, 29)]
 
     # still denied: nothing more to forget, 29 again (Kafka repeats erroneous partitions)
     verdict = h.send(fetch12(session=77, epoch=3))
     sent = h.forwarded_body(verdict, None)
     assert sent.topics == () and sent.forgotten_topics_data == ()
-    assert parts(h.complete(verdict, reply12())) == [("b", 0, 29), ("b", 1, 29)]
+    assert parts(h.complete(verdict, reply12(session=77))) == [("b", 0, 29), ("b", 1, 29)]
 
     # a denied partition the client re-sends is stripped, never forwarded
     verdict = h.send(fetch12("b", session=77, epoch=4, offset=9))
     assert h.forwarded_body(verdict, None).topics == ()
+    h.complete(verdict, reply12(session=77))
 
     # READ granted again: b goes back upstream at the position the client last sent
     h.authorizer.load_snapshot([READ_A, read_b])
@@ -301,7 +305,7 @@ def test_session_revocation_forgets_upstream_and_reports_29_until_regranted() ->
     sent = h.forwarded_body(verdict, None)
     assert sent_parts(sent) == [("b", 0), ("b", 1)]
     assert [p.fetch_offset for t in sent.topics for p in t.partitions] == [9, 9]
-    assert parts(h.complete(verdict, reply12("b"))) == [("b", 0, 0), ("b", 1, 0)]
+    assert parts(h.complete(verdict, reply12("b", session=77))) == [("b", 0, 0), ("b", 1, 0)]
 
     # and the session is clean again: zero-copy
     verdict = h.send(fetch12(session=77, epoch=6))
@@ -316,7 +320,7 @@ def test_partition_denied_at_session_creation_is_withheld_from_the_broker_sessio
     verdict = h.send(fetch12(session=9, epoch=1))
     sent = h.forwarded_body(verdict, None)
     assert sent.topics == () and sent.forgotten_topics_data == ()  # broker never had b
-    assert parts(h.complete(verdict, reply12())) == [("b", 0, 29), ("b", 1, 29)]
+    assert parts(h.complete(verdict, reply12(session=9))) == [("b", 0, 29), ("b", 1, 29)]
 
 
 def test_forgotten_partitions_leave_the_mirror() -> None:
@@ -409,7 +413,7 @@ def test_partition_named_and_forgotten_in_one_request_is_authorized_before_forwa
     sent = h.forwarded_body(verdict, body)
     assert verdict.request is not None and sent.topics == ()
     assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("secret", (0,))]
-    out = h.complete(verdict, reply12("a", "secret"))
+    out = h.complete(verdict, reply12("a", "secret", session=77))
     assert parts(out) == [("a", 0, 0), ("a", 1, 0)]  # nothing of secret, not even a 29
     assert ("secret", 0) not in fetch.connection_sessions(h).by_id[77].partitions
     # an authorized one named and forgotten at once goes up as the client sent it
