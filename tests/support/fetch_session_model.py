@@ -79,16 +79,40 @@ class KafkaFetchModel:
         session_id, epoch = int(body.session_id), int(body.session_epoch)
         schema = codec.response_schema(1, version)
         if epoch in (0, -1):  # FetchMetadata.isFull
-            if session_id:
-                self.sessions.pop(session_id, None)
-            if throttled:
-                return self._response(schema, 0, [])
-            if epoch == -1:
-                return self._response(schema, 0, list(fetch_data))
-            self._next_id += 7
-            session = ModelSession(self._next_id, version >= 13, dict(fetch_data))
-            self.sessions[session.session_id] = session
-            return self._response(schema, session.session_id, list(fetch_data))
+            return self._full(schema, session_id, epoch, fetch_data, throttled)
+        return self._incremental(
+            schema, version, session_id, epoch, fetch_data, to_forget, throttled
+        )
+
+    def _full(
+        self,
+        schema: type[Any],
+        session_id: int,
+        epoch: int,
+        fetch_data: dict[Key, int],
+        throttled: bool,
+    ) -> Any:
+        if session_id:
+            self.sessions.pop(session_id, None)
+        if throttled:
+            return self._response(schema, 0, [])
+        if epoch == -1:
+            return self._response(schema, 0, list(fetch_data))
+        self._next_id += 7
+        session = ModelSession(self._next_id, int(schema.__version__) >= 13, dict(fetch_data))
+        self.sessions[session.session_id] = session
+        return self._response(schema, session.session_id, list(fetch_data))
+
+    def _incremental(
+        self,
+        schema: type[Any],
+        version: int,
+        session_id: int,
+        epoch: int,
+        fetch_data: dict[Key, int],
+        to_forget: list[Key],
+        throttled: bool,
+    ) -> Any:
         session = self.sessions.get(session_id)
         if session is None:
             return self._error(schema, ErrorCode.fetch_session_id_not_found)

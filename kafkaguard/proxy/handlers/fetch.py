@@ -403,7 +403,7 @@ class FetchHandler(ApiHandler):
         head = _step_answered(sessions, fetch.session_id, mirror, step)
         if not checked and not readd:
             return self._forward(request, ctx, None, None, head)
-        topics = self._topics(body, fetch.tkey, sent, partitions)
+        topics = self._topics(body, fetch.tkey, sent, {**requested, **partitions})
         upstream_forgotten = list(body.forgotten_topics_data)
         if forget:
             forgotten_type = codec.nested_type(type(body), "forgotten_topics_data")
