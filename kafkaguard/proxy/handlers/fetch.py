@@ -231,7 +231,8 @@ def _step_answered(
             return
         mirror.in_flight.popleft()
         if error_code == ErrorCode.none and answered_id == session_id:
-            mirror.confirmed = (mirror.confirmed | step.sent) - step.forgotten
+            mirror.confirmed |= step.sent  # in place: work in proportion to the change
+            mirror.confirmed -= step.forgotten
         else:
             sessions.drop(session_id, mirror)
 
@@ -257,7 +258,7 @@ class _Fetch:
     """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
     session_id: int
     epoch: int
-    """−1 without sessions (v0–6, or a sessionless client), 0 opens one, > 0 continues one."""
+    """−1 without sessions (v0–6, or a sessionless client), 0 opens one, any other continues one."""
     requested: dict[PartitionKey, Any]
     """Partition → its request entry, in request order."""
 
@@ -398,7 +399,8 @@ class FetchHandler(ApiHandler):
         ]
         sent = [k for k in requested if k not in checked] + readd
         step = _Step(set(sent), forgotten.union(forget))
-        mirror.upstream = (mirror.upstream | step.sent) - step.forgotten
+        mirror.upstream |= step.sent
+        mirror.upstream -= step.forgotten
         mirror.in_flight.append(step)
         head = _step_answered(sessions, fetch.session_id, mirror, step)
         if not checked and not readd:
