@@ -388,7 +388,8 @@ class FetchHandler(ApiHandler):
         # this request forgets is dropped before the broker reads), and partitions named in
         # ``topics`` and forgotten by the same request (Kafka adds, then forgets) yet forwarded.
         outside = [k for k in requested if k not in partitions]
-        outside += [k for k in may_hold if k not in partitions and k not in forgotten]
+        held = (k for k in may_hold if k not in partitions and k not in forgotten)
+        outside += sorted(held, key=lambda k: (str(k[0]), k[1]))  # a set: a stable order
         checked = self._decide(request, ctx, context + outside)
         denied = {k: code for k, code in checked.items() if k in partitions}
         forget = [k for k in checked if k in may_hold and k not in forgotten]
