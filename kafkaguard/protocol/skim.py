@@ -50,6 +50,11 @@ AddressRewrite = Callable[[int, str, int], tuple[str, int]]
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_FETCH_HEAD = struct.Struct(">ihi")
+"""FetchResponse v7+ after its header: throttle_time_ms, error_code, session_id."""
+
+FetchHead = Callable[[int, int], None]
+"""Told a FetchResponse's top-level ``(error_code, session_id)`` as soon as they are read."""
 
 
 class _Truncated(Exception):
@@ -96,11 +101,18 @@ def _skip_compact(nullable: bool) -> Generator[int, bytes | None, None]:
         yield n
 
 
-def _fetch_walker(version: int) -> _Walker:
-    """FetchResponse v12–v18 (``FetchResponse.json``), from the size prefix."""
+def _fetch_walker(version: int, head: FetchHead | None = None) -> _Walker:
+    """FetchResponse v12–v18 (``FetchResponse.json``), from the size prefix; ``head`` is told
+    the top-level error code and session id as they pass."""
     yield 8  # size, correlation id
     yield from _skip_tags()  # response header v1
-    yield 4 + 2 + 4  # throttle_time_ms, error_code, session_id
+    if head is None:
+        yield _FETCH_HEAD.size  # throttle_time_ms, error_code, session_id
+    else:
+        data = yield -_FETCH_HEAD.size
+        assert data is not None
+        _, error_code, session_id = _FETCH_HEAD.unpack(data)
+        head(error_code, session_id)
     for _ in range(max((yield from _compact_length()), 0)):  # responses
         if version >= 13:
             yield 16  # topic_id
@@ -207,6 +219,19 @@ def produce_response_tail(frame: bytes | memoryview, version: int) -> int | None
     except (_Truncated, IndexError):
         return None
     return pos if pos <= len(frame) else None
+
+
+def fetch_response_head(frame: bytes | memoryview, version: int) -> tuple[int, int]:
+    """The top-level ``(error_code, session_id)`` of a whole FetchResponse ``frame`` of
+    ``version`` (7+, size prefix included), at their fixed place after the response header:
+    what confirms a fetch session change (``kafkaguard.proxy.handlers.fetch``) without
+    decoding the records."""
+    try:
+        pos = _tags_end(frame, 8) if version >= FIRST_SKIMMABLE_VERSION else 8
+        _, error_code, session_id = _FETCH_HEAD.unpack_from(frame, pos)
+    except (_Truncated, IndexError, struct.error) as exc:
+        raise MalformedFrame("a Fetch response too short for its session fields") from exc
+    return error_code, session_id
 
 
 def fetch_response_has_node_endpoints(frame: bytes | memoryview, version: int) -> bool:
@@ -407,12 +432,14 @@ def fit_tail(fields: list[tuple[int, bytes]], length: int) -> bytes:
 class NodeEndpointsTail:
     """The raw-frame transform for a Fetch v16+ or Produce v10+ response: ``node_endpoints``
     (KIP-951) rewritten in the tail, every other byte the broker's. ``fallback`` handles a
-    frame that cannot be walked (decode, rewrite, re-encode)."""
+    frame that cannot be walked (decode, rewrite, re-encode). A Fetch response's ``head``
+    (:data:`FetchHead`) is told its error code and session id first, streamed or not."""
 
     api_key: int
     version: int
     advertise: AddressRewrite
     fallback: Callable[[bytes | memoryview], bytes | memoryview]
+    head: FetchHead | None = None
 
     @property
     def streamable(self) -> bool:
@@ -422,6 +449,8 @@ class NodeEndpointsTail:
         )
 
     def __call__(self, frame: bytes | memoryview) -> bytes | memoryview:
+        if self.head is not None:
+            self.head(*fetch_response_head(frame, self.version))
         tail_at = (
             fetch_response_tail(frame, self.version)
             if self.api_key == 1
@@ -443,7 +472,7 @@ class NodeEndpointsTail:
 
     def stream(self, frame_size: int) -> TailStream:
         """Walk a response of ``frame_size`` bytes (size prefix included) as it streams."""
-        return TailStream(_fetch_walker(self.version), frame_size, self._finish)
+        return TailStream(_fetch_walker(self.version, self.head), frame_size, self._finish)
 
     def _finish(self, tail: bytes) -> bytes:
         fields = rewrite_node_endpoints(tail, self.advertise)

@@ -67,6 +67,8 @@ class Driver:
             AuthorizerConfig(super_users=parse_super_users(super_users))
         )
         authorizer.load_snapshot(acls)
+        self.authorizer = authorizer
+        """The connection's authorizer: ``load_snapshot`` changes the ACLs mid-connection."""
         protocol = SecurityProtocol.SASL_PLAINTEXT if sasl else SecurityProtocol.PLAINTEXT
         session = Session(
             "LISTENER",

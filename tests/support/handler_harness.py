@@ -221,17 +221,22 @@ class HandlerHarness:
 
     @staticmethod
     def complete(verdict: Verdict, broker_response: Any = None) -> Any:
-        """The response the client would receive: the handler's rewrite applied by the
-        exchange core's response transform, on the broker's encoded bytes."""
+        """The response the client would receive: the handler's transform on the broker's
+        encoded bytes, or its rewrite applied by the exchange core's response transform, as
+        the exchange applies them."""
         if isinstance(verdict, Respond):
             return verdict.response
         assert isinstance(verdict, Forward), verdict
-        if verdict.rewrite is None:
+        if verdict.rewrite is None and verdict.transform is None:
             return broker_response
         api_key, version = int(broker_response.__api_key__), int(broker_response.__version__)
         header = RequestHeaderInfo(api_key, version, 1, None, 0)
         frame = codec.encode_response(broker_response, 1)
-        sent = response_transform(verdict.rewrite, header, verdict.decode_if)(frame)
+        transform = verdict.transform
+        if transform is None:
+            assert verdict.rewrite is not None
+            transform = response_transform(verdict.rewrite, header, verdict.decode_if)
+        sent = transform(frame)
         return broker_response if sent is frame else codec.decode_response(sent, api_key, version)
 
     def checked(self) -> list[tuple[str, str, str, str]]:

@@ -15,20 +15,40 @@ Denied partitions are stripped from the forwarded request and answered with Kafk
 
 Incremental fetch sessions (KIP-227). The broker keeps the session's partitions and returns
 their data without the client naming them again, so the proxy mirrors each session per
-connection and authorizes the whole mirror on every request, as Kafka does:
+connection and authorizes it on every request, as Kafka does.
 
-* A full fetch with epoch 0 creates a session; its response is decoded (only then) to learn the
-  session id the *broker* assigned on this connection. An incremental request naming a session
-  the proxy did not see created here gets FETCH_SESSION_ID_NOT_FOUND (70) without reaching the
-  broker — the client answers that with a new full fetch — so a guessed or foreign session id
-  can never pull data past the proxy.
-* The broker's session never holds a denied partition: a partition that becomes denied while it
-  is in the session is added to ``forgotten_topics_data`` of the forwarded request; denied
-  partitions are never sent. The client still considers them part of its session, so every
-  response carries their 29 (Kafka includes erroneous partitions in each incremental response).
-  When READ is granted again the proxy re-adds the partition upstream with the fetch position
-  the client last sent for it (the client re-sends a partition whenever its position changes,
-  so that is the current one).
+The invariant: **every partition the broker may hold in its session is authorized on every
+request that reaches it.** A mirror follows the broker, never the client (``FetchManager``):
+
+* A change takes effect only when the broker's answer confirms it: a new session (epoch 0)
+  once its answer carries no error and a session id; an incremental request's additions and
+  forgotten partitions once its answer carries no error and the same session id. Until then
+  the partitions a request in flight adds count as held (``SessionMirror.may_hold``: the
+  confirmed session ∪ every addition in flight) and those it forgets as still held — so a
+  request the broker refuses (a wrong epoch, INVALID_FETCH_SESSION_EPOCH 71, leaves Kafka's
+  session unchanged) cannot take a partition out of the proxy's checks while the broker keeps
+  serving it, nor can pipelined requests or a lost answer. The top-level fields are read by a
+  skim of the response's first bytes (:func:`~kafkaguard.protocol.skim.fetch_response_head`);
+  records are never decoded.
+* Any other answer drops the mirror: FETCH_SESSION_ID_NOT_FOUND (70: the broker evicted the
+  session), any other top-level error, or no session id (the broker closed a session that
+  became empty, or throttled the request). Dropping is always safe: an incremental request
+  naming a session the proxy has no mirror for is answered 70 without reaching the broker —
+  the client answers that with a full fetch — so a guessed, foreign or doubtful session id
+  never pulls data past the proxy.
+* The proxy checks the session as ``FetchManager.newContext`` does, in its order, before
+  anything is forwarded: no mirror → 70; an epoch other than the one the broker expects
+  (``FetchMetadata.nextEpoch``, counted over the requests forwarded) → 71; a request using topic
+  ids on a session that does not, or the reverse → FETCH_SESSION_TOPIC_ID_ERROR (106); each
+  answered as Kafka's ``SessionErrorContext`` does, the mirror untouched. A full fetch (epoch 0
+  or −1) naming a session closes its mirror at once, as the broker removes the session.
+* The broker's session never holds a denied partition: a partition denied while the broker may
+  hold it is added to ``forgotten_topics_data`` of the forwarded request; denied partitions are
+  never sent. The client still considers them part of its session, so every response carries
+  their 29 (Kafka includes erroneous partitions in each incremental response). When READ is
+  granted again the proxy re-adds the partition upstream with the fetch position the client
+  last sent for it (the client re-sends a partition whenever its position changes, so that is
+  the current one). An ACL change therefore takes effect on the next request of every session.
 * Incremental requests are always forwarded (even with nothing authorized) so the broker's
   session epoch stays in step with the client's — except one that grows the mirror past
   :data:`MAX_SESSION_PARTITIONS`, answered 70 (the mirror is dropped, the client starts over).
@@ -37,22 +57,32 @@ connection and authorizes the whole mirror on every request, as Kafka does:
   check); a requested partition that is dropped means the request is rewritten.
 
 Fast path: nothing denied and no withheld partition → the client's bytes go up unchanged and the
-response is not decoded (v16+ responses are walked by their lengths, as they stream, and only
-a ``node_endpoints`` tail is rewritten, :mod:`kafkaguard.protocol.skim`; epoch-0 fetches are
-decoded to learn the session id). Sessionless clients (epoch −1) never pay for the mirror.
+response is not decoded (v12+ responses are walked by their lengths, as they stream, and only
+a ``node_endpoints`` tail is rewritten, :mod:`kafkaguard.protocol.skim`; a session's answer is
+also read for its error code and session id on the way; v7–11 session answers, which cannot be
+walked, are buffered whole for that). Sessionless clients (epoch −1) never pay for the mirror.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
 
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.protocol.skim import fetch_response_has_node_endpoints
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.inflight import ResponseTransform
+from kafkaguard.protocol.skim import (
+    FIRST_SKIMMABLE_VERSION,
+    FetchHead,
+    NodeEndpointsTail,
+    fetch_response_has_node_endpoints,
+    fetch_response_head,
+)
 from kafkaguard.proxy.handlers.addresses import (
     allowed_forward,
     node_endpoints_rewrite,
@@ -71,6 +101,13 @@ from kafkaguard.proxy.handlers.base import (
     remember_newest,
 )
 from kafkaguard.proxy.handlers.responses import chain, split
+
+INITIAL_EPOCH: Final = 0
+"""``FetchMetadata.INITIAL_EPOCH``: a full fetch that opens a session."""
+FINAL_EPOCH: Final = -1
+"""``FetchMetadata.FINAL_EPOCH``: a full fetch without a session (closing the one named)."""
+INVALID_SESSION_ID: Final = 0
+_MAX_INT32: Final = 2**31 - 1
 
 PartitionKey = tuple[TopicKey, int]
 """A partition as the request names it: topic name (v4–12) or topic id (v13+), and index."""
@@ -101,14 +138,41 @@ so the client keeps sending full fetches, which the proxy authorizes whole each 
 
 
 @dataclass(slots=True)
+class _Step:
+    """What one forwarded incremental request changes in the broker's session, if accepted
+    (``FetchSession.update``: add or update ``sent``, then drop ``forgotten``)."""
+
+    sent: set[PartitionKey]
+    forgotten: set[PartitionKey]
+
+
+@dataclass(slots=True)
 class SessionMirror:
-    """What the client believes its session holds, and which of it the broker does not."""
+    """The proxy's copy of one fetch session: what the client's session holds, and what the
+    broker's does and may."""
 
     version: int
     partitions: dict[PartitionKey, Any]
-    """Partition → the latest request entry the client sent for it, in session order."""
-    withheld: dict[PartitionKey, ErrorCode] = field(default_factory=dict)
-    """Partitions in the client's session but not in the broker's, with their error."""
+    """The client's session once every request in flight is accepted: partition → the latest
+    request entry the client sent for it, in session order (denied partitions included)."""
+    upstream: set[PartitionKey]
+    """The broker's session once every request in flight is accepted (``partitions`` minus the
+    withheld ones)."""
+    confirmed: set[PartitionKey]
+    """The broker's session as its last answer confirmed it."""
+    epoch: int = 1
+    """The epoch the next incremental request must carry: the broker's ``FetchSession.epoch``
+    once every request in flight is accepted (a new session starts at 1)."""
+    in_flight: deque[_Step] = field(default_factory=deque)
+    """The forwarded requests not answered yet, oldest first."""
+
+    def may_hold(self) -> set[PartitionKey]:
+        """Every partition the broker's session may hold now, whichever requests in flight it
+        accepts: the confirmed session and every addition in flight."""
+        held = self.confirmed
+        for step in self.in_flight:
+            held = held | step.sent
+        return held
 
 
 class FetchSessions:
@@ -120,10 +184,69 @@ class FetchSessions:
     def add(self, session_id: int, mirror: SessionMirror) -> None:
         remember_newest(self.by_id, session_id, mirror, MAX_SESSIONS_PER_CONNECTION)
 
+    def drop(self, session_id: int, mirror: SessionMirror) -> None:
+        """Forget ``mirror`` if it is still the one kept for ``session_id``."""
+        if self.by_id.get(session_id) is mirror:
+            del self.by_id[session_id]
+
 
 def connection_sessions(ctx: HandlerContext) -> FetchSessions:
     """The session mirrors of ``ctx``'s connection (kept as long as the connection lives)."""
     return ctx.connection_state.get(FetchSessions)
+
+
+def next_epoch(epoch: int) -> int:
+    """``FetchMetadata.nextEpoch``: the epoch after ``epoch`` (after ``Integer.MAX_VALUE``: 1)."""
+    if epoch < 0:
+        return FINAL_EPOCH
+    return 1 if epoch == _MAX_INT32 else epoch + 1
+
+
+def _session_created(
+    sessions: FetchSessions,
+    version: int,
+    requested: dict[PartitionKey, Any],
+    sent: list[PartitionKey],
+) -> FetchHead:
+    """The answer to a full fetch with epoch 0: a session id without error means the broker
+    created a session holding exactly the partitions sent (``FullFetchContext``)."""
+
+    def created(error_code: int, session_id: int) -> None:
+        if error_code == ErrorCode.none and session_id != INVALID_SESSION_ID:
+            mirror = SessionMirror(version, dict(requested), set(sent), set(sent))
+            sessions.add(session_id, mirror)
+
+    return created
+
+
+def _step_answered(
+    sessions: FetchSessions, session_id: int, mirror: SessionMirror, step: _Step
+) -> FetchHead:
+    """The answer to an incremental request: its step is confirmed when the broker answers
+    without error for the same session, else the mirror is dropped (module docstring)."""
+
+    def answered(error_code: int, answered_id: int) -> None:
+        if not mirror.in_flight or mirror.in_flight[0] is not step:
+            sessions.drop(session_id, mirror)  # answers out of step: no longer known
+            return
+        mirror.in_flight.popleft()
+        if error_code == ErrorCode.none and answered_id == session_id:
+            mirror.confirmed |= step.sent  # in place: work in proportion to the change
+            mirror.confirmed -= step.forgotten
+        else:
+            sessions.drop(session_id, mirror)
+
+    return answered
+
+
+def _observed(head: FetchHead) -> ResponseRewrite:
+    """``head`` told the fields of a response that is decoded anyway."""
+
+    def observe(response: Any) -> Any:
+        head(int(response.error_code), int(response.session_id))
+        return response
+
+    return observe
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +258,7 @@ class _Fetch:
     """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
     session_id: int
     epoch: int
-    """−1 without sessions (v0–6, or a sessionless client), 0 opens one, > 0 continues one."""
+    """−1 without sessions (v0–6, or a sessionless client), 0 opens one, any other continues one."""
     requested: dict[PartitionKey, Any]
     """Partition → its request entry, in request order."""
 
@@ -152,38 +275,6 @@ class _Fetch:
             int(body.session_epoch) if sessions_on else -1,
             {(getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions},
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _MirrorUpdate:
-    """A session mirror after an incremental request, and what the broker's session held
-    before it (what may need forgetting upstream)."""
-
-    mirror: SessionMirror
-    broker_has: set[PartitionKey]
-    """Partitions of the broker's session before this request."""
-
-
-def _update_mirror(ctx: HandlerContext, body: Any, fetch: _Fetch) -> _MirrorUpdate | None:
-    """The session-mirror step (KIP-227): apply an incremental request to the proxy's copy of
-    the client's session as the broker applies it to its own (``FetchSession.update``: add or
-    update the named partitions, then drop the forgotten ones). ``None`` when the request must
-    be answered FETCH_SESSION_ID_NOT_FOUND (70): a session not created on this connection (or
-    at another version), or one grown past :data:`MAX_SESSION_PARTITIONS` (its mirror is
-    dropped)."""
-    sessions = connection_sessions(ctx)
-    mirror = sessions.by_id.get(fetch.session_id)
-    if mirror is None or mirror.version != fetch.version:
-        return None
-    broker_has = {k for k in mirror.partitions if k not in mirror.withheld}
-    mirror.partitions.update(fetch.requested)
-    for key in _forgotten(body, fetch.tkey):
-        mirror.partitions.pop(key, None)
-        mirror.withheld.pop(key, None)
-    if len(mirror.partitions) > MAX_SESSION_PARTITIONS:
-        del sessions.by_id[fetch.session_id]
-        return None
-    return _MirrorUpdate(mirror, broker_has)
 
 
 def _forgotten(body: Any, tkey: str) -> Iterator[PartitionKey]:
@@ -208,12 +299,9 @@ class FetchHandler(ApiHandler):
     # -- deciding ----------------------------------------------------------------------------
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         fetch = _Fetch.of(request)
-        if fetch.epoch > 0:
-            update = _update_mirror(ctx, request.body, fetch)
-            if update is None:
-                return Respond(self._session_error(request))
-            return self._incremental(request, ctx, fetch, update)
-        if fetch.session_id:  # epoch 0/-1 with an id closes that session
+        if fetch.epoch not in (INITIAL_EPOCH, FINAL_EPOCH):  # ``FetchMetadata.isFull``
+            return self._incremental(request, ctx, fetch)
+        if fetch.session_id:  # a full fetch naming a session closes it
             connection_sessions(ctx).by_id.pop(fetch.session_id, None)
         denied = self._decide(request, ctx, list(fetch.requested))
         return self._full(request, ctx, fetch, denied)
@@ -246,86 +334,90 @@ class FetchHandler(ApiHandler):
     ) -> Verdict:
         body: Any = request.body
         requested = fetch.requested
-        new_session = fetch.epoch == 0
+        new_session = fetch.epoch == INITIAL_EPOCH
         sessionless = new_session and len(requested) > MAX_SESSION_PARTITIONS
-        learn = (
-            self._session_learner(ctx, fetch.version, requested, denied)
+        sent = [k for k in requested if k not in denied]
+        head = (
+            _session_created(connection_sessions(ctx), fetch.version, requested, sent)
             if new_session and not sessionless
             else None
         )
-        changes: dict[str, Any] = {"session_epoch": -1} if sessionless else {}
+        changes: dict[str, Any] = {"session_epoch": FINAL_EPOCH} if sessionless else {}
         if not denied:
             upstream = codec.replace(body, **changes) if changes else None
-            return self._forward(request, ctx, upstream, learn)
-        kept = self._topics(body, fetch.tkey, [k for k in requested if k not in denied], requested)
+            return self._forward(request, ctx, upstream, None, head)
+        kept = self._topics(body, fetch.tkey, sent, requested)
         merge = self._merger(request, list(requested), denied)
         # With a merge the response is always decoded: ``_forward``'s skim has no part here.
-        rewrite = chain(node_endpoints_rewrite(request, ctx), learn)
+        learn = None if head is None else _observed(head)
+        rewrite = chain(learn, node_endpoints_rewrite(request, ctx))
         return split(request, "topics", kept, "responses", merge, rewrite=rewrite, changes=changes)
 
-    def _session_learner(
-        self,
-        ctx: HandlerContext,
-        version: int,
-        requested: dict[PartitionKey, Any],
-        denied: dict[PartitionKey, ErrorCode],
-    ) -> ResponseRewrite:
-        sessions = connection_sessions(ctx)
-
-        def learn(response: Any) -> Any:
-            if response.error_code == ErrorCode.none and response.session_id:
-                mirror = SessionMirror(version, dict(requested), dict(denied))
-                sessions.add(int(response.session_id), mirror)
-            return response
-
-        return learn
-
     # -- incremental fetches -------------------------------------------------------------------
-    def _incremental(
-        self, request: Request, ctx: HandlerContext, fetch: _Fetch, update: _MirrorUpdate
-    ) -> Verdict:
-        """The authorization step of an incremental fetch: the whole session is authorized,
-        as ``handleFetchRequest`` authorizes its fetch context, and the broker's session is
-        kept to what is authorized: newly denied partitions are forgotten upstream, regranted
-        ones re-added."""
-        mirror, requested = update.mirror, fetch.requested
-        context = list(mirror.partitions)
-        # Everything sent upstream is authorized: the context (Kafka's check) plus partitions
-        # named in ``topics`` and also forgotten by the same request, which leave the session
-        # (Kafka adds, then forgets) yet would still be forwarded.
-        also_sent = [k for k in requested if k not in mirror.partitions]
-        checked = self._decide(request, ctx, context + also_sent)
-        denied = {k: code for k, code in checked.items() if k in mirror.partitions}
-        dropped = [k for k in also_sent if k in checked]
-        forget = [k for k in denied if k in update.broker_has]
-        readd = [k for k in mirror.withheld if k not in denied and k not in requested]
-        mirror.withheld = denied
-        if not denied and not readd and not dropped:
-            return self._forward(request, ctx, None, None)
-        upstream = self._incremental_request(
-            request.body, fetch.tkey, mirror, requested, checked, forget, readd
-        )
-        return self._forward(request, ctx, upstream, self._merger(request, context, denied))
-
-    def _incremental_request(
-        self,
-        body: Any,
-        tkey: str,
-        mirror: SessionMirror,
-        requested: dict[PartitionKey, Any],
-        denied: dict[PartitionKey, ErrorCode],
-        forget: list[PartitionKey],
-        readd: list[PartitionKey],
-    ) -> Any:
-        """``denied`` covers every requested partition (in the session or not)."""
-        sent = [k for k in requested if k not in denied] + readd
-        topics = self._topics(body, tkey, sent, {**requested, **mirror.partitions})
-        forgotten = list(body.forgotten_topics_data)
+    def _incremental(self, request: Request, ctx: HandlerContext, fetch: _Fetch) -> Verdict:
+        """``FetchManager.newContext`` on the mirror (session, epoch, topic ids, update), then
+        the authorization step: every partition of the session and every partition the broker
+        may hold is authorized, as ``handleFetchRequest`` authorizes its fetch context; the
+        broker's session is kept to what is authorized (newly denied partitions forgotten
+        upstream, regranted ones re-added)."""
+        sessions = connection_sessions(ctx)
+        mirror = sessions.by_id.get(fetch.session_id)
+        if mirror is None:
+            return Respond(self._session_error(request, ErrorCode.fetch_session_id_not_found))
+        if fetch.epoch != mirror.epoch:
+            return Respond(self._session_error(request, ErrorCode.invalid_fetch_session_epoch))
+        if (mirror.version >= 13) != (fetch.version >= 13):
+            return Respond(self._session_error(request, ErrorCode.fetch_session_topic_id_error))
+        if mirror.version != fetch.version:
+            return Respond(self._session_error(request, ErrorCode.fetch_session_id_not_found))
+        body: Any = request.body
+        requested = fetch.requested
+        may_hold = mirror.may_hold()
+        partitions = mirror.partitions
+        partitions.update(requested)
+        forgotten = set(_forgotten(body, fetch.tkey))
+        for key in forgotten:
+            partitions.pop(key, None)
+        if len(partitions) > MAX_SESSION_PARTITIONS:
+            del sessions.by_id[fetch.session_id]
+            return Respond(self._session_error(request, ErrorCode.fetch_session_id_not_found))
+        mirror.epoch = next_epoch(mirror.epoch)
+        context = list(partitions)
+        # Everything the broker may read for this request is authorized: the context (Kafka's
+        # check), what the broker may still hold outside it (added by a request in flight; what
+        # this request forgets is dropped before the broker reads), and partitions named in
+        # ``topics`` and forgotten by the same request (Kafka adds, then forgets) yet forwarded.
+        outside = [k for k in requested if k not in partitions]
+        held = (k for k in may_hold if k not in partitions and k not in forgotten)
+        outside += sorted(held, key=lambda k: (str(k[0]), k[1]))  # a set: a stable order
+        checked = self._decide(request, ctx, context + outside)
+        denied = {k: code for k, code in checked.items() if k in partitions}
+        forget = [k for k in checked if k in may_hold and k not in forgotten]
+        readd = [
+            k
+            for k in context
+            if k not in checked and k not in requested and k not in mirror.upstream
+        ]
+        sent = [k for k in requested if k not in checked] + readd
+        step = _Step(set(sent), forgotten.union(forget))
+        mirror.upstream |= step.sent
+        mirror.upstream -= step.forgotten
+        mirror.in_flight.append(step)
+        head = _step_answered(sessions, fetch.session_id, mirror, step)
+        if not checked and not readd:
+            return self._forward(request, ctx, None, None, head)
+        topics = self._topics(body, fetch.tkey, sent, {**requested, **partitions})
+        upstream_forgotten = list(body.forgotten_topics_data)
         if forget:
             forgotten_type = codec.nested_type(type(body), "forgotten_topics_data")
-            for key, indexes in _group(forget).items():
-                forgotten.append(forgotten_type(**{tkey: key, "partitions": tuple(indexes)}))
-        return codec.replace(body, topics=topics, forgotten_topics_data=tuple(forgotten))
+            for topic, indexes in _group(forget).items():
+                upstream_forgotten.append(
+                    forgotten_type(**{fetch.tkey: topic, "partitions": tuple(indexes)})
+                )
+        upstream = codec.replace(
+            body, topics=topics, forgotten_topics_data=tuple(upstream_forgotten)
+        )
+        return self._forward(request, ctx, upstream, self._merger(request, context, denied), head)
 
     @staticmethod
     def _topics(
@@ -410,12 +502,10 @@ class FetchHandler(ApiHandler):
 
         return merge
 
-    def _session_error(self, request: Request) -> Any:
-        """``FetchResponse.of(FETCH_SESSION_ID_NOT_FOUND, 0, INVALID_SESSION_ID, empty)``."""
+    def _session_error(self, request: Request, code: ErrorCode) -> Any:
+        """``SessionErrorContext``: ``FetchResponse.of(error, 0, INVALID_SESSION_ID, empty)``."""
         schema = codec.response_schema(1, request.header.api_version)
-        return codec.make_entity(
-            schema, ErrorCode.fetch_session_id_not_found, session_id=0, responses=()
-        )
+        return codec.make_entity(schema, code, session_id=INVALID_SESSION_ID, responses=())
 
     def _forward(
         self,
@@ -423,22 +513,49 @@ class FetchHandler(ApiHandler):
         ctx: HandlerContext,
         upstream: Any,
         rewrite: ResponseRewrite | None,
+        head: FetchHead | None,
     ) -> Verdict:
-        if rewrite is None and upstream is None:
+        if rewrite is not None:
+            learn = None if head is None else _observed(head)
+            endpoints = node_endpoints_rewrite(request, ctx)
+            return Forward(request=upstream, rewrite=chain(learn, endpoints, rewrite))
+        if head is not None:
+            return Forward(request=upstream, transform=self._head_transform(request, ctx, head))
+        if upstream is None:
             # Only the KIP-951 addresses may need rewriting, and brokers rarely send them:
             # the raw response is walked for them (as it streams, when large) and only its
             # tail is rewritten; no record batch is decoded.
             return allowed_forward(request, ctx)
         endpoints = node_endpoints_rewrite(request, ctx)
-        if endpoints is not None and rewrite is None:
-            version = request.header.api_version
-            return Forward(
-                request=upstream,
-                rewrite=endpoints,
-                decode_if=lambda frame: fetch_response_has_node_endpoints(frame, version),
-                transform=node_endpoints_transform(request, ctx, endpoints),
-            )
-        return Forward(request=upstream, rewrite=chain(endpoints, rewrite))
+        if endpoints is None:
+            return Forward(request=upstream)
+        version = request.header.api_version
+        return Forward(
+            request=upstream,
+            rewrite=endpoints,
+            decode_if=lambda frame: fetch_response_has_node_endpoints(frame, version),
+            transform=node_endpoints_transform(request, ctx, endpoints),
+        )
+
+    @staticmethod
+    def _head_transform(
+        request: Request, ctx: HandlerContext, head: FetchHead
+    ) -> ResponseTransform:
+        """The raw response of a session request, told to ``head`` without decoding it: v12+
+        walked by its lengths as it streams (with its ``node_endpoints`` tail rewritten), v7–11
+        buffered whole (their layout cannot be walked) and read at fixed offsets."""
+        version = request.header.api_version
+        if version >= FIRST_SKIMMABLE_VERSION:
+            tail = node_endpoints_transform(request, ctx)
+            if tail is None:  # v12–15: no addresses; a frame that cannot be walked goes as is
+                return NodeEndpointsTail(1, version, ctx.advertise_node, lambda frame: frame, head)
+            return replace(tail, head=head)
+
+        def observe(frame: Frame) -> Frame:
+            head(*fetch_response_head(frame, version))
+            return frame
+
+        return observe
 
 
 def _group(keys: Iterable[PartitionKey]) -> dict[TopicKey, list[int]]:

@@ -266,15 +266,18 @@ def test_unknown_session_is_refused_with_70_without_reaching_the_broker() -> Non
 def test_session_revocation_forgets_upstream_and_reports_29_until_regranted() -> None:
     read_b = acl("User:alice", "READ", "TOPIC", "b")
     h = HandlerHarness([READ_A, read_b])
-    # full fetch creating the session: forwarded as sent, response decoded only to learn the id
+    # full fetch creating the session: forwarded as sent, the response's session id is read
+    # from its raw bytes (never decoded)
     verdict = h.send(fetch12("a", "b", epoch=0, offset=5))
-    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite
+    assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
+    assert verdict.transform is not None
     h.complete(verdict, reply12("a", "b", session=77))
 
     # incremental, nothing changed, everything allowed: the bytes go up as they are
     verdict = h.send(fetch12(session=77, epoch=1))
     assert isinstance(verdict, Forward) and verdict.request is None and verdict.rewrite is None
     assert h.checked() == [("READ", "TOPIC", "a", "ALLOWED"), ("READ", "TOPIC", "b", "ALLOWED")]
+    h.complete(verdict, reply12("a", "b", session=77))
 
     # READ on b revoked mid-session: b leaves the broker's session, the client sees 29
     h.authorizer.load_snapshot([READ_A])
@@ -282,18 +285,19 @@ def test_session_revocation_forgets_upstream_and_reports_29_until_regranted() ->
     sent = h.forwarded_body(verdict, None)
     assert sent.topics == ()
     assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("b", (0, 1))]
-    out = h.complete(verdict, reply12("a"))
+    out = h.complete(verdict, reply12("a", session=77))
     assert parts(out) == [("a", 0, 0), ("a", 1, 0), ("b", 0, 29), ("b", 1, 29)]
 
     # still denied: nothing more to forget, 29 again (Kafka repeats erroneous partitions)
     verdict = h.send(fetch12(session=77, epoch=3))
     sent = h.forwarded_body(verdict, None)
     assert sent.topics == () and sent.forgotten_topics_data == ()
-    assert parts(h.complete(verdict, reply12())) == [("b", 0, 29), ("b", 1, 29)]
+    assert parts(h.complete(verdict, reply12(session=77))) == [("b", 0, 29), ("b", 1, 29)]
 
     # a denied partition the client re-sends is stripped, never forwarded
     verdict = h.send(fetch12("b", session=77, epoch=4, offset=9))
     assert h.forwarded_body(verdict, None).topics == ()
+    h.complete(verdict, reply12(session=77))
 
     # READ granted again: b goes back upstream at the position the client last sent
     h.authorizer.load_snapshot([READ_A, read_b])
@@ -301,7 +305,7 @@ def test_session_revocation_forgets_upstream_and_reports_29_until_regranted() ->
     sent = h.forwarded_body(verdict, None)
     assert sent_parts(sent) == [("b", 0), ("b", 1)]
     assert [p.fetch_offset for t in sent.topics for p in t.partitions] == [9, 9]
-    assert parts(h.complete(verdict, reply12("b"))) == [("b", 0, 0), ("b", 1, 0)]
+    assert parts(h.complete(verdict, reply12("b", session=77))) == [("b", 0, 0), ("b", 1, 0)]
 
     # and the session is clean again: zero-copy
     verdict = h.send(fetch12(session=77, epoch=6))
@@ -316,7 +320,7 @@ def test_partition_denied_at_session_creation_is_withheld_from_the_broker_sessio
     verdict = h.send(fetch12(session=9, epoch=1))
     sent = h.forwarded_body(verdict, None)
     assert sent.topics == () and sent.forgotten_topics_data == ()  # broker never had b
-    assert parts(h.complete(verdict, reply12())) == [("b", 0, 29), ("b", 1, 29)]
+    assert parts(h.complete(verdict, reply12(session=9))) == [("b", 0, 29), ("b", 1, 29)]
 
 
 def test_forgotten_partitions_leave_the_mirror() -> None:
@@ -409,10 +413,87 @@ def test_partition_named_and_forgotten_in_one_request_is_authorized_before_forwa
     sent = h.forwarded_body(verdict, body)
     assert verdict.request is not None and sent.topics == ()
     assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("secret", (0,))]
-    out = h.complete(verdict, reply12("a", "secret"))
+    out = h.complete(verdict, reply12("a", "secret", session=77))
     assert parts(out) == [("a", 0, 0), ("a", 1, 0)]  # nothing of secret, not even a 29
     assert ("secret", 0) not in fetch.connection_sessions(h).by_id[77].partitions
     # an authorized one named and forgotten at once goes up as the client sent it
     ok = incremental12(77, 2, {"a": range(1)}, forget={"a": range(1)})
     verdict = h.send(ok)
     assert isinstance(verdict, Forward) and verdict.request is None
+
+
+# -- issue 24: the mirror follows the broker's answer, never the client's request ---------------
+
+
+def test_wrong_epoch_is_answered_71_without_the_broker_and_changes_nothing() -> None:
+    h = HandlerHarness([READ_A])
+    h.complete(h.send(fetch12("a", epoch=0)), reply12("a", session=77))
+    verdict = h.send(incremental12(77, 5, {}, forget={"a": range(2)}))
+    assert isinstance(verdict, Respond)
+    # SessionErrorContext: FetchResponse.of(INVALID_FETCH_SESSION_EPOCH, 0, INVALID_SESSION_ID)
+    assert int(verdict.response.error_code) == ErrorCode.invalid_fetch_session_epoch
+    assert verdict.response.session_id == 0 and verdict.response.responses == ()
+    mirror = fetch.connection_sessions(h).by_id[77]
+    assert list(mirror.partitions) == [("a", 0), ("a", 1)] and mirror.epoch == 1
+    # READ revoked: the right epoch naming nothing still has a-0 and a-1 checked and forgotten
+    h.authorizer.load_snapshot([])
+    verdict = h.send(incremental12(77, 1, {}))
+    assert h.checked() == [("READ", "TOPIC", "a", "DENIED")]
+    sent = h.forwarded_body(verdict, None)
+    assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("a", (0, 1))]
+    assert parts(h.complete(verdict, reply12("a", session=77))) == [("a", 0, 29), ("a", 1, 29)]
+
+
+def test_topic_id_use_changed_within_a_session_is_answered_106() -> None:
+    known = uuid.uuid4()
+    h = HandlerHarness([READ_A], topic_ids={known: "a"})
+    h.complete(h.send(fetch12("a", epoch=0)), reply12("a", session=77))
+    verdict = h.send(fetch_by_id(req13, known, session_id=77, session_epoch=1))
+    assert isinstance(verdict, Respond)
+    assert int(verdict.response.error_code) == ErrorCode.fetch_session_topic_id_error
+    assert 77 in fetch.connection_sessions(h).by_id
+
+
+@pytest.mark.parametrize(
+    ("code", "session"),
+    [
+        (ErrorCode.fetch_session_id_not_found, 0),  # the broker evicted the session
+        (ErrorCode.invalid_fetch_session_epoch, 0),
+        (ErrorCode.unknown_server_error, 77),
+        (ErrorCode.none, 0),  # throttled, or the session became empty and was closed
+    ],
+)
+def test_an_unconfirmed_answer_drops_the_mirror(code: ErrorCode, session: int) -> None:
+    h = HandlerHarness([READ_A])
+    h.complete(h.send(fetch12("a", epoch=0)), reply12("a", session=77))
+    verdict = h.send(incremental12(77, 1, {}, forget={"a": range(1)}))
+    h.complete(verdict, replace(reply12(session=session), error_code=code))
+    assert 77 not in fetch.connection_sessions(h).by_id
+    assert isinstance(h.send(incremental12(77, 2, {})), Respond)  # 70: start over
+
+
+def test_a_forgotten_partition_counts_as_held_until_the_broker_confirms() -> None:
+    read_b = acl("User:alice", "READ", "TOPIC", "b")
+    h = HandlerHarness([READ_A, read_b])
+    h.complete(h.send(fetch12("a", "b", epoch=0)), reply12("a", "b", session=77))
+    forgetting = h.send(incremental12(77, 1, {}, forget={"b": range(2)}))
+    assert isinstance(forgetting, Forward) and forgetting.request is None
+    # pipelined before its answer, READ on b revoked: b may still be held, so it is checked
+    # and forgotten upstream again, but it is not the client's any more (no 29 for it)
+    h.authorizer.load_snapshot([READ_A])
+    pipelined = h.send(incremental12(77, 2, {}))
+    assert h.checked() == [("READ", "TOPIC", "a", "ALLOWED"), ("READ", "TOPIC", "b", "DENIED")]
+    sent = h.forwarded_body(pipelined, None)
+    assert [(f.topic, f.partitions) for f in sent.forgotten_topics_data] == [("b", (0, 1))]
+    h.complete(forgetting, reply12("a", session=77))
+    out = h.complete(pipelined, reply12("a", "b", session=77))
+    assert parts(out) == [("a", 0, 0), ("a", 1, 0)]
+    # both confirmed: b is neither held nor checked any more
+    h.complete(h.send(incremental12(77, 3, {})), reply12("a", session=77))
+    assert h.checked() == [("READ", "TOPIC", "a", "ALLOWED")]
+
+
+def test_epochs_follow_fetch_metadata_next_epoch() -> None:
+    assert fetch.next_epoch(1) == 2
+    assert fetch.next_epoch(2**31 - 1) == 1  # wraps to 1, never 0 (a full fetch)
+    assert fetch.next_epoch(-1) == -1

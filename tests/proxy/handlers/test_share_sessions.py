@@ -318,6 +318,26 @@ def test_forget_refused_for_its_epoch_is_sent_again() -> None:
     assert h.forwarded_body(h.send(share_fetch(2)), None) is None  # confirmed: gone
 
 
+def test_addition_refused_for_its_epoch_still_counts_as_held() -> None:
+    """Issue 24: what a request adds counts as held by the broker from the moment it is sent,
+    and what it forgets only once an error-free answer confirms it — a refused request cannot
+    open a hole either way: the partition is checked and forgotten upstream once READ is
+    revoked, and none of its records pass."""
+    h = harness(READ_A, READ_C)
+    h.complete(h.send(share_fetch(0, (A, 0))), fetched((A, 0)))
+    stale = share_fetch(7, (C, 0))
+    h.complete(h.send(stale), fetched(error=ErrorCode.invalid_share_session_epoch))
+    h.authorizer.load_snapshot([READ_GROUP, READ_A])
+    body = share_fetch(1)
+    verdict = h.send(body)
+    assert ("READ", "TOPIC", "c", "DENIED") in h.checked()
+    assert forgotten(verdict, body) == [(C, 0)]
+    out = h.complete(verdict, fetched((A, 0), (C, 0)))
+    assert answer(out) == [("a", 0, 0, 0), ("c", 0, 29, 0)]
+    assert [p.partition_index for t in out.responses for p in t.partitions if p.records] == [0]
+    assert [t.topic_id for t in out.responses if any(p.records for p in t.partitions)] == [A]
+
+
 def test_forgotten_partitions_leave_the_context() -> None:
     h = harness(READ_A)
     h.complete(h.send(share_fetch(0, (A, 0), (B, 0))), fetched((A, 0)))
