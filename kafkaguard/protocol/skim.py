@@ -35,6 +35,9 @@ FIRST_SKIMMABLE_VERSION: Final = 12
 """FetchResponse's layout below is fixed from v12 (flexible, topic ids from v13) to v18."""
 LAST_SKIMMABLE_VERSION: Final = 18
 
+FIRST_FETCH_HEAD_VERSION: Final = 7
+"""FetchResponse carries ``error_code`` and ``session_id`` from v7 (KIP-227)."""
+
 FIRST_PRODUCE_RESPONSE_VERSION: Final = 9
 """ProduceResponse is flexible from v9 (KIP-482); topic ids from v13 (KIP-516)."""
 LAST_PRODUCE_RESPONSE_VERSION: Final = 13
@@ -127,6 +130,18 @@ def _fetch_walker(version: int, head: FetchHead | None = None) -> _Walker:
             yield from _skip_compact(True)  # records
             yield from _skip_tags()  # diverging_epoch, current_leader, snapshot_id: no address
         yield from _skip_tags()
+
+
+def _fetch_head_walker(frame_size: int, head: FetchHead) -> _Walker:
+    """FetchResponse v7–v11 (response header v0, no tagged fields): the top-level error code
+    and session id at their fixed place, told to ``head``; every other byte passes as it
+    streams, and the tail is empty."""
+    yield 8  # size, correlation id
+    data = yield -_FETCH_HEAD.size
+    assert data is not None
+    _, error_code, session_id = _FETCH_HEAD.unpack(data)
+    head(error_code, session_id)
+    yield frame_size - 8 - _FETCH_HEAD.size
 
 
 def _uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -443,10 +458,13 @@ class NodeEndpointsTail:
 
     @property
     def streamable(self) -> bool:
-        """Fetch responses are walked as they stream (cut-through)."""
-        return self.api_key == 1 and (
-            FIRST_SKIMMABLE_VERSION <= self.version <= LAST_SKIMMABLE_VERSION
-        )
+        """Fetch responses are walked as they stream (cut-through): v12+ to their tail, v7–11
+        of a session only to their head."""
+        if self.api_key != 1:
+            return False
+        if self.version < FIRST_SKIMMABLE_VERSION:
+            return self.head is not None and self.version >= FIRST_FETCH_HEAD_VERSION
+        return self.version <= LAST_SKIMMABLE_VERSION
 
     def __call__(self, frame: bytes | memoryview) -> bytes | memoryview:
         if self.head is not None:
@@ -472,6 +490,10 @@ class NodeEndpointsTail:
 
     def stream(self, frame_size: int) -> TailStream:
         """Walk a response of ``frame_size`` bytes (size prefix included) as it streams."""
+        if self.version < FIRST_SKIMMABLE_VERSION:
+            assert self.head is not None
+            walker = _fetch_head_walker(frame_size, self.head)
+            return TailStream(walker, frame_size, lambda tail: tail)
         return TailStream(_fetch_walker(self.version, self.head), frame_size, self._finish)
 
     def _finish(self, tail: bytes) -> bytes:

@@ -74,14 +74,11 @@ from typing import Any, Final
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.inflight import ResponseTransform
 from kafkaguard.protocol.skim import (
-    FIRST_SKIMMABLE_VERSION,
     FetchHead,
     NodeEndpointsTail,
     fetch_response_has_node_endpoints,
-    fetch_response_head,
 )
 from kafkaguard.proxy.handlers.addresses import (
     allowed_forward,
@@ -541,21 +538,14 @@ class FetchHandler(ApiHandler):
     def _head_transform(
         request: Request, ctx: HandlerContext, head: FetchHead
     ) -> ResponseTransform:
-        """The raw response of a session request, told to ``head`` without decoding it: v12+
-        walked by its lengths as it streams (with its ``node_endpoints`` tail rewritten), v7–11
-        buffered whole (their layout cannot be walked) and read at fixed offsets."""
+        """The raw response of a session request, told to ``head`` without decoding it, as it
+        streams: v12+ walked by its lengths (with its ``node_endpoints`` tail rewritten), v7–11
+        read at the fixed place of their head."""
         version = request.header.api_version
-        if version >= FIRST_SKIMMABLE_VERSION:
-            tail = node_endpoints_transform(request, ctx)
-            if tail is None:  # v12–15: no addresses; a frame that cannot be walked goes as is
-                return NodeEndpointsTail(1, version, ctx.advertise_node, lambda frame: frame, head)
-            return replace(tail, head=head)
-
-        def observe(frame: Frame) -> Frame:
-            head(*fetch_response_head(frame, version))
-            return frame
-
-        return observe
+        tail = node_endpoints_transform(request, ctx)
+        if tail is None:  # v7–15: no addresses; a frame that cannot be walked goes as is
+            return NodeEndpointsTail(1, version, ctx.advertise_node, lambda frame: frame, head)
+        return replace(tail, head=head)
 
 
 def _group(keys: Iterable[PartitionKey]) -> dict[TopicKey, list[int]]:
