@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import math
+import re
 import struct
 import time
 import uuid
@@ -63,6 +64,76 @@ _ZERO_UUID: Final = "AAAAAAAAAAAAAAAAAAAAAA"
 class Outcome:
     category: str
     detail: str = ""
+    known: str = ""
+    """The known disagreement this is (:data:`KNOWN`), or empty."""
+
+
+# -- known disagreements -----------------------------------------------------------------------
+# Labels of the disagreements known when this suite was written, and how to recognise them in
+# an outcome and its frame's description. The first group is being fixed on the read-as-kafka
+# branch; the second was found by this suite (its report). A run fails on any other.
+
+NULLABLE_MARKER: Final = "nullable-struct marker 0x80-0xFE (Kafka: any negative is null)"
+UNKNOWN_TAG: Final = "unknown tagged field (Kafka skips it)"
+PRODUCE_TRAILING: Final = "trailing bytes after a Produce body (Kafka ignores them)"
+NEGATIVE_LENGTH: Final = "length or count below -1 (Kafka: null)"
+CLIENT_ID_UTF8: Final = "non-UTF-8 client id (Kafka: U+FFFD)"
+VARINT_HIGH: Final = "varint of 2^31 or more (Kafka's int wraps negative)"
+PRODUCE_ZERO_ID: Final = "Produce v13 zero topic id (skim UUID(0), kio None)"
+FIXED_ELSEWHERE: Final = (
+    NULLABLE_MARKER,
+    UNKNOWN_TAG,
+    PRODUCE_TRAILING,
+    NEGATIVE_LENGTH,
+    CLIENT_ID_UTF8,
+    VARINT_HIGH,
+    PRODUCE_ZERO_ID,
+)
+NULL_CLIENT_ID: Final = "null client id (Kafka's RequestHeader.parse makes it empty)"
+BOOLEAN: Final = "boolean byte other than 0/1 (Kafka: non-zero is true)"
+BODY_UTF8: Final = "non-UTF-8 string in a body (Kafka: U+FFFD)"
+ACL_UNKNOWN: Final = "ACL filter with UNKNOWN elements (Kafka refuses the request)"
+TAG_SIZE: Final = "known tagged field whose size is not its content's (Kafka ignores the size)"
+FOUND_HERE: Final = (NULL_CLIENT_ID, BOOLEAN, BODY_UTF8, ACL_UNKNOWN, TAG_SIZE)
+KNOWN: Final = FIXED_ELSEWHERE + FOUND_HERE
+
+_SLOT = re.compile(r"(int8|ulen|tags|tagsize|len16|len32|count32)@\d+=(-?\d+)")
+
+
+def classify(category: str, detail: str, description: str) -> str:  # noqa: C901 - one test per known disagreement
+    """The known disagreement (:data:`KNOWN`) an outcome is, or ``""``."""
+    if "skim UUID(0)" in detail:
+        return PRODUCE_ZERO_ID
+    if "header.clientId: proxy None, Kafka ''" in detail:
+        return NULL_CLIENT_ID
+    if "UNKNOWN elements" in detail or "contain unknown elements" in detail:
+        return ACL_UNKNOWN
+    if "client id is not valid UTF-8" in detail:
+        return CLIENT_ID_UTF8
+    if "Unknown tagged field" in detail or "unknown tagged field" in detail:
+        return UNKNOWN_TAG
+    if "ProduceRequest" in detail and "bytes left over" in detail:
+        return PRODUCE_TRAILING
+    if "Invalid boolean value" in detail:
+        return BOOLEAN
+    if "Failed interpreting bytes as UTF-8" in detail or "\ufffd" in detail:
+        return BODY_UTF8
+    if re.search(r"tagged field \d+ (of \d+ bytes in|does not fill)", detail):
+        return TAG_SIZE
+    if re.search(r"invalid length -(?!1\b)\d+|runs past .*: -\d+", detail):
+        return NEGATIVE_LENGTH
+    slots = _SLOT.findall(description)
+    if any(kind == "int8" and -128 <= int(v) <= -2 for kind, v in slots) or (
+        "bytes@" in description and "'cursor': None" in detail
+    ):
+        return NULLABLE_MARKER
+    if any(kind in ("ulen", "tags", "tagsize") and int(v) >= 2**31 for kind, v in slots):
+        return VARINT_HIGH
+    if re.search(r"\b(21474836\d\d|42949672\d\d|\d{11,})\b", detail) or "varint" in detail:
+        return VARINT_HIGH
+    if any(kind in ("len16", "len32", "count32") and int(v) < -1 for kind, v in slots):
+        return NEGATIVE_LENGTH
+    return ""
 
 
 @dataclass
@@ -74,11 +145,15 @@ class Figures:
     categories: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
+    known: Counter[str] = field(default_factory=Counter)
+
     def add(self, outcome: Outcome, description: str, frame: bytes) -> None:
         self.frames += 1
         self.categories[outcome.category] += 1
         if outcome.category.startswith("disagree"):
-            kept = self.examples.setdefault(outcome.category, [])
+            known = classify(outcome.category, outcome.detail, description)
+            self.known[known or "UNKNOWN"] += 1
+            kept = self.examples.setdefault(known or outcome.category, [])
             if len(kept) < 5:
                 kept.append(f"{description}: {outcome.detail} [{frame.hex()}]")
 
@@ -99,6 +174,8 @@ class Figures:
             f" ({100 * agreed / max(self.compared, 1):.3f} %), disagreements: {self.disagreements}",
         ]
         lines += [f"  {n:>8}  {c}" for c, n in sorted(self.categories.items())]
+        lines.append("disagreements by cause:")
+        lines += [f"  {n:>8}  {c}" for c, n in sorted(self.known.items())]
         for category, examples in sorted(self.examples.items()):
             lines.append(f"{category}, first examples:")
             lines += [f"    {e[:600]}" for e in examples]
