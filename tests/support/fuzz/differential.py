@@ -459,3 +459,13 @@ def run(
 def run_seeded(referee: KafkaReferee, seed: int, count: int) -> Figures:
     return run(referee, generated(seed, count, tuple(TOPIC_IDS)))
 
+
+
+def main(seed: int, frames: int) -> int:
+    """``./dev fuzz --differential --frames N [--seed S]``: print the figures; 1 on any
+    disagreement that is not a known one."""
+    with KafkaReferee() as referee:
+        figures = run_seeded(referee, seed, frames)
+    print(f"seed: {seed}")
+    print(figures.report())
+    return 1 if figures.known["UNKNOWN"] else 0
