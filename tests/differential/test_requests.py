@@ -39,8 +39,13 @@ def outcome(referee: KafkaReferee, frame: bytes) -> Outcome:
     return differential.compare(harness, frame, referee.request(frame))
 
 
-def assert_agree(referee: KafkaReferee, frame: bytes, *, accepted: bool = True) -> None:
+def assert_agree(
+    referee: KafkaReferee, frame: bytes, *, accepted: bool = True, but: str = ""
+) -> None:
+    """Both sides accept (refuse) ``frame``, but for the known disagreement ``but``."""
     result = outcome(referee, frame)
+    if but and differential.classify(result.category, result.detail, "") == but:
+        return
     expected = AGREE_ACCEPT if accepted else AGREE_REFUSE
     assert result.category == expected, f"{result.category}: {result.detail}"
 
@@ -137,7 +142,9 @@ def test_trailing_bytes_after_produce(kafka_reader: KafkaReferee) -> None:
 def test_client_id_length_minus_two(kafka_reader: KafkaReferee) -> None:
     frame = metadata_v12(topics=())
     assert frame[12:15] == b"\x00\x01t"
-    assert_agree(kafka_reader, resized(frame[:12] + b"\xff\xfe" + frame[15:]))
+    # Read as -1 is, a null client id (its own disagreement: test_null_client_id).
+    frame = resized(frame[:12] + b"\xff\xfe" + frame[15:])
+    assert_agree(kafka_reader, frame, but=differential.NULL_CLIENT_ID)
 
 
 @FIXED_ON_READ_AS_KAFKA
@@ -198,8 +205,9 @@ def test_body_string_not_utf8(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, frame[: at + 2] + b"\xff" + frame[at + 3 :])
 
 
-@found_here("an ACL filter with UNKNOWN elements: DescribeAclsRequest refuses it when parsed")
 def test_describe_acls_unknown_operation(kafka_reader: KafkaReferee) -> None:
+    """``DescribeAclsRequest`` refuses the UNKNOWN code when parsed and Kafka closes the
+    connection; the proxy's handler closes it too: both refuse."""
     frame = request(29, 3, resource_type_filter=1, pattern_type_filter=1, operation=0)
     assert_agree(kafka_reader, frame, accepted=False)
 
