@@ -13,10 +13,13 @@ from typing import Any
 import pytest
 
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.header import peek_request_header
 from kafkaguard.proxy.exchange import response_transform
 from kafkaguard.proxy.handlers.base import Forward
 from kafkaguard.proxy.handlers.responses import entity
-from tests.support.handler_harness import HandlerHarness
+from tests.support.exchange_driver import Driver, to_broker, to_client
+from tests.support.fuzz.frames import record_batch
+from tests.support.handler_harness import HandlerHarness, acl
 from tests.support.kafka_referee import KafkaReferee
 
 pytestmark = pytest.mark.kafka
@@ -42,8 +45,6 @@ def client_bytes(harness: HandlerHarness, request: Any, response: Any) -> tuple[
 
 
 def harness_header(request: Any) -> Any:
-    from kafkaguard.protocol.header import peek_request_header
-
     return peek_request_header(codec.encode_request(request, 7, "test"))
 
 
@@ -112,3 +113,78 @@ def test_find_coordinator(kafka_reader: KafkaReferee, version: int) -> None:
         )
     frames = client_bytes(harness, request, response)
     assert_only_addresses_changed(kafka_reader, 10, version, frames, ("nodeId", "host", "port"))
+
+
+# -- through the exchange: Produce/Fetch node_endpoints and a merged partial Produce -----------
+
+
+def exchanged(driver: Driver, request: Any, answer: Any) -> tuple[bytes, bytes]:
+    """(the broker's frame, the bytes the client receives): ``request`` sent by the client,
+    ``answer(forwarded body)`` the broker's response to what the proxy forwarded."""
+    frame = codec.encode_request(request, 7, "c")
+    forwarded = to_broker(driver.client(frame))
+    assert len(forwarded) == 1, forwarded
+    header = peek_request_header(forwarded[0])
+    body = codec.decode_request(forwarded[0], header.api_key, header.api_version)
+    broker = codec.encode_response(answer(body), header.correlation_id)
+    return broker, to_client(driver.broker(broker))
+
+
+def endpoints(schema: type[Any]) -> tuple[Any, ...]:
+    node_type = codec.nested_type(schema, "node_endpoints")
+    return tuple(
+        codec.make_entity(node_type, node_id=n, host=BROKER_HOST, port=9092 + n) for n in NODES
+    )
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(0, 10), (0, 11), (0, 12), (1, 16), (1, 17)])
+def test_node_endpoints(kafka_reader: KafkaReferee, api_key: int, version: int) -> None:
+    driver = Driver(super_users="User:alice")
+    driver.connect()
+    values = {"acks": 1} if api_key == 0 else {"max_bytes": 1 << 20}
+    request = codec.make_entity(codec.request_schema(api_key, version), **values)
+    schema = codec.response_schema(api_key, version)
+    frames = exchanged(
+        driver, request, lambda _: codec.make_entity(schema, node_endpoints=endpoints(schema))
+    )
+    assert_only_addresses_changed(
+        kafka_reader, api_key, version, frames, ("nodeId", "host", "port")
+    )
+
+
+@pytest.mark.parametrize("version", [3, 9, 12])
+def test_partial_produce_merges_the_denied_topic(kafka_reader: KafkaReferee, version: int) -> None:
+    """A Produce to an allowed and a denied topic: the broker sees the allowed one, the client
+    reads the broker's answer for it and TOPIC_AUTHORIZATION_FAILED for the other."""
+    driver = Driver([acl("User:alice", "WRITE", "TOPIC", "fuzz-ok")])
+    driver.connect()
+    schema = codec.request_schema(0, version)
+    topic_type = codec.nested_type(schema, "topic_data")
+    partition_type = codec.nested_type(topic_type, "partition_data")
+
+    def topic(name: str) -> Any:
+        partition = codec.make_entity(partition_type, index=0, records=record_batch())
+        return codec.make_entity(topic_type, name=name, partition_data=(partition,))
+
+    request = codec.make_entity(schema, acks=1, topic_data=(topic("fuzz-ok"), topic("guarded")))
+    response_schema = codec.response_schema(0, version)
+    response_topic = codec.nested_type(response_schema, "responses")
+    response_partition = codec.nested_type(response_topic, "partition_responses")
+
+    def answer(forwarded: Any) -> Any:
+        assert [t.name for t in forwarded.topic_data] == ["fuzz-ok"]
+        partition = codec.make_entity(response_partition, index=0, base_offset=41)
+        answered = codec.make_entity(
+            response_topic, name="fuzz-ok", partition_responses=(partition,)
+        )
+        return codec.make_entity(response_schema, responses=(answered,))
+
+    broker_frame, client_frame = exchanged(driver, request, answer)
+    broker, client = (kafka_reader.response(0, version, f) for f in (broker_frame, client_frame))
+    assert client["ok"] and client["consumed"] == client["size"], client
+    by_name = {t["name"]: t for t in client["body"]["responses"]}
+    assert by_name["fuzz-ok"] == broker["body"]["responses"][0]
+    denied = by_name["guarded"]["partitionResponses"]
+    assert [(p["index"], p["errorCode"]) for p in denied] == [(0, 29)]
+    rest = {k: v for k, v in client["body"].items() if k != "responses"}
+    assert rest == {k: v for k, v in broker["body"].items() if k != "responses"}
