@@ -44,7 +44,7 @@ def assert_agree(
 ) -> None:
     """Both sides accept (refuse) ``frame``, but for the known disagreement ``but``."""
     result = outcome(referee, frame)
-    if but and differential.classify(result.category, result.detail, "") == but:
+    if but and differential.classify(result.detail, "") == but:
         return
     expected = AGREE_ACCEPT if accepted else AGREE_REFUSE
     assert result.category == expected, f"{result.category}: {result.detail}"
@@ -103,6 +103,17 @@ def test_a_field_mismatch_is_seen(kafka_reader: KafkaReferee) -> None:
     kafka["body"]["allowAutoTopicCreation"] = True
     harness = differential.principal_harness({})
     assert differential.compare(harness, frame, kafka).category == differential.FIELDS
+
+
+def test_an_authorized_resource_kafka_did_not_read_is_seen(kafka_reader: KafkaReferee) -> None:
+    """The comparison itself: a check on a resource named by no value of the request is a
+    disagreement (a handler authorizing something else than what the broker will act on)."""
+    frame = metadata_v12(topics=())
+    harness = differential.principal_harness({})
+    mine = differential.proxy_read(harness, frame)
+    mine.checked.append(("DESCRIBE", "TOPIC", "elsewhere", "ALLOWED"))
+    outcome = differential.compare(harness, frame, kafka_reader.request(frame), mine)
+    assert outcome.category == differential.AUTHZ
 
 
 # -- known: fixed on the read-as-kafka branch ------------------------------------------------

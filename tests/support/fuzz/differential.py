@@ -39,7 +39,7 @@ from kafkaguard.protocol.skim import IdTopicSkim, ProduceRequestSkim
 from kafkaguard.proxy.handlers import REGISTRY
 from kafkaguard.proxy.handlers.ask import decide
 from kafkaguard.proxy.handlers.base import Close, Request
-from tests.support.fuzz.frames import FrameGenerator, _shape
+from tests.support.fuzz.frames import FrameGenerator, shape
 from tests.support.handler_harness import HandlerHarness, acl
 from tests.support.kafka_referee import KafkaReferee
 
@@ -99,7 +99,7 @@ KNOWN: Final = FIXED_ELSEWHERE + FOUND_HERE
 _SLOT = re.compile(r"(int8|ulen|tags|tagsize|len16|len32|count32)@\d+=(-?\d+)")
 
 
-def classify(category: str, detail: str, description: str) -> str:  # noqa: C901 - one test per known disagreement
+def classify(detail: str, description: str) -> str:  # noqa: C901 - one test per known disagreement
     """The known disagreement (:data:`KNOWN`) an outcome is, or ``""``."""
     if "skim UUID(0)" in detail:
         return PRODUCE_ZERO_ID
@@ -153,7 +153,7 @@ def _nullable_struct_apis() -> frozenset[str]:
 
 def _has_nullable_struct(entity_type: type[Any]) -> bool:
     for f in dataclasses.fields(entity_type):
-        element, is_array, optional = _shape(f.type)
+        element, is_array, optional = shape(f.type)
         if dataclasses.is_dataclass(element) and (
             (optional and not is_array) or _has_nullable_struct(element)  # type: ignore[arg-type]
         ):
@@ -176,7 +176,7 @@ class Figures:
         self.frames += 1
         self.categories[outcome.category] += 1
         if outcome.category.startswith("disagree"):
-            known = classify(outcome.category, outcome.detail, description)
+            known = classify(outcome.detail, description)
             self.known[known or "UNKNOWN"] += 1
             kept = self.examples.setdefault(known or outcome.category, [])
             if len(kept) < 5:

@@ -195,7 +195,7 @@ class _Layout:
         self.out += other.out
 
     def field(self, f: dataclasses.Field[Any], value: Any, flexible: bool, tagged: bool) -> None:
-        element, is_array, optional = _shape(f.type)
+        element, is_array, optional = shape(f.type)
         kafka_type = f.metadata.get("kafka_type", "")
         if is_array:
             self._length(flexible, "count32", None if value is None else len(value))
@@ -238,7 +238,7 @@ class _Layout:
             raise TypeError(f"kafka type {kafka_type!r} is not used by any request schema")
 
 
-def _shape(hint: Any) -> tuple[Any, bool, bool]:
+def shape(hint: Any) -> tuple[Any, bool, bool]:
     """(element type, is an array, is nullable) of a kio field type."""
     optional = False
     if typing.get_origin(hint) in (UnionType, typing.Union):
@@ -305,7 +305,7 @@ class _Values:
             tagged = "tag" in f.metadata
             if tagged and rng.random() < 0.7:
                 continue  # left at its default: kio does not write it
-            element, is_array, optional = _shape(f.type)
+            element, is_array, optional = shape(f.type)
             if optional and not tagged and rng.random() < 0.15:
                 values[f.name] = None
                 continue
