@@ -24,12 +24,13 @@ import typing
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from types import EllipsisType, NoneType, UnionType
 from typing import Any, Final
 
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
 
 PROTECTED_TOPIC: Final = "guarded"
 ALLOWED_TOPICS: Final = ("fuzz-ok", "fuzz-a", "fuzz-b")
@@ -347,6 +348,12 @@ class _Values:
         if kafka_type in ("timedelta_i32", "timedelta_i64"):
             # Short: a long max_wait/session timeout only parks the connection.
             return timedelta(milliseconds=rng.choice((0, 1, 10, 100, 500)))
+        if kafka_type == "error_code":  # responses (the differential's)
+            return rng.choice((ErrorCode.none, ErrorCode.none, rng.choice(tuple(ErrorCode))))
+        if kafka_type == "datetime_i64":
+            # -1 ms too: DescribeTransactionsResponse's start time of an Empty transaction.
+            millis = rng.choice((-1, 0, 1_700_000_000_000, 4_102_444_800_000))
+            return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
         return self.integer(kafka_type, name)
 
     def integer(self, kafka_type: str, name: str) -> int:
@@ -381,6 +388,12 @@ class _Values:
         if name == "mechanism":
             return rng.choice(("PLAIN", "SCRAM-SHA-256", "OAUTHBEARER", "GSSAPI", ""))
         return rng.choice(("", "x", "fuzz", "ü\u2603", "a" * 300, rng.randbytes(6).hex()))
+
+
+def plausible(entity_type: type[Any], seed: str, topic_ids: Sequence[uuid.UUID] = ()) -> Any:
+    """A random plausible ``entity_type`` (a request or response schema), a pure function of
+    ``seed``: the differential's responses are built with it."""
+    return _Values(random.Random(seed), topic_ids).entity(entity_type)
 
 
 # -- mutations -------------------------------------------------------------------------------
