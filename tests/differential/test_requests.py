@@ -245,3 +245,6 @@ def test_regex(kafka_reader: KafkaReferee) -> None:
     broken = kafka_reader.regex("(", "x", None)
     assert (broken["compiles"], broken["matches"], broken["result"]) == (False, False, None)
     assert "Unclosed group" in broken["error"]
+    no_group = kafka_reader.regex("(a)", "a", "$2")
+    assert (no_group["matches"], no_group["result"]) == (True, None)
+    assert "No group 2" in no_group["error"]
