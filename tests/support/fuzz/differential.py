@@ -30,7 +30,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any, Final
+from itertools import chain
+from typing import Any, Final, TypeVar
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import MalformedFrame, ProtocolError
@@ -39,7 +40,7 @@ from kafkaguard.protocol.skim import IdTopicSkim, ProduceRequestSkim
 from kafkaguard.proxy.handlers import REGISTRY
 from kafkaguard.proxy.handlers.ask import decide
 from kafkaguard.proxy.handlers.base import Close, Request
-from tests.support.fuzz.frames import FrameGenerator, plausible, shape
+from tests.support.fuzz.frames import FrameGenerator, ResponseGenerator, plausible, shape
 from tests.support.handler_harness import HandlerHarness, acl
 from tests.support.kafka_referee import KafkaReferee
 
@@ -58,6 +59,8 @@ FIELDS: Final = "disagree: a field reads differently"
 AUTHZ: Final = "disagree: an authorized resource Kafka did not read"
 FAULT: Final = "disagree: the proxy's handler failed"
 REENCODED: Final = "disagree: the proxy's re-encoding reads differently"
+
+_T = TypeVar("_T")
 
 CLUSTER_NAME: Final = "kafka-cluster"
 _ZERO_UUID: Final = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -94,7 +97,8 @@ NULL_CLIENT_ID: Final = "null client id (Kafka's RequestHeader.parse makes it em
 BOOLEAN: Final = "boolean byte other than 0/1 (Kafka: non-zero is true)"
 BODY_UTF8: Final = "non-UTF-8 string in a body (Kafka: U+FFFD)"
 TAG_SIZE: Final = "known tagged field whose size is not its content's (Kafka ignores the size)"
-FOUND_HERE: Final = (NULL_CLIENT_ID, BOOLEAN, BODY_UTF8, TAG_SIZE)
+ERROR_CODE: Final = "error code Kafka 4.3.1 does not define (Kafka reads any int16)"
+FOUND_HERE: Final = (NULL_CLIENT_ID, BOOLEAN, BODY_UTF8, TAG_SIZE, ERROR_CODE)
 KNOWN: Final = FIXED_ELSEWHERE + FOUND_HERE
 
 _SLOT = re.compile(r"(int8|ulen|tags|tagsize|len16|len32|count32)@\d+=(-?\d+)")
@@ -112,6 +116,8 @@ def classify(detail: str, description: str) -> str:  # noqa: C901 - one test per
         return UNKNOWN_TAG
     if "ProduceRequest" in detail and "bytes left over" in detail:
         return PRODUCE_TRAILING
+    if "is not a valid ErrorCode" in detail:
+        return ERROR_CODE
     if "Invalid boolean value" in detail:
         return BOOLEAN
     if "Failed interpreting bytes as UTF-8" in detail or "\ufffd" in detail:
@@ -450,9 +456,9 @@ def compare(
 BATCH: Final = 2000
 
 
-def _chunks(frames: Iterable[tuple[str, bytes]], size: int) -> Iterator[list[tuple[str, bytes]]]:
-    chunk: list[tuple[str, bytes]] = []
-    for item in frames:
+def _chunks(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    chunk: list[_T] = []
+    for item in items:
         chunk.append(item)
         if len(chunk) == size:
             yield chunk
@@ -518,27 +524,40 @@ def response_frames(seed: int, variants: int) -> Iterator[tuple[str, int, int, b
                 yield f"{codec.API_NAMES[api_key]} v{version} #{variant}", api_key, version, frame
 
 
-def run_responses(referee: KafkaReferee, seed: int, variants: int) -> Figures:
-    """Every served response read by kio (``codec.decode_response``, the rewrites' input) and
-    by Kafka's client, field by field; then the proxy's re-encoding of what it decoded (what a
-    rewrite that changes one field sends for the others) read by Kafka again: the same."""
-    figures = Figures()
+def mutated_responses(seed: int, count: int) -> Iterator[tuple[str, int, int, bytes]]:
+    """``count`` hostile responses (:class:`~tests.support.fuzz.frames.ResponseGenerator`) to
+    the served versions."""
+    versions = {api_key: handler.versions for api_key, handler in REGISTRY.items()}
+    generator = ResponseGenerator(seed, versions, tuple(TOPIC_IDS))
+    return (generator.frame(index) for index in range(count))
+
+
+def run_responses(
+    referee: KafkaReferee,
+    responses: Iterable[tuple[str, int, int, bytes]],
+    figures: Figures | None = None,
+) -> Figures:
+    """Every (description, api key, version, response frame) read by kio
+    (``codec.decode_response``, the rewrites' input) and by Kafka's client, field by field;
+    then, where both read it, the proxy's re-encoding of what kio read (what a rewrite sends
+    for the fields it does not change) read by Kafka again: the same."""
+    figures = figures or Figures()
     start = time.perf_counter()
-    items = list(response_frames(seed, variants))
-    kafka = referee.batch([referee.response_op(k, v, f) for _, k, v, f in items])
-    reencoded: list[tuple[str, int, int, bytes, dict[str, Any]]] = []
-    for (description, api_key, version, frame), theirs in zip(items, kafka, strict=True):
-        outcome = _response_outcome(frame, api_key, version, theirs)
-        figures.add(outcome, description, frame)
-        if outcome.category == AGREE_ACCEPT:
-            mine = codec.decode_response(frame, api_key, version)
-            again = codec.encode_response(mine, peek_correlation_id(frame))
-            reencoded.append((description, api_key, version, again, theirs))
-    re_read = referee.batch([referee.response_op(k, v, f) for _, k, v, f, _ in reencoded])
-    for (description, _, _, frame, first), second in zip(reencoded, re_read, strict=True):
-        if not second["ok"] or first["body"] != second["body"]:
-            detail = f"Kafka read {first['body']!r:.300}, then {second.get('body')!r:.300}"
-            figures.add(Outcome(REENCODED, detail), description + " re-encoded", frame)
+    for items in _chunks(responses, BATCH):
+        kafka = referee.batch([referee.response_op(k, v, f) for _, k, v, f in items])
+        reencoded: list[tuple[str, int, int, bytes, dict[str, Any]]] = []
+        for (description, api_key, version, frame), theirs in zip(items, kafka, strict=True):
+            outcome = _response_outcome(frame, api_key, version, theirs)
+            figures.add(outcome, description, frame)
+            if outcome.category == AGREE_ACCEPT:
+                mine = codec.decode_response(frame, api_key, version)
+                again = codec.encode_response(mine, peek_correlation_id(frame))
+                reencoded.append((description, api_key, version, again, theirs))
+        re_read = referee.batch([referee.response_op(k, v, f) for _, k, v, f, _ in reencoded])
+        for (description, _, _, frame, first), second in zip(reencoded, re_read, strict=True):
+            if not second["ok"] or first["body"] != second["body"]:
+                detail = f"Kafka read {first['body']!r:.300}, then {second.get('body')!r:.300}"
+                figures.add(Outcome(REENCODED, detail), description + " re-encoded", frame)
     figures.seconds += time.perf_counter() - start
     return figures
 
@@ -561,10 +580,11 @@ def _response_outcome(frame: bytes, api_key: int, version: int, theirs: dict[str
 
 def main(seed: int, frames: int) -> int:
     """``./dev fuzz --differential --frames N [--seed S]``: N request frames, then plausible
-    responses (one per 10,000 frames, at least 4, per served version); print the figures; 1
-    on any disagreement that is not a known one."""
+    responses (one per 10,000 frames, at least 4, per served version) and N/4 hostile ones;
+    print the figures; 1 on any disagreement that is not a known one."""
     with KafkaReferee() as referee:
         requests = run_seeded(referee, seed, frames)
-        responses = run_responses(referee, seed, max(4, frames // 10_000))
+        valid = response_frames(seed, max(4, frames // 10_000))
+        responses = run_responses(referee, chain(valid, mutated_responses(seed, frames // 4)))
     print(f"seed: {seed}\nrequests:\n{requests.report()}\nresponses:\n{responses.report()}")
-    return 1 if requests.known["UNKNOWN"] or responses.disagreements else 0
+    return 1 if requests.known["UNKNOWN"] or responses.known["UNKNOWN"] else 0
