@@ -142,7 +142,7 @@ def endpoints(schema: type[Any]) -> tuple[Any, ...]:
 def test_node_endpoints(kafka_reader: KafkaReferee, api_key: int, version: int) -> None:
     driver = Driver(super_users="User:alice")
     driver.connect()
-    values = {"acks": 1} if api_key == 0 else {"max_bytes": 1 << 20}
+    values: dict[str, Any] = {"acks": 1} if api_key == 0 else {"max_bytes": 1 << 20}
     request = codec.make_entity(codec.request_schema(api_key, version), **values)
     schema = codec.response_schema(api_key, version)
     frames = exchanged(
