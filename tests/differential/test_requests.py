@@ -96,6 +96,15 @@ def test_valid_frames_of_every_served_version_agree(kafka_reader: KafkaReferee) 
     assert figures.categories[AGREE_ACCEPT] > len(frames) // 2
 
 
+def test_a_body_alone_reads_as_in_its_frame(kafka_reader: KafkaReferee) -> None:
+    frame = metadata_v12(topics=())
+    body_start = 14 + 1 + 1  # the client id "t" and the header's tag section
+    alone = kafka_reader.request_body(3, 12, frame[body_start:])
+    whole = kafka_reader.request(frame)
+    assert alone["ok"] and alone["body"] == whole["body"]
+    assert alone["consumed"] == alone["size"] == len(frame) - body_start
+
+
 def test_a_field_mismatch_is_seen(kafka_reader: KafkaReferee) -> None:
     """The comparison itself: a reading that differs in one field is a disagreement."""
     frame = metadata_v12(topics=())

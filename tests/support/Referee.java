@@ -6,6 +6,7 @@
  * side waits. Ops:
  *   {"op":"request","frame":B64}  a request after its size prefix, read as the broker reads it
  *       (RequestHeader.parse, then AbstractRequest.parseRequest as RequestContext.parseRequest)
+ *   {"op":"request","api_key":K,"version":V,"body":B64}  a request body alone, likewise
  *   {"op":"response","api_key":K,"version":V,"frame":B64}  a response after its size prefix
  *       (ResponseHeader.parse, then the generated *ResponseData reader, as NetworkClient)
  *   {"op":"regex","pattern":P,"subject":S,"replacement":R|null}  java.util.regex as
@@ -67,6 +68,11 @@ public class Referee {
         try {
             switch (op.get("op").asText()) {
                 case "request":
+                    if (op.has("body")) {
+                        return requestBody((short) op.get("api_key").asInt(),
+                            (short) op.get("version").asInt(),
+                            Base64.getDecoder().decode(op.get("body").asText()));
+                    }
                     return request(Base64.getDecoder().decode(op.get("frame").asText()));
                 case "response":
                     return response((short) op.get("api_key").asInt(),
@@ -98,6 +104,15 @@ public class Referee {
             header.apiKey(), header.apiVersion(), new ByteBufferAccessor(buffer));
         return accepted(result, frame.length, bodyStart + parsed.size,
             parsed.request.data(), header.apiVersion());
+    }
+
+    private static ObjectNode requestBody(short apiKey, short version, byte[] body)
+        throws Exception {
+        ByteBuffer buffer = ByteBuffer.wrap(body);
+        RequestAndSize parsed = AbstractRequest.parseRequest(
+            ApiKeys.forId(apiKey), version, new ByteBufferAccessor(buffer));
+        return accepted(
+            NODES.objectNode(), body.length, parsed.size, parsed.request.data(), version);
     }
 
     private static ObjectNode response(short apiKey, short version, byte[] frame) throws Exception {

@@ -138,6 +138,16 @@ class KafkaReferee:
         return {"op": "request", "frame": base64.b64encode(frame[4:]).decode()}
 
     @staticmethod
+    def request_body_op(api_key: int, version: int, body: bytes) -> dict[str, Any]:
+        """The op reading a request body alone (no size prefix, no header)."""
+        return {
+            "op": "request",
+            "api_key": api_key,
+            "version": version,
+            "body": base64.b64encode(body).decode(),
+        }
+
+    @staticmethod
     def response_op(api_key: int, version: int, frame: bytes) -> dict[str, Any]:
         """The op reading a whole response frame (size prefix included) to (api_key, version)."""
         return {
@@ -152,6 +162,9 @@ class KafkaReferee:
 
     def request(self, frame: bytes) -> dict[str, Any]:
         return self.requests([frame])[0]
+
+    def request_body(self, api_key: int, version: int, body: bytes) -> dict[str, Any]:
+        return self.batch([self.request_body_op(api_key, version, body)])[0]
 
     def response(self, api_key: int, version: int, frame: bytes) -> dict[str, Any]:
         return self.batch([self.response_op(api_key, version, frame)])[0]
