@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from tests.support.kafka_broker import KAFKA_VERSION, cache_dir, check_runtime
+from tests.support.kafka_broker import KAFKA_VERSION, KafkaUnavailable, cache_dir, check_runtime
 
 SOURCE = Path(__file__).with_name("Referee.java")
 
@@ -40,13 +40,16 @@ def compiled_classes(classpath: str) -> Path:
         return target
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     partial.mkdir(parents=True, exist_ok=True)
-    javac = subprocess.run(
-        ["javac", "-nowarn", "-cp", classpath, "-d", str(partial), str(SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    try:
+        javac = subprocess.run(
+            ["javac", "-nowarn", "-cp", classpath, "-d", str(partial), str(SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise KafkaUnavailable("no `javac` on PATH (`./dev test` installs a JDK)") from exc
     if javac.returncode != 0:
         raise RuntimeError(f"javac {SOURCE.name} failed:\n{javac.stdout}{javac.stderr}")
     try:
