@@ -15,6 +15,7 @@ import pytest
 pytest.register_assert_rewrite("tests.support")
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,13 @@ from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.server import ProxyServer
 from kafkaguard.tansu import TansuBroker, free_base
-from tests.support.kafka_broker import KafkaBroker, session_broker
+from tests.support.kafka_broker import (
+    KafkaBroker,
+    KafkaUnavailable,
+    require_kafka,
+    session_broker,
+)
+from tests.support.kafka_referee import KafkaReferee
 from tests.support.proxy_fixture import (
     TANSU_NODE_ID,
     RunningProxy,
@@ -173,3 +180,19 @@ def kafka_referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
     """Apache Kafka with StandardAuthorizer and SASL/PLAIN REFEREE_USERS: the reference
     behaviour. Tests that add ACLs delete them again (the broker lives for the session)."""
     yield from session_broker("referee", tmp_path_factory.mktemp("kafka-referee"))
+
+
+@pytest.fixture(scope="session")
+def kafka_reader() -> Iterator[KafkaReferee]:
+    """Kafka 4.3.1's own readers (and ``java.util.regex``) in one JVM for the session
+    (``tests/support/kafka_referee.py``): no broker. Skipped without Java 17 or the jars,
+    failed in CI."""
+    classpath = require_kafka()
+    try:
+        referee = KafkaReferee(classpath)
+    except KafkaUnavailable as exc:  # no javac: as require_kafka, fail in CI, else skip
+        if os.environ.get("CI"):
+            pytest.fail(f"Kafka's readers unavailable in CI: {exc}", pytrace=False)
+        pytest.skip(f"Kafka's readers unavailable: {exc}")
+    with referee:
+        yield referee

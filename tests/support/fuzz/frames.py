@@ -24,12 +24,13 @@ import typing
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from types import EllipsisType, NoneType, UnionType
 from typing import Any, Final
 
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
 
 PROTECTED_TOPIC: Final = "guarded"
 ALLOWED_TOPICS: Final = ("fuzz-ok", "fuzz-a", "fuzz-b")
@@ -195,7 +196,7 @@ class _Layout:
         self.out += other.out
 
     def field(self, f: dataclasses.Field[Any], value: Any, flexible: bool, tagged: bool) -> None:
-        element, is_array, optional = _shape(f.type)
+        element, is_array, optional = shape(f.type)
         kafka_type = f.metadata.get("kafka_type", "")
         if is_array:
             self._length(flexible, "count32", None if value is None else len(value))
@@ -217,6 +218,11 @@ class _Layout:
             self.entity(element, value)
         elif kafka_type in _INT_FORMATS:
             self._mark(kafka_type, struct.pack(_INT_FORMATS[kafka_type], value), int(value))
+        elif kafka_type == "error_code":
+            self._mark("int16", struct.pack(">h", value.value), value.value)
+        elif kafka_type == "datetime_i64":
+            millis = -1 if value is None else round(value.timestamp() * 1000)
+            self._mark("int64", struct.pack(">q", millis), millis)
         elif kafka_type == "bool":
             self.out += b"\x01" if value else b"\x00"
         elif kafka_type == "float64":
@@ -235,10 +241,10 @@ class _Layout:
             self._length(flexible, "len32", None if value is None else len(value))
             self.out += value or b""
         else:
-            raise TypeError(f"kafka type {kafka_type!r} is not used by any request schema")
+            raise TypeError(f"kafka type {kafka_type!r} is not used by any schema")
 
 
-def _shape(hint: Any) -> tuple[Any, bool, bool]:
+def shape(hint: Any) -> tuple[Any, bool, bool]:
     """(element type, is an array, is nullable) of a kio field type."""
     optional = False
     if typing.get_origin(hint) in (UnionType, typing.Union):
@@ -268,6 +274,17 @@ def layout(body: Any, correlation_id: int, client_id: str) -> tuple[bytes, tuple
     data = bytearray(head + client + out.out)
     data[0:4] = struct.pack(">i", len(data) - 4)
     return bytes(data), (*slots, *out.slots)
+
+
+def response_layout(body: Any, correlation_id: int) -> tuple[bytes, tuple[Slot, ...]]:
+    """The frame of ``body`` as :func:`codec.encode_response` encodes it, and its slots."""
+    out = _Layout(8)
+    if body.__header_schema__.__version__ >= 1:
+        out.slots.append(Slot(out.pos, 1, "tags", 0, out.pos + 1))
+        out.out += b"\x00"
+    out.entity(type(body), body)
+    data = struct.pack(">ii", 8 - 4 + len(out.out), correlation_id) + bytes(out.out)
+    return data, tuple(out.slots)
 
 
 # -- plausible values ------------------------------------------------------------------------
@@ -305,7 +322,7 @@ class _Values:
             tagged = "tag" in f.metadata
             if tagged and rng.random() < 0.7:
                 continue  # left at its default: kio does not write it
-            element, is_array, optional = _shape(f.type)
+            element, is_array, optional = shape(f.type)
             if optional and not tagged and rng.random() < 0.15:
                 values[f.name] = None
                 continue
@@ -347,6 +364,12 @@ class _Values:
         if kafka_type in ("timedelta_i32", "timedelta_i64"):
             # Short: a long max_wait/session timeout only parks the connection.
             return timedelta(milliseconds=rng.choice((0, 1, 10, 100, 500)))
+        if kafka_type == "error_code":  # responses (the differential's)
+            return rng.choice((ErrorCode.none, ErrorCode.none, rng.choice(tuple(ErrorCode))))
+        if kafka_type == "datetime_i64":
+            # -1 ms too: DescribeTransactionsResponse's start time of an Empty transaction.
+            millis = rng.choice((-1, 0, 1_700_000_000_000, 4_102_444_800_000))
+            return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
         return self.integer(kafka_type, name)
 
     def integer(self, kafka_type: str, name: str) -> int:
@@ -381,6 +404,12 @@ class _Values:
         if name == "mechanism":
             return rng.choice(("PLAIN", "SCRAM-SHA-256", "OAUTHBEARER", "GSSAPI", ""))
         return rng.choice(("", "x", "fuzz", "ü\u2603", "a" * 300, rng.randbytes(6).hex()))
+
+
+def plausible(entity_type: type[Any], seed: str, topic_ids: Sequence[uuid.UUID] = ()) -> Any:
+    """A random plausible ``entity_type`` (a request or response schema), a pure function of
+    ``seed``: the differential's responses are built with it."""
+    return _Values(random.Random(seed), topic_ids).entity(entity_type)
 
 
 # -- mutations -------------------------------------------------------------------------------
@@ -577,6 +606,60 @@ class FrameGenerator:
         cut = rng.randrange(4, max(5, len(frame)))
         other_cut = rng.randrange(4, max(5, len(other)))
         return _with_size(frame[:cut] + other[other_cut:]), f"splice@{cut}/{other_cut}"
+
+
+class ResponseGenerator:
+    """``frame(index)``: the index-th hostile response of this seed to one of ``versions``
+    (api key → versions), with its api key and version (a response does not name them):
+    a plausible broker response with one length, count, tag section or integer made hostile,
+    then byte-level mutations, as :class:`FrameGenerator` does to requests."""
+
+    def __init__(
+        self, seed: int, versions: dict[int, range], topic_ids: Iterable[uuid.UUID] = ()
+    ) -> None:
+        self.seed = seed
+        self.versions = [(k, v) for k, served in sorted(versions.items()) for v in served]
+        self.topic_ids = tuple(topic_ids)
+        self._bases: dict[tuple[int, int, int], Base] = {}
+
+    def base(self, api_key: int, version: int, variant: int) -> Base:
+        key = (api_key, version, variant)
+        cached = self._bases.get(key)
+        if cached is None:
+            schema = codec.response_schema(api_key, version)
+            seed = f"{self.seed}/{api_key}/{version}/{variant}"
+            body = plausible(schema, seed, self.topic_ids)
+            data = codec.encode_response(body, variant)
+            framed, slots = response_layout(body, variant)
+            if framed != data:  # the layout would point at the wrong bytes
+                slots = ()
+            cached = self._bases[key] = Base(api_key, version, data, slots)
+        return cached
+
+    def frame(self, index: int) -> tuple[str, int, int, bytes]:
+        rng = random.Random(self.seed * 1_000_003 + index)
+        api_key, version = rng.choice(self.versions)
+        base = self.base(api_key, version, rng.randrange(BASE_VARIANTS))
+        roll = rng.random()
+        if roll < 0.1:
+            data, step = base.frame, "valid"
+        elif roll < 0.55:
+            data, step = _mutate_slot(rng, base, _LENGTH_KINDS)
+        elif roll < 0.75:
+            data, step = _mutate_slot(rng, base, _INT_KINDS)
+        elif roll < 0.9:
+            data, step = _tag_section(rng, base)
+        else:
+            data, step = _truncate(rng, base.frame)
+        steps = [step]
+        if rng.random() < 0.25:
+            if rng.random() < 0.5:
+                data, step = _bytes(rng, base, data)
+            else:
+                data, step = _duplicate_region(rng, data)
+            steps.append(step)
+        name = f"#{index} {codec.API_NAMES[api_key]} v{version}"
+        return f"{name} {'+'.join(steps)}", api_key, version, data
 
 
 def _random_frame(rng: random.Random, api_keys: Sequence[int]) -> tuple[str, bytes]:

@@ -25,6 +25,9 @@ offsets do not move; a control client (PLAINTEXT Produce + Metadata, SASL login 
 each on a fresh connection) succeeds every few seconds; the proxy logs no traceback and no
 ERROR line. Any violation ends the run, prints the frames that preceded it (hex, seed, index)
 and makes the exit status 1.
+
+``--differential`` runs no proxy and no broker: the same frames are read by the proxy's request
+path and by Kafka's own readers, and compared (:mod:`tests.support.fuzz.differential`).
 """
 
 from __future__ import annotations
@@ -794,8 +797,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=8, help="concurrent connections")
     parser.add_argument("--rss-limit-mb", type=float, default=200.0)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--differential",
+        action="store_true",
+        help="read the frames with Kafka's own readers instead of sending them (no sockets)",
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    if args.differential:
+        from tests.support.fuzz.differential import main as differential
+
+        return differential(seed, args.frames)
     options = Options(
         seed=seed,
         frames=args.frames,
