@@ -1,6 +1,6 @@
 """Principal-mapping regexes against Java's own ``Pattern``/``Matcher`` (the differential JVM).
 
-Each vector ``(pattern, subject, replacement)`` is given to the ``kafka_referee`` fixture
+Each vector ``(pattern, subject, replacement)`` is given to the ``kafka_reader`` fixture
 (``tests/support/kafka_referee.py``: ``Pattern.compile``, ``matcher.matches()``,
 ``matcher.replaceAll`` when it matches) and to :func:`java_compile`; the outcomes must be equal.
 kafkaguard may refuse a pattern Java accepts only when it is listed in ``REFUSED`` (fail closed,
@@ -24,6 +24,7 @@ from kafkaguard.policy.java_regex import (
     java_compile,
 )
 from kafkaguard.policy.principal_mapping import NoMatchingRuleError, SslPrincipalMapper
+from tests.support.kafka_referee import KafkaReferee
 
 pytestmark = pytest.mark.kafka
 
@@ -354,7 +355,7 @@ def _vector_id(vector: tuple[str, str, str | None]) -> str:
     return ascii(vector)[:80]
 
 
-def _check(referee: Any, vector: tuple[str, str, str | None], *, may_refuse: bool) -> None:
+def _check(referee: KafkaReferee, vector: tuple[str, str, str | None], *, may_refuse: bool) -> None:
     pattern, subject, replacement = vector
     java = referee.regex(pattern, subject, replacement)
     ours = _ours(pattern, subject, replacement)
@@ -374,14 +375,16 @@ def _check(referee: Any, vector: tuple[str, str, str | None], *, may_refuse: boo
 
 
 @pytest.mark.parametrize("vector", VECTORS, ids=_vector_id)
-def test_vector_as_java(kafka_referee: Any, vector: tuple[str, str, str | None]) -> None:
-    _check(kafka_referee, vector, may_refuse=False)
+def test_vector_as_java(kafka_reader: KafkaReferee, vector: tuple[str, str, str | None]) -> None:
+    _check(kafka_reader, vector, may_refuse=False)
 
 
 @pytest.mark.parametrize("vector", RANDOM_VECTORS, ids=_vector_id)
-def test_random_vector_as_java(kafka_referee: Any, vector: tuple[str, str, str | None]) -> None:
+def test_random_vector_as_java(
+    kafka_reader: KafkaReferee, vector: tuple[str, str, str | None]
+) -> None:
     """Refusing is allowed here (a quantified anchor, say), answering differently is not."""
-    _check(kafka_referee, vector, may_refuse=True)
+    _check(kafka_reader, vector, may_refuse=True)
 
 
 def test_random_vectors_are_mostly_decided() -> None:
@@ -416,7 +419,9 @@ def _rules_text(rules: tuple[tuple[str, str, str] | None, ...]) -> str:
     return ", ".join("DEFAULT" if r is None else f"RULE:{r[0]}/{r[1]}/{r[2]}" for r in rules)
 
 
-def _java_name(referee: Any, rules: tuple[tuple[str, str, str] | None, ...], dn: str) -> str | None:
+def _java_name(
+    referee: KafkaReferee, rules: tuple[tuple[str, str, str] | None, ...], dn: str
+) -> str | None:
     """``SslPrincipalMapper.getName`` composed from Java's answers for each rule."""
     for rule in rules:
         if rule is None:
@@ -432,9 +437,9 @@ def _java_name(referee: Any, rules: tuple[tuple[str, str, str] | None, ...], dn:
 @pytest.mark.parametrize("rules", RULE_LISTS, ids=_rules_text)
 @pytest.mark.parametrize("dn", RULE_DNS, ids=ascii)
 def test_rule_list_as_java(
-    kafka_referee: Any, rules: tuple[tuple[str, str, str] | None, ...], dn: str
+    kafka_reader: KafkaReferee, rules: tuple[tuple[str, str, str] | None, ...], dn: str
 ) -> None:
-    expected = _java_name(kafka_referee, rules, dn)
+    expected = _java_name(kafka_reader, rules, dn)
     mapper = SslPrincipalMapper(_rules_text(rules))
     if expected is None:
         with pytest.raises(NoMatchingRuleError):
