@@ -366,6 +366,25 @@ def test_a_kept_alive_connection_is_closed_when_idle(limited_proxy: RunningProxy
     assert value(metrics, "kafkaguard_admin_connections_closed_total", reason="idle_timeout") == 1
 
 
+def test_at_the_cap_a_kept_alive_connection_between_requests_gives_up_its_slot(
+    limited_proxy: RunningProxy,
+) -> None:
+    address = admin_address(limited_proxy)
+    with socket.create_connection(address, timeout=10) as kept:
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(kept).endswith(b"\r\n\r\nok\n")
+        idle = [socket.create_connection(address, timeout=10) for _ in range(16)]  # the cap
+        try:
+            readable, _, _ = select.select([kept], [], [], 10)
+            assert readable and kept.recv(1) == b""  # closed: it waited longest
+            assert answers(limited_proxy, "/healthz") == (200, "ok\n")
+        finally:
+            for sock in idle:
+                sock.close()
+    metrics = get(limited_proxy, "/metrics")[1]
+    assert value(metrics, "kafkaguard_admin_connections_closed_total", reason="evicted") >= 1
+
+
 def read_response(sock: socket.socket, *, head_only: bool = False) -> bytes:
     """One response: its head, then (unless ``head_only``) Content-Length bytes of body."""
     data = b""
