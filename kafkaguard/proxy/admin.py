@@ -7,12 +7,14 @@ binding a non-loopback address logs a warning unless ``admin.allow_remote: true`
 It runs an event loop of its own on one thread, so a busy or stuck proxy loop cannot hide
 itself: ``/healthz`` asks the proxy's loop to run a no-op and fails when the loop does not
 within a second. Whoever reaches the port cannot exhaust the process either: one thread
-serves every connection, at most ``admin.max_connections`` are open (one more is answered 503
-and closed at once), a request's line and headers are at most ``admin.max_request_bytes`` and
-must arrive within ``admin.request_timeout_ms`` (its answer must be taken within it too), and a
-kept-alive connection is closed after ``admin.idle_timeout_ms`` without a request. Each such
-close is counted (``kafkaguard_admin_connections_*``), never logged: a client's bytes never
-reach the log. HTTP/1.0 and 1.1, GET and HEAD, no request body.
+serves every connection, a request's line and headers are at most ``admin.max_request_bytes``
+and must arrive within ``admin.request_timeout_ms`` (its answer must be taken within it too), a
+kept-alive connection is closed after ``admin.idle_timeout_ms`` without a request, and at most
+``admin.max_connections`` are open. Nor can idle clients at that cap keep the liveness probe
+and the scrape out: a new connection takes the slot of the connection waiting longest for a
+request (:class:`ConnectionSlots`), and is answered 503 only when every open connection is being
+answered. Each such close is counted (``kafkaguard_admin_connections_*``), never logged: a
+client's bytes never reach the log. HTTP/1.0 and 1.1, GET and HEAD, no request body.
 
 ``/metrics`` is prometheus-client's exposition (text or OpenMetrics as the scraper asks,
 gzip when accepted) of :class:`~kafkaguard.proxy.metrics.ProxyCollector`; the collector reads
@@ -38,8 +40,10 @@ import ipaddress
 import logging
 import socket
 import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
@@ -64,6 +68,66 @@ _STOP_TIMEOUT_S = 5.0
 _LINGER_S = 1.0
 _LINGER_BYTES = 65_536
 _TEXT = "text/plain; charset=utf-8"
+
+
+_C = TypeVar("_C", bound=Hashable)
+
+
+class AllAnswering(Exception):
+    """Every slot is held by a connection being answered: the new one is refused."""
+
+
+class ConnectionSlots(Generic[_C]):
+    """Which connections hold the ``admin.max_connections`` slots, and which one gives its slot
+    up to a new connection.
+
+    A connection waits from its accept until its request's head is complete, and again once its
+    answer is written (for the next request, or for the client to close); in between it is
+    being answered. Waiting costs a client nothing: waiting connections could otherwise hold
+    every slot for up to ``admin.request_timeout_ms``, and a client re-opening them for as long
+    as it likes, keeping the liveness probe out. So at the cap a new connection takes the slot
+    of the connection waiting longest. Being answered ends within ``admin.request_timeout_ms``
+    and is never cut (an answer half written is no answer); only when every slot is being
+    answered is the new connection refused. Each step is O(1)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._waiting: OrderedDict[_C, None] = OrderedDict()
+        """Waiting connections, the longest waiting first."""
+        self._answering: set[_C] = set()
+
+    def __len__(self) -> int:
+        return len(self._waiting) + len(self._answering)
+
+    def admit(self, connection: _C) -> _C | None:
+        """Give ``connection`` a slot (it waits); return the connection to close for it (None:
+        there was room). Raises :class:`AllAnswering`."""
+        evicted = None
+        if len(self) >= self.capacity:
+            if not self._waiting:
+                raise AllAnswering
+            evicted, _ = self._waiting.popitem(last=False)
+        self._waiting[connection] = None
+        return evicted
+
+    def answering(self, connection: _C) -> bool:
+        """The request's head is complete: answer it, unless the connection gave up its slot
+        (False: close it unanswered)."""
+        if connection not in self._waiting:
+            return False
+        del self._waiting[connection]
+        self._answering.add(connection)
+        return True
+
+    def answered(self, connection: _C) -> None:
+        """The answer is written: the connection waits again, the latest to."""
+        self._answering.remove(connection)
+        self._waiting[connection] = None
+
+    def release(self, connection: _C) -> None:
+        """The connection is closed (a no-op when it gave up its slot)."""
+        self._waiting.pop(connection, None)
+        self._answering.discard(connection)
 
 
 class _Refusal(Exception):
@@ -100,6 +164,8 @@ class AdminServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         """The admin thread's own loop."""
         self._thread: threading.Thread | None = None
+        self._slots: ConnectionSlots[asyncio.StreamWriter] = ConnectionSlots(config.max_connections)
+        """Used on the admin thread only."""
         self._upstream_reachable = False
         """The last readiness check's outcome (written on the proxy's loop, read here)."""
         self._watch: asyncio.Task[None] | None = None
@@ -201,11 +267,16 @@ class AdminServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         counters = self.counters
-        if counters.open >= self.config.max_connections:
+        try:
+            evicted = self._slots.admit(writer)
+        except AllAnswering:
             counters.refused["max_connections"] += 1
             writer.write(_response(HTTPStatus.SERVICE_UNAVAILABLE, "busy\n", keep_alive=False))
             writer.close()
             return
+        if evicted is not None:
+            counters.closed["evicted"] += 1
+            evicted.transport.abort()  # its task reads the end and finishes
         counters.open += 1
         try:
             await self._requests(reader, writer)
@@ -214,6 +285,7 @@ class AdminServer:
         except Exception as exc:  # noqa: BLE001 - never a traceback per connection
             _errors.log("error", logging.WARNING, "admin connection failed: %r", exc)
         finally:
+            self._slots.release(writer)
             counters.open -= 1
             if writer.transport.get_write_buffer_size():
                 writer.transport.abort()  # an answer the client does not take
@@ -241,6 +313,8 @@ class AdminServer:
                 writer.write(_response(refusal.status, f"{refusal.status.phrase}\n", False))
                 await _linger(reader, writer)
                 return
+            if not self._slots.answering(writer):
+                return  # it gave up its slot while its head arrived
             status, content_type, body, more = await self._answer(method, path, headers)
             writer.write(
                 _response(status, body, keep_alive, content_type, more, head=method == "HEAD")
@@ -250,6 +324,7 @@ class AdminServer:
             except TimeoutError:
                 self.counters.closed["request_timeout"] += 1
                 return
+            self._slots.answered(writer)
             if not keep_alive:
                 await _linger(reader, writer)
                 return

@@ -203,8 +203,9 @@ class AdminConfig:
     """Without it, binding anything but a loopback address logs a warning: the endpoint has
     no authentication and tells whoever reaches it about the proxy's traffic."""
     max_connections: int = 64
-    """Open admin connections at most; one more is answered 503 and closed at once (counted):
-    idle or slow clients cannot exhaust the process (kafkaguard/proxy/admin.py)."""
+    """Open admin connections at most: idle or slow clients cannot exhaust the process. One
+    more closes the connection waiting longest for a request, or is answered 503 when every
+    connection is being answered (counted; kafkaguard/proxy/admin.py, ``ConnectionSlots``)."""
     request_timeout_ms: int = 5_000
     """A request's line and headers must arrive within this (from the connection's accept, or
     from a kept-alive request's first byte), and its answer be taken within it again; else the

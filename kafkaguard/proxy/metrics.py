@@ -43,12 +43,20 @@ UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker accepts a TCP co
 """The readiness condition that the upstream is down (``/readyz`` and its gauge)."""
 
 ADMIN_REFUSALS: Final = ("max_connections",)
-"""Why the admin listener refuses a connection at accept (``admin.max_connections``)."""
-ADMIN_CLOSES: Final = ("request_timeout", "idle_timeout", "request_too_large", "bad_request")
+"""Why the admin listener refuses a connection at accept (``admin.max_connections``, every
+connection being answered)."""
+ADMIN_CLOSES: Final = (
+    "request_timeout",
+    "idle_timeout",
+    "request_too_large",
+    "bad_request",
+    "evicted",
+)
 """Why the admin listener closes a connection it accepted, other than the client closing or
 asking to: the line and headers (or the answer's reading) outlasted
 ``admin.request_timeout_ms``, a kept-alive connection ``admin.idle_timeout_ms``, the line and
-headers exceeded ``admin.max_request_bytes``, or they were not HTTP/1."""
+headers exceeded ``admin.max_request_bytes``, they were not HTTP/1, or a new connection at
+``admin.max_connections`` took the slot of this one, the one waiting longest for a request."""
 
 OTHER = "other"
 """The principal label of every principal past ``metrics.max_principals``."""
@@ -70,13 +78,15 @@ class AdminCounters:
         )
         refused = CounterMetricFamily(
             "kafkaguard_admin_connections_refused",
-            "Admin connections answered 503 and closed at accept (admin.max_connections).",
+            "Admin connections answered 503 and closed at accept (admin.max_connections, "
+            "every connection being answered).",
             labels=["reason"],
         )
         closed = CounterMetricFamily(
             "kafkaguard_admin_connections_closed",
             "Admin connections closed by the proxy, by reason (request_timeout, idle_timeout, "
-            "request_too_large, bad_request).",
+            "request_too_large, bad_request, evicted: a new connection at admin.max_connections "
+            "took its slot).",
             labels=["reason"],
         )
         for family, table in ((refused, self.refused), (closed, self.closed)):

@@ -267,26 +267,55 @@ def answers(proxy: RunningProxy, path: str) -> tuple[int, str] | None:
         return None
 
 
-def test_idle_connections_past_the_cap_neither_block_healthz_nor_add_threads(
+class IdleFlood:
+    """``count`` connections to ``address`` that send nothing, held open by a thread of its
+    own: each one the listener closes is opened again (at most ``per_round`` per 20 ms round,
+    a pace at which fewer connections than the cap arrive while one probe is accepted and read)."""
+
+    def __init__(self, address: tuple[str, int], count: int, per_round: int = 4) -> None:
+        self._address = address
+        self._per_round = per_round
+        self.sockets = [socket.create_connection(address, timeout=10) for _ in range(count)]
+        self.reopened = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="idle-flood", daemon=True)
+
+    def __enter__(self) -> IdleFlood:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for sock in self.sockets:
+            sock.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            closed, _, _ = select.select(self.sockets, [], [], 0)
+            for sock in closed[: self._per_round]:  # readable: the 503, or the end
+                self.sockets.remove(sock)
+                sock.close()
+                self.sockets.append(socket.create_connection(self._address, timeout=10))
+                self.reopened += 1
+
+
+def test_idle_connections_kept_at_the_cap_neither_block_healthz_nor_add_threads(
     limited_proxy: RunningProxy,
 ) -> None:
     threads = threading.active_count()
-    idle: list[socket.socket] = []
-    try:
-        for _ in range(300):  # connect and send nothing
-            idle.append(socket.create_connection(admin_address(limited_proxy), timeout=10))
-        assert threading.active_count() <= threads + 2
-        wait_until(lambda: answers(limited_proxy, "/healthz") == (200, "ok\n"), "/healthz")
-        assert threading.active_count() <= threads + 2
+    with IdleFlood(admin_address(limited_proxy), 300) as flood:
+        assert threading.active_count() <= threads + 1 + 2  # the flood's own, at most 2 more
+        wait_until(lambda: flood.reopened >= 32, "the flood re-opening what the listener closed")
+        probes = [answers(limited_proxy, "/healthz") for _ in range(20)]
+        assert probes == [(200, "ok\n")] * 20
+        assert threading.active_count() <= threads + 1 + 2
         metrics = get(limited_proxy, "/metrics")[1]
-    finally:
-        for sock in idle:
-            sock.close()
-    refused = value(metrics, "kafkaguard_admin_connections_refused_total", reason="max_connections")
+    evicted = value(metrics, "kafkaguard_admin_connections_closed_total", reason="evicted")
     cut = value(metrics, "kafkaguard_admin_connections_closed_total", reason="request_timeout")
-    assert refused >= 1 and cut >= 1
-    assert refused + cut >= 300 - 16  # each refused at once, or cut (16 may still be open)
-    assert value(metrics, "kafkaguard_admin_connections") >= 1  # the scrape's own
+    assert evicted >= 1
+    assert evicted + cut >= 300 - 16  # each past the cap took a slot; the last ones timed out
+    assert value(metrics, "kafkaguard_admin_connections_refused_total") == 0
 
 
 def test_an_ipv6_wildcard_admin_address_takes_ipv4_too(tansu: TansuBroker) -> None:
@@ -335,6 +364,25 @@ def test_a_kept_alive_connection_is_closed_when_idle(limited_proxy: RunningProxy
         assert closed_by_peer(sock, b"")
     metrics = get(limited_proxy, "/metrics")[1]
     assert value(metrics, "kafkaguard_admin_connections_closed_total", reason="idle_timeout") == 1
+
+
+def test_at_the_cap_a_kept_alive_connection_between_requests_gives_up_its_slot(
+    limited_proxy: RunningProxy,
+) -> None:
+    address = admin_address(limited_proxy)
+    with socket.create_connection(address, timeout=10) as kept:
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(kept).endswith(b"\r\n\r\nok\n")
+        idle = [socket.create_connection(address, timeout=10) for _ in range(16)]  # the cap
+        try:
+            readable, _, _ = select.select([kept], [], [], 10)
+            assert readable and kept.recv(1) == b""  # closed: it waited longest
+            assert answers(limited_proxy, "/healthz") == (200, "ok\n")
+        finally:
+            for sock in idle:
+                sock.close()
+    metrics = get(limited_proxy, "/metrics")[1]
+    assert value(metrics, "kafkaguard_admin_connections_closed_total", reason="evicted") >= 1
 
 
 def read_response(sock: socket.socket, *, head_only: bool = False) -> bytes:
