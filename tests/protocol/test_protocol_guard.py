@@ -287,3 +287,32 @@ def test_hostile_sweep_never_reaches_kio_with_oversized_claims() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.strip()) > 100_000
+
+
+def test_describe_topic_partitions_cursor_with_any_negative_marker_is_null() -> None:
+    # DescribeTopicPartitions v0: topics ["t"], response_partition_limit 2000, cursor marker
+    # 0x80. Kafka 4.3.1 reads cursor=null (readByte() < 0) and lists the partitions.
+    frame, _, _ = _request("004b 0000 00000001 ffff 00 02 0274 00 000007d0 80 00")
+    body: Any = codec.decode_request(frame, 75, 0)
+    assert ([t.name for t in body.topics], body.cursor) == (["t"], None)
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    return next(i for i in range(4, len(a)) if a[i] != b[i])  # after the size prefix
+
+
+@pytest.mark.parametrize("marker", [0x80, 0xFE, 0xFF])
+def test_streams_heartbeat_nullable_structs_with_any_negative_marker_are_null(marker: int) -> None:
+    # StreamsGroupHeartbeat v0's topology and user_endpoint (KIP-1071) are nullable structs:
+    # the coordinator reads any negative marker as null (readByte() < 0), so the proxy must too.
+    full = sample(codec.request_schema(88, 0), 1)
+    no_topology = dataclasses.replace(full, topology=None)
+    neither = dataclasses.replace(no_topology, user_endpoint=None)
+    frame = codec.encode_request(neither, 7, "c")
+    topology_at = _first_difference(codec.encode_request(full, 7, "c"), frame)
+    endpoint_at = _first_difference(codec.encode_request(no_topology, 7, "c"), frame)
+    assert frame[topology_at] == frame[endpoint_at] == 0xFF
+    data = bytearray(frame)
+    data[topology_at] = data[endpoint_at] = marker
+    body: Any = codec.decode_request(bytes(data), 88, 0)
+    assert body == neither
