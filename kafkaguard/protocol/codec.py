@@ -182,9 +182,9 @@ def _put(node: Any, path: guard.Path, value: Any) -> Any:
 def decode_request(frame: Frame, api_key: int, version: int) -> RequestPayload:
     """Decode the body of a whole request frame whose header was already peeked."""
     schema = request_schema(api_key, version)
-    body = _decode(frame, _request_header_type(api_key, version), schema)
+    body: RequestPayload = _decode(frame, _request_header_type(api_key, version), schema)
     if api_key == _PRODUCE and version >= _PRODUCE_TOPIC_IDS:
-        return _zero_topic_ids(body)
+        body = _zero_topic_ids(body)
     return body
 
 

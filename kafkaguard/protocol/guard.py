@@ -79,6 +79,7 @@ class Reading:
     negatives: list[NegativeTimestamp]
     edits: list[Edit]
 
+
 _FIXED: Final[dict[str, int]] = {
     "int8": 1,
     "bool": 1,
@@ -357,7 +358,9 @@ class _Source:
         if pending:
             self.emit(indent, f"p += {pending}")
         if _flexible(entity):
-            known = {f.tag: _field_walker(entity, f.name) for f in _fields(entity) if f.tag is not None}
+            known = {
+                f.tag: _field_walker(entity, f.name) for f in _fields(entity) if f.tag is not None
+            }
             self.emit(indent, "if buf[p]:")
             self.emit(
                 indent + 1,

@@ -323,7 +323,10 @@ def test_produce_skim_agrees_with_kio(
         assert [
             (
                 topic_key(t),
-                [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data],
+                [
+                    (p.index, None if p.records is None else bytes(p.records))
+                    for p in t.partition_data
+                ],
             )
             for t in skim.topic_data
         ] == [
