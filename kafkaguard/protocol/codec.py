@@ -116,16 +116,34 @@ def _decode(frame: Frame, header_type: type[Any], schema: type[_E]) -> _E:
         reading = guard.check_frame(frame, header_type, schema)
     except MalformedFrame as exc:
         raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
+    try:
+        body: _E = _kio_read(frame, reading, schema)
+    except Exception as exc:
+        if _KIO_UTF8 not in str(exc):
+            raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
+        # Malformed UTF-8, which Kafka's readString replaces: read again, strings included
+        # (only such frames pay for reading every string twice).
+        try:
+            reading = guard.check_frame(frame, header_type, schema, text=True)
+            body = _kio_read(frame, reading, schema)
+        except Exception as again:
+            raise MalformedFrame(f"cannot decode {schema.__name__}: {again}") from again
+    for offset, path in reading.negatives:
+        body = _put(body, path, _timestamp(frame, offset, schema.__name__))
+    return body
+
+
+_KIO_UTF8: Final = "Failed interpreting bytes as UTF-8"
+"""kio's error for a string that is not UTF-8."""
+
+
+def _kio_read(frame: Frame, reading: guard.Reading, schema: type[_E]) -> _E:
+    """kio's reading of the body, from the frame or the copy :func:`_kio_copy` makes."""
     data: Frame = frame
     body_offset = reading.body_offset
     if reading.edits or reading.negatives:
         data, body_offset = _kio_copy(frame, reading)
-    try:
-        body: _E = entity_reader(schema)(data, body_offset)[0]
-    except Exception as exc:
-        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
-    for offset, path in reading.negatives:
-        body = _put(body, path, _timestamp(frame, offset, schema.__name__))
+    body: _E = entity_reader(schema)(data, body_offset)[0]
     return body
 
 

@@ -100,6 +100,9 @@ _FIXED: Final[dict[str, int]] = {
 
 _MAX_VARINT_BYTES: Final = 5
 _INT32_MIN: Final = -(1 << 31)
+_INT16: Final = struct.Struct(">h")
+_MAX_STRING: Final = 0x7FFF
+"""The generated readers refuse a longer string ("had invalid length")."""
 _INT32_MAX: Final = (1 << 31) - 1
 
 
@@ -206,10 +209,45 @@ def _tagged_fields(
     return pos
 
 
+def _text(buf: Buffer, pos: int, fix: list[Edit], flexible: bool, nullable: bool, name: str) -> int:
+    """A string field read as ``Readable.readString`` reads it, ``new String(bytes, UTF_8)``:
+    malformed UTF-8 becomes U+FFFD, which kio (refusing it) is shown re-encoded. Only walks
+    of frames kio refused run this (:func:`check_frame` with ``text``)."""
+    start = pos
+    prefix: list[Edit] = []
+    if flexible:
+        length, pos = _compact_length(buf, pos, prefix)
+    else:
+        length = _INT16.unpack_from(buf, pos)[0]
+        pos += 2
+        if length < -1:
+            prefix.append((start, pos, b"\xff\xff"))
+    if length < 0 and not nullable:
+        raise _null_error(name)
+    if length > _MAX_STRING:
+        raise _length_error(name, length)
+    stop = pos + max(length, 0)
+    raw = bytes(buf[pos:stop])
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace").encode("utf-8")
+        if len(text) > _MAX_STRING:
+            raise MalformedFrame(
+                f"{name}: {len(text)} bytes once malformed UTF-8 is replaced"
+            ) from None
+        size = _uvarint_bytes(len(text) + 1) if flexible else _INT16.pack(len(text))
+        fix.append((start, stop, size + text))
+        return stop
+    fix += prefix
+    return stop
+
+
 _HELPERS: Final[dict[str, Any]] = {
     "_uv": _uvarint,
     "_cl": _compact_length,
     "_tags": _tagged_fields,
+    "_text": _text,
     "_count": _count_error,
     "_length": _length_error,
     "_null": _null_error,
@@ -326,7 +364,9 @@ def _fixed_entity_size(entity: type) -> int | None:
 class _Source:
     """The source of one walker function and the constants it refers to."""
 
-    def __init__(self) -> None:
+    def __init__(self, text: bool) -> None:
+        self.text = text
+        """Strings are read (:func:`_text`), not skipped."""
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
         self.depth = 0
@@ -359,7 +399,9 @@ class _Source:
             self.emit(indent, f"p += {pending}")
         if _flexible(entity):
             known = {
-                f.tag: _field_walker(entity, f.name) for f in _fields(entity) if f.tag is not None
+                f.tag: _field_walker(entity, f.name, self.text)
+                for f in _fields(entity)
+                if f.tag is not None
             }
             self.emit(indent, "if buf[p]:")
             self.emit(
@@ -427,7 +469,10 @@ class _Source:
     def primitive(self, field: _Field, nullable: bool, indent: int, path: list[str]) -> None:
         name = repr(field.name)
         kafka_type = field.kafka_type
-        if kafka_type == "datetime_i64":
+        if kafka_type == "string" and self.text:
+            flexible = field.flexible
+            self.emit(indent, f"p = _text(buf, p, fix, {flexible}, {nullable}, {name})")
+        elif kafka_type == "datetime_i64":
             # kio refuses negative timestamps (-1 is null where nullable): report them.
             self.emit(indent, f"if _q(buf, p)[0] < {-1 if nullable else 0}:")
             self.emit(indent + 1, f"out.append((p, ({', '.join([*path, name])},)))")
@@ -447,7 +492,7 @@ class _Source:
             self.emit(indent, "else:")
             self.emit(indent + 1, "b, p = _cl(buf, p, fix)")
             if kafka_type == "string":  # the generated readers' "had invalid length"
-                self.emit(indent + 1, "if b > 32767:")
+                self.emit(indent + 1, f"if b > {_MAX_STRING}:")
                 self.emit(indent + 2, f"raise _length({name}, b)")
             self.emit(indent + 1, "if b > 0:")
             self.emit(indent + 2, "p += b")
@@ -478,22 +523,22 @@ class _Source:
 
 
 @cache
-def _entity_walker(entity: type) -> Walker:
+def _entity_walker(entity: type, text: bool) -> Walker:
     """The walker of a header or a body."""
-    source = _Source()
+    source = _Source(text)
     source.entity(entity, 1, ["*path"])
     return source.compile(entity.__name__)
 
 
 @cache
-def _field_walker(entity: type, name: str) -> Walker:
+def _field_walker(entity: type, name: str, text: bool) -> Walker:
     """The walker of one tagged field, called on its data by ``_tagged_fields``."""
-    source = _Source()
+    source = _Source(text)
     source.field(next(f for f in _fields(entity) if f.name == name), 1, ["*path"])
     return source.compile(f"{entity.__name__}.{name}")
 
 
-def check_frame(frame: Buffer, header: type, body: type) -> Reading:
+def check_frame(frame: Buffer, header: type, body: type, *, text: bool = False) -> Reading:
     """Walk a whole frame (size prefix included): ``header`` (request header v1/v2 or response
     header v0/v1), then ``body``. A null array the schema does not allow is malformed, as
     Kafka's generated readers have it ("non-nullable field ... was serialized as null"; for a
@@ -501,14 +546,16 @@ def check_frame(frame: Buffer, header: type, body: type) -> Reading:
 
     Returns where the body starts, the negative timestamps kio would refuse and the edits kio
     needs to read what Kafka reads (usually none); raises :class:`MalformedFrame` if any
-    length, count or size does not fit in the frame.
+    length, count or size does not fit in the frame. With ``text``, strings are also read
+    as Kafka reads them (malformed UTF-8 replaced), for a frame kio refused: the common walk
+    skips them unread.
     """
     out: list[NegativeTimestamp] = []
     fix: list[Edit] = []
     end = len(frame)
     try:
-        body_offset = _entity_walker(header)(frame, 4, end, out, fix, ())
-        pos = _entity_walker(body)(frame, body_offset, end, out, fix, ())
+        body_offset = _entity_walker(header, text)(frame, 4, end, out, fix, ())
+        pos = _entity_walker(body, text)(frame, body_offset, end, out, fix, ())
     except (IndexError, struct.error):
         body_offset = pos = end + 1
     # The walkers read past ``end`` only into bytes they then treat as overrun: positions

@@ -316,3 +316,22 @@ def test_streams_heartbeat_nullable_structs_with_any_negative_marker_are_null(ma
     data[topology_at] = data[endpoint_at] = marker
     body: Any = codec.decode_request(bytes(data), 88, 0)
     assert body == neither
+
+
+@pytest.mark.parametrize(
+    ("hex_body", "names"),
+    [
+        # Metadata v12 (compact strings) and v4 (int16 lengths): topic names c3 28 and
+        # ff 61 e2 82, which Kafka 4.3.1 reads as "\ufffd(" and "\ufffda\ufffd".
+        (
+            "0003 000c 00000001 ffff 00 03 00000000000000000000000000000000 03c328 00"
+            " 00000000000000000000000000000000 05ff61e282 00 01 00 00",
+            ["\ufffd(", "\ufffda\ufffd"],
+        ),
+        ("0003 0004 00000001 ffff 00000002 0002c328 0004ff61e282 01", ["\ufffd(", "\ufffda\ufffd"]),
+    ],
+)
+def test_malformed_utf8_is_replaced_as_kafka_replaces_it(hex_body: str, names: list[str]) -> None:
+    frame, api_key, version = _request(hex_body)
+    body: Any = codec.decode_request(frame, api_key, version)
+    assert [t.name for t in body.topics] == names
