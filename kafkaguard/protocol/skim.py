@@ -63,6 +63,21 @@ class _Truncated(Exception):
 _Walker = Generator[int, bytes | None, None]
 
 
+_INT32_MIN: Final = -(1 << 31)
+
+
+def _java_int(value: int) -> int:
+    """A varint's value of up to 35 bits as ``ByteUtils.readUnsignedVarint`` returns it: the
+    5th byte shifted left by 28 into a Java ``int`` (bits beyond 32 dropped, bit 31 the sign)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >> 31 else value
+
+
+def _minus_one(value: int) -> int:
+    """``value - 1`` in Java ``int`` arithmetic: a compact length (negative: null)."""
+    return -_INT32_MIN - 1 if value == _INT32_MIN else value - 1
+
+
 def _uvarint() -> Generator[int, bytes | None, int]:
     result = shift = 0
     while True:
@@ -73,19 +88,22 @@ def _uvarint() -> Generator[int, bytes | None, int]:
         byte = data[0]
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return result
+            return _java_int(result)
         shift += 7
 
 
 def _compact_length() -> Generator[int, bytes | None, int]:
-    """A compact array/bytes length; −1 for null."""
-    return (yield from _uvarint()) - 1
+    """A compact array/bytes length; negative for null."""
+    return _minus_one((yield from _uvarint()))
 
 
 def _skip_tags() -> Generator[int, bytes | None, None]:
     for _ in range((yield from _uvarint())):
         yield from _uvarint()  # tag
-        yield (yield from _uvarint())
+        size = yield from _uvarint()
+        if size < 0:
+            raise _Truncated
+        yield size
 
 
 def _skip_compact(nullable: bool) -> Generator[int, bytes | None, None]:
@@ -117,9 +135,6 @@ def _fetch_walker(version: int) -> _Walker:
         yield from _skip_tags()
 
 
-_INT32_MIN: Final = -(1 << 31)
-
-
 def _uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """An unsigned varint at ``pos`` read as ``ByteUtils.readUnsignedVarint`` reads it: at most
     5 bytes, the 5th shifted left by 28 into a Java ``int`` (high bits dropped, bit 3 the
@@ -137,15 +152,14 @@ def _uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     byte = buf[pos]
     if byte > 0x7F:
         raise _Truncated
-    result = (result | byte << 28) & 0xFFFFFFFF
-    return (result - (1 << 32) if result >> 31 else result), pos + 1
+    return _java_int(result | byte << 28), pos + 1
 
 
 def _length_at(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A compact array/string/bytes length as the generated readers compute it,
     ``readUnsignedVarint() - 1`` in Java ``int`` arithmetic: negative is null."""
     value, pos = _uv(buf, pos)
-    return (-_INT32_MIN - 1 if value == _INT32_MIN else value - 1), pos
+    return _minus_one(value), pos
 
 
 def _tags_end(buf: bytes | memoryview, pos: int) -> int:
@@ -269,7 +283,7 @@ class _Reader:
             result |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 self.pos = pos
-                return result
+                return _java_int(result)
             shift += 7
 
     def int32(self) -> int:
@@ -281,7 +295,7 @@ class _Reader:
         return value
 
     def compact_length(self) -> int:
-        return self.uvarint() - 1
+        return _minus_one(self.uvarint())
 
     def compact_string(self) -> str | None:
         n = self.compact_length()

@@ -364,3 +364,18 @@ def test_arbitrary_bytes_are_refused_cleanly(data: bytes, version: int, start: i
             skim_share_response(frame, api_key, share_version)
     tail = produce_response_tail(frame, 11)
     assert tail is None or tail <= len(frame)
+
+
+@pytest.mark.parametrize("version", [16, LAST_SKIMMABLE_VERSION])
+def test_varints_are_read_as_java_ints_in_a_streamed_tail(version: int) -> None:
+    """A Fetch response ending with tagged-field count 8080808010, 2^32 unbounded and 0 as
+    ``ByteUtils.readUnsignedVarint``'s ``int`` (bits beyond 32 dropped): no field, as a Kafka
+    client reads it; passed on unchanged, streamed or buffered."""
+    frame = codec.encode_response(
+        codec.make_entity(codec.response_schema(1, version), throttle_time=timedelta(0)), 1
+    )
+    assert frame.endswith(b"\x00")
+    padded = frame[:-1] + bytes.fromhex("8080808010")
+    padded = (len(padded) - 4).to_bytes(4, "big") + padded[4:]
+    assert stream_through(fetch_tail(version), padded, [len(padded) - 3]) == padded
+    assert bytes(fetch_tail(version)(padded)) == padded
