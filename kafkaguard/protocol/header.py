@@ -2,9 +2,11 @@
 
 Why not kio here: the peek runs for every frame, including multi-megabyte Produce requests that
 may be forwarded untouched, and it needs only fixed offsets plus the client id. Request header
-v1 and v2 share these fields (v2 only appends tagged fields, which :mod:`codec` skips when it
-decodes a body); header v0 (ControlledShutdown v0 only) has no client id and is refused by the
-registry before the client id would matter.
+v1 and v2 share these fields (v2 only appends tagged fields, which :mod:`guard` walks when a
+body is decoded, unknown ones skipped as Kafka skips them); header v0 (ControlledShutdown v0
+only) has no client id and is refused by the registry before the client id would matter. The
+client id is read as ``RequestHeaderData`` reads it: any negative length is null, and
+malformed UTF-8 becomes U+FFFD (``new String(bytes, UTF_8)``), never an error.
 """
 
 from __future__ import annotations

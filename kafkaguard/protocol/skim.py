@@ -14,6 +14,12 @@ of the proxy's CPU per consumed message (bench/RESULTS.md, issue 13). What the p
 * **Produce requests**: topics, partitions, ``acks`` and the transactional id for authorization
   (:func:`skim_produce_request`), the record batches left as views of the original frame.
 
+Read as Kafka reads. Every walk follows the generated readers' rules (as :mod:`guard` does for
+decoded frames): varints as ``ByteUtils.readUnsignedVarint``'s Java ``int`` (bits beyond 32
+dropped), compact lengths ``readUnsignedVarint() - 1`` in ``int`` arithmetic, any negative
+length or count null, a negative tagged-field count no field, unknown tagged fields skipped
+by their size (a negative size refused), bytes after a request's body ignored.
+
 Fail closed. A walk that cannot make sense of a buffered frame answers ``None`` and the caller
 decodes it whole as before; a streamed response that turns out malformed raises
 :class:`~kafkaguard.protocol.errors.MalformedFrame` before its tail leaves, so a
