@@ -483,12 +483,13 @@ class _Source:
         elif kafka_type in _FIXED:
             self.emit(indent, f"p += {_FIXED[kafka_type]}")
         elif field.flexible:  # COMPACT_STRING / COMPACT_BYTES / COMPACT_RECORDS: N+1, 0 null
-            # Prefix and data together: 1 + (b - 1) bytes, or 1 for null (b = 0).
+            # Prefix and data together: 1 + (b - 1) bytes, or 1 for null (b = 0); for a
+            # two-byte prefix 2 + (b - 1), or 2 for null (80 00 is 0 too).
             self.emit(indent, "b = buf[p]")
             self.emit(indent, "if b < 128:")
             self.emit(indent + 1, "p += b or 1")
             self.emit(indent, "elif buf[p + 1] < 128:")
-            self.emit(indent + 1, "p += 1 + ((b & 127) | buf[p + 1] << 7)")
+            self.emit(indent + 1, "p += 1 + (((b & 127) | buf[p + 1] << 7) or 1)")
             self.emit(indent, "else:")
             self.emit(indent + 1, "b, p = _cl(buf, p, fix)")
             if kafka_type == "string":  # the generated readers' "had invalid length"

@@ -236,6 +236,12 @@ def test_hand_built_hostile_requests(hex_body: str, reason: str) -> None:
         # (how fields are added without a version bump, KIP-482).
         ("0003 000c 00000001 ffff 00 00 01 00 01 09 03 616263", {"topics": None}),
         ("0003 000c 00000001 ffff 02 09 03 616263 0a 00 00 01 00 00", {"topics": None}),
+        # JoinGroup v6: group_instance_id's compact length in two bytes, 80 00: 0, null; the
+        # walk must pass both bytes (it passed one, then read the protocols out of step).
+        (
+            "000b 0006 00000001 ffff 00 0267 00007530 00007530 01 8000 01 02 0261 01 00 00",
+            {"group_instance_id": None, "protocol_type": ""},
+        ),
         # ... and a tag varint of 2^32 + 9 is tag 9, unknown too.
         ("0003 000c 00000001 ffff 01 8980808010 00 00 01 00 00", {"topics": None}),
     ],
