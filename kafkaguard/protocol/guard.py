@@ -181,20 +181,31 @@ def _tagged_fields(
     read in place whatever its size says; an unknown one is skipped by its size
     (``readUnknownTaggedField``) and, since kio refuses unknown tags, removed from kio's copy."""
     start = pos
-    count, pos = _uvarint(buf, pos)
+    count = buf[pos]
+    if count < 128:  # one-byte varints (counts, tags, sizes) nearly always: read inline
+        pos += 1
+    else:
+        count, pos = _uvarint(buf, pos)
     count_end = pos
     if count * 2 > end - pos:
         raise MalformedFrame(f"{count} tagged fields in {max(end - pos, 0)} remaining bytes")
-    unknown: list[Edit] = []
+    unknown: list[Edit] | None = None
     for _ in range(count):
         field_start = pos
-        tag, pos = _uvarint(buf, pos)
-        tag_end = pos
-        size, pos = _uvarint(buf, pos)
+        tag = buf[pos]
+        if tag < 128:
+            pos += 1
+        else:
+            tag, pos = _uvarint(buf, pos)
+            if tag in known and _java_int(buf, field_start, pos):
+                fix.append((field_start, pos, _uvarint_bytes(tag)))
+        size = buf[pos]
+        if size < 128:
+            pos += 1
+        else:
+            size, pos = _uvarint(buf, pos)
         walker = known.get(tag)
         if walker is not None:
-            if _java_int(buf, field_start, tag_end):
-                fix.append((field_start, tag_end, _uvarint_bytes(tag)))
             pos = walker(buf, pos, end, out, fix, path)
             continue
         if size < 0 or pos + size > end:
@@ -202,10 +213,13 @@ def _tagged_fields(
                 f"tagged field {tag} of {size} bytes in {end - pos} remaining bytes"
             )
         pos += size
+        if unknown is None:
+            unknown = []
         unknown.append((field_start, pos, b""))
-    if unknown or count < 0 or _java_int(buf, start, count_end):
-        fix.append((start, count_end, _uvarint_bytes(max(count, 0) - len(unknown))))
-        fix.extend(unknown)
+    if unknown is not None or count < 0 or _java_int(buf, start, count_end):
+        removed = unknown or []
+        fix.append((start, count_end, _uvarint_bytes(max(count, 0) - len(removed))))
+        fix.extend(removed)
     return pos
 
 
