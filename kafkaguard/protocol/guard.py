@@ -196,9 +196,7 @@ def _tagged_fields(
         if tag < 128:
             pos += 1
         else:
-            tag, pos = _uvarint(buf, pos)
-            if tag in known and _java_int(buf, field_start, pos):
-                fix.append((field_start, pos, _uvarint_bytes(tag)))
+            tag, pos = _long_tag(buf, pos, fix, known)
         size = buf[pos]
         if size < 128:
             pos += 1
@@ -213,7 +211,7 @@ def _tagged_fields(
                 f"tagged field {tag} of {size} bytes in {end - pos} remaining bytes"
             )
         pos += size
-        if unknown is None:
+        if unknown is None:  # rare: allocated on the first unknown field
             unknown = []
         unknown.append((field_start, pos, b""))
     if unknown is not None or count < 0 or _java_int(buf, start, count_end):
@@ -221,6 +219,16 @@ def _tagged_fields(
         fix.append((start, count_end, _uvarint_bytes(max(count, 0) - len(removed))))
         fix.extend(removed)
     return pos
+
+
+def _long_tag(buf: Buffer, pos: int, fix: list[Edit], known: dict[int, Walker]) -> tuple[int, int]:
+    """A tag of more than one byte; a known one kio would read otherwise (a 5-byte varint
+    with bits beyond 32) is shown to kio in its canonical encoding."""
+    start = pos
+    tag, pos = _uvarint(buf, pos)
+    if tag in known and _java_int(buf, start, pos):
+        fix.append((start, pos, _uvarint_bytes(tag)))
+    return tag, pos
 
 
 def _text(buf: Buffer, pos: int, fix: list[Edit], flexible: bool, nullable: bool, name: str) -> int:
