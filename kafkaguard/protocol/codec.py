@@ -108,40 +108,73 @@ def response_header_version(api_key: int, version: int) -> int:
 
 
 def _decode(frame: Frame, header_type: type[Any], schema: type[_E]) -> _E:
-    """Guard, then decode: kio's reader only ever sees frames whose every length and count
-    fits in the bytes present, and handlers never see a null array the schema does not allow
-    (see :mod:`guard`)."""
+    """Guard, then decode the body: kio's reader only ever sees frames whose every length and
+    count fits in the bytes present, handlers never see a null array the schema does not
+    allow, and kio reads what Kafka's generated readers read (see :mod:`guard`). The header is
+    not decoded (the peek in :mod:`header` read it, as ``RequestHeader`` does)."""
     try:
-        negatives = guard.check_frame(frame, header_type, schema)
+        reading = guard.check_frame(frame, header_type, schema)
     except MalformedFrame as exc:
         raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
-    data = _zero_timestamps(frame, negatives) if negatives else frame
     try:
-        _, header_size = entity_reader(header_type)(data, 4)
-        body: _E = entity_reader(schema)(data, 4 + header_size)[0]
+        body: _E = _kio_read(frame, reading, schema)
     except Exception as exc:
-        raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
-    for offset, path in negatives:
+        if _KIO_UTF8 not in str(exc):
+            raise MalformedFrame(f"cannot decode {schema.__name__}: {exc}") from exc
+        # Malformed UTF-8, which Kafka's readString replaces: read again, strings included
+        # (only such frames pay for reading every string twice).
+        try:
+            reading = guard.check_frame(frame, header_type, schema, text=True)
+            body = _kio_read(frame, reading, schema)
+        except Exception as again:
+            raise MalformedFrame(f"cannot decode {schema.__name__}: {again}") from again
+    for offset, path in reading.negatives:
         body = _put(body, path, _timestamp(frame, offset, schema.__name__))
     return body
+
+
+_KIO_UTF8: Final = "Failed interpreting bytes as UTF-8"
+"""kio's error for a string that is not UTF-8."""
+
+
+def _kio_read(frame: Frame, reading: guard.Reading, schema: type[_E]) -> _E:
+    """kio's reading of the body, from the frame or the copy :func:`_kio_copy` makes."""
+    data: Frame = frame
+    body_offset = reading.body_offset
+    if reading.edits or reading.negatives:
+        data, body_offset = _kio_copy(frame, reading)
+    body: _E = entity_reader(schema)(data, body_offset)[0]
+    return body
+
+
+def _kio_copy(frame: Frame, reading: guard.Reading) -> tuple[bytes, int]:
+    """The frame as kio must see it to read what Kafka reads, and where its body starts
+    there: the guard's edits (null markers and lengths, unknown tagged fields removed) and the
+    timestamps kio refuses zeroed. The original bytes are still what is forwarded."""
+    edits = sorted(
+        [*reading.edits, *((offset, offset + 8, bytes(8)) for offset, _ in reading.negatives)]
+    )
+    parts: list[Frame] = []
+    pos = 0
+    body_offset = reading.body_offset
+    for start, stop, replacement in edits:
+        parts += (frame[pos:start], replacement)
+        pos = stop
+        if start < reading.body_offset:
+            body_offset += len(replacement) - (stop - start)
+    parts.append(frame[pos:])
+    return b"".join(parts), body_offset
 
 
 # -- timestamps kio refuses --------------------------------------------------------------------
 # kio reads datetime_i64 only as non-negative (or -1 for null where the field is nullable), yet
 # Kafka sends other values: DescribeTransactionsResponse.transaction_start_time_ms is -1 for an
-# Empty transaction. Such fields are zeroed in a copy of the frame for kio, then set to the
+# Empty transaction. Such fields are zeroed in kio's copy of the frame, then set to the
 # exact pre-epoch datetime, which kio's writer encodes back to the same int64
 # (round(timestamp() * 1000) is exact for every millisecond from year 1 on).
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _INT64: Final = struct.Struct(">q")
-
-
-def _zero_timestamps(frame: Frame, negatives: list[guard.NegativeTimestamp]) -> bytes:
-    data = bytearray(frame)
-    for offset, _ in negatives:
-        data[offset : offset + 8] = bytes(8)
-    return bytes(data)
 
 
 def _timestamp(frame: Frame, offset: int, schema_name: str) -> datetime:
@@ -167,7 +200,32 @@ def _put(node: Any, path: guard.Path, value: Any) -> Any:
 def decode_request(frame: Frame, api_key: int, version: int) -> RequestPayload:
     """Decode the body of a whole request frame whose header was already peeked."""
     schema = request_schema(api_key, version)
-    return _decode(frame, _request_header_type(api_key, version), schema)
+    body: RequestPayload = _decode(frame, _request_header_type(api_key, version), schema)
+    if api_key == _PRODUCE and version >= _PRODUCE_TOPIC_IDS:
+        body = _zero_topic_ids(body)
+    return body
+
+
+_PRODUCE: Final = 0
+_PRODUCE_TOPIC_IDS: Final = 13
+_ZERO_UUID: Final = uuid.UUID(int=0)
+
+
+def _zero_topic_ids(body: Any) -> Any:
+    """kio reads an all-zero uuid as ``None``; Kafka reads ``Uuid.ZERO_UUID`` (which the broker
+    answers UNKNOWN_TOPIC_ID). A Produce request's topic ids are read as Kafka reads them, so
+    that the decode agrees with :func:`~kafkaguard.protocol.skim.skim_produce_request` (the
+    skim's topics are matched against the decode's when a request is split)."""
+    topics = body.topic_data
+    if all(topic.topic_id is not None for topic in topics):
+        return body
+    return replace(
+        body,
+        topic_data=tuple(
+            topic if topic.topic_id is not None else replace(topic, topic_id=_ZERO_UUID)
+            for topic in topics
+        ),
+    )
 
 
 def encode_request(body: RequestPayload, correlation_id: int, client_id: str | None) -> bytes:

@@ -53,7 +53,7 @@ from typing import Any, Final, TypeAlias
 
 from kafkaguard.protocol.errors import MalformedFrame
 
-__all__ = ["NegativeTimestamp", "Path", "check_frame"]
+__all__ = ["Edit", "NegativeTimestamp", "Path", "Reading", "check_frame"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 Path: TypeAlias = tuple[str | int, ...]
@@ -61,8 +61,24 @@ NegativeTimestamp: TypeAlias = tuple[int, Path]
 """Offset in the frame of a ``datetime_i64`` kio refuses, and its path in the decoded body:
 field names and array indices (``("transaction_states", 0, "transaction_start_time")``)."""
 
-Walker: TypeAlias = Callable[[Buffer, int, int, list[NegativeTimestamp], Path], int]
-"""``walk(buf, pos, end, out, path) -> new pos``; may run past ``end`` (checked by callers)."""
+Edit: TypeAlias = tuple[int, int, bytes]
+"""``(start, stop, replacement)``: bytes of the frame kio must read differently, to read what
+Kafka reads (a negative marker or length as null, an unknown tagged field as absent)."""
+
+Walker: TypeAlias = Callable[[Buffer, int, int, list[NegativeTimestamp], list[Edit], Path], int]
+"""``walk(buf, pos, end, out, fix, path) -> new pos``; may run past ``end`` (checked by
+callers)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reading:
+    """What :func:`check_frame` found: where the body starts, and what kio must be shown
+    differently to read the frame as Kafka does (both usually empty)."""
+
+    body_offset: int
+    negatives: list[NegativeTimestamp]
+    edits: list[Edit]
+
 
 _FIXED: Final[dict[str, int]] = {
     "int8": 1,
@@ -83,20 +99,57 @@ _FIXED: Final[dict[str, int]] = {
 """Encoded sizes of ``org.apache.kafka.common.protocol.types.Type``'s fixed-size types."""
 
 _MAX_VARINT_BYTES: Final = 5
+_INT32_MIN: Final = -(1 << 31)
+_INT16: Final = struct.Struct(">h")
+_MAX_STRING: Final = 0x7FFF
+"""The generated readers refuse a longer string ("had invalid length")."""
+_INT32_MAX: Final = (1 << 31) - 1
 
 
 # -- helpers called by the generated walkers ---------------------------------------------------
 
 
 def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """``ByteUtils.readUnsignedVarint``: at most 5 bytes; returns (value, new position)."""
+    """``ByteUtils.readUnsignedVarint`` exactly: at most 5 bytes, the 5th shifted left by 28
+    into a Java ``int`` (its high bits dropped, bit 3 the sign); returns (value, new position)."""
     value = 0
-    for i in range(_MAX_VARINT_BYTES):
+    for i in range(_MAX_VARINT_BYTES - 1):
         byte = buf[pos + i]
         value |= (byte & 0x7F) << (7 * i)
         if not byte & 0x80:
             return value, pos + i + 1
-    raise MalformedFrame(f"varint longer than {_MAX_VARINT_BYTES} bytes")
+    byte = buf[pos + 4]
+    if byte & 0x80:
+        raise MalformedFrame(f"varint longer than {_MAX_VARINT_BYTES} bytes")
+    value = (value | byte << 28) & 0xFFFFFFFF
+    return value - (1 << 32) if value > _INT32_MAX else value, pos + 5
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _java_int(buf: Buffer, start: int, stop: int) -> bool:
+    """Whether the varint at ``start:stop`` reads differently as a Java ``int`` (Kafka) than
+    as an unbounded unsigned number (kio): a 5th byte with bits beyond bit 2."""
+    return stop - start == _MAX_VARINT_BYTES and buf[stop - 1] > 7
+
+
+def _compact_length(buf: Buffer, pos: int, fix: list[Edit]) -> tuple[int, int]:
+    """A compact array/string/bytes length as the generated readers compute it,
+    ``readUnsignedVarint() - 1`` in ``int`` arithmetic (negative: null). A varint kio would
+    read otherwise is rewritten for kio to its canonical encoding."""
+    start = pos
+    value, pos = _uvarint(buf, pos)
+    length = _INT32_MAX if value == _INT32_MIN else value - 1
+    if _java_int(buf, start, pos):
+        fix.append((start, pos, b"\0" if length < 0 else _uvarint_bytes(length + 1)))
+    return length, pos
 
 
 def _count_error(name: str, count: int, remaining: int) -> MalformedFrame:
@@ -119,32 +172,104 @@ def _tagged_fields(
     pos: int,
     end: int,
     out: list[NegativeTimestamp],
+    fix: list[Edit],
     path: Path,
-    known: dict[int, tuple[str, Walker]],
+    known: dict[int, Walker],
 ) -> int:
-    """A KIP-482 tagged-field section: uvarint count, then per field uvarint tag, uvarint size
-    and the data. A known field must fill its size exactly; an unknown one is skipped."""
-    count, pos = _uvarint(buf, pos)
+    """A KIP-482 tagged-field section as the generated readers read it: uvarint count (a
+    negative ``int`` reads no field), then per field uvarint tag and size. A known field is
+    read in place whatever its size says; an unknown one is skipped by its size
+    (``readUnknownTaggedField``) and, since kio refuses unknown tags, removed from kio's copy."""
+    start = pos
+    count = buf[pos]
+    if count < 128:  # one-byte varints (counts, tags, sizes) nearly always: read inline
+        pos += 1
+    else:
+        count, pos = _uvarint(buf, pos)
+    count_end = pos
     if count * 2 > end - pos:
         raise MalformedFrame(f"{count} tagged fields in {max(end - pos, 0)} remaining bytes")
+    unknown: list[Edit] | None = None
     for _ in range(count):
-        tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        stop = pos + size
-        if stop > end:
+        field_start = pos
+        tag = buf[pos]
+        if tag < 128:
+            pos += 1
+        else:
+            tag, pos = _long_tag(buf, pos, fix, known)
+        size = buf[pos]
+        if size < 128:
+            pos += 1
+        else:
+            size, pos = _uvarint(buf, pos)
+        walker = known.get(tag)
+        if walker is not None:
+            pos = walker(buf, pos, end, out, fix, path)
+            continue
+        if size < 0 or pos + size > end:
             raise MalformedFrame(
                 f"tagged field {tag} of {size} bytes in {end - pos} remaining bytes"
             )
-        field = known.get(tag)
-        if field is not None and field[1](buf, pos, stop, out, path) != stop:
-            raise MalformedFrame(f"{field[0]}: tagged field {tag} does not fill its {size} bytes")
-        pos = stop
+        pos += size
+        if unknown is None:  # rare: allocated on the first unknown field
+            unknown = []
+        unknown.append((field_start, pos, b""))
+    if unknown is not None or count < 0 or _java_int(buf, start, count_end):
+        removed = unknown or []
+        fix.append((start, count_end, _uvarint_bytes(max(count, 0) - len(removed))))
+        fix.extend(removed)
     return pos
+
+
+def _long_tag(buf: Buffer, pos: int, fix: list[Edit], known: dict[int, Walker]) -> tuple[int, int]:
+    """A tag of more than one byte; a known one kio would read otherwise (a 5-byte varint
+    with bits beyond 32) is shown to kio in its canonical encoding."""
+    start = pos
+    tag, pos = _uvarint(buf, pos)
+    if tag in known and _java_int(buf, start, pos):
+        fix.append((start, pos, _uvarint_bytes(tag)))
+    return tag, pos
+
+
+def _text(buf: Buffer, pos: int, fix: list[Edit], flexible: bool, nullable: bool, name: str) -> int:
+    """A string field read as ``Readable.readString`` reads it, ``new String(bytes, UTF_8)``:
+    malformed UTF-8 becomes U+FFFD, which kio (refusing it) is shown re-encoded. Only walks
+    of frames kio refused run this (:func:`check_frame` with ``text``)."""
+    start = pos
+    prefix: list[Edit] = []
+    if flexible:
+        length, pos = _compact_length(buf, pos, prefix)
+    else:
+        length = _INT16.unpack_from(buf, pos)[0]
+        pos += 2
+        if length < -1:
+            prefix.append((start, pos, b"\xff\xff"))
+    if length < 0 and not nullable:
+        raise _null_error(name)
+    if length > _MAX_STRING:
+        raise _length_error(name, length)
+    stop = pos + max(length, 0)
+    raw = bytes(buf[pos:stop])
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace").encode("utf-8")
+        if len(text) > _MAX_STRING:
+            raise MalformedFrame(
+                f"{name}: {len(text)} bytes once malformed UTF-8 is replaced"
+            ) from None
+        size = _uvarint_bytes(len(text) + 1) if flexible else _INT16.pack(len(text))
+        fix.append((start, stop, size + text))
+        return stop
+    fix += prefix
+    return stop
 
 
 _HELPERS: Final[dict[str, Any]] = {
     "_uv": _uvarint,
+    "_cl": _compact_length,
     "_tags": _tagged_fields,
+    "_text": _text,
     "_count": _count_error,
     "_length": _length_error,
     "_null": _null_error,
@@ -252,7 +377,7 @@ def _fixed_entity_size(entity: type) -> int | None:
     size = 0
     for field in _fields(entity):
         fixed = None if field.array else _fixed_size(field, field.nullable)
-        if fixed is None:
+        if fixed is None or field.kafka_type == "bool":  # a bool's byte is looked at
             return None
         size += fixed
     return size
@@ -261,7 +386,9 @@ def _fixed_entity_size(entity: type) -> int | None:
 class _Source:
     """The source of one walker function and the constants it refers to."""
 
-    def __init__(self) -> None:
+    def __init__(self, text: bool) -> None:
+        self.text = text
+        """Strings are read (:func:`_text`), not skipped."""
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
         self.depth = 0
@@ -274,18 +401,6 @@ class _Source:
         self.constants[name] = value
         return name
 
-    def varint(self, indent: int, target: str) -> None:
-        """Read a uvarint into ``target``; one- and two-byte values (counts, names, record
-        batches under 16 KiB) inline."""
-        self.emit(indent, f"{target} = buf[p]")
-        self.emit(indent, f"if {target} < 128:")
-        self.emit(indent + 1, "p += 1")
-        self.emit(indent, "elif buf[p + 1] < 128:")
-        self.emit(indent + 1, f"{target} = ({target} & 127) | buf[p + 1] << 7")
-        self.emit(indent + 1, "p += 2")
-        self.emit(indent, "else:")
-        self.emit(indent + 1, f"{target}, p = _uv(buf, p)")
-
     def entity(self, entity: type, indent: int, path: list[str]) -> None:
         """Walk a (non-null) instance of ``entity``."""
         pending = 0
@@ -294,6 +409,8 @@ class _Source:
                 continue
             fixed = None if field.array else _fixed_size(field, field.nullable)
             if fixed is not None:
+                if field.kafka_type == "bool":
+                    self.boolean(indent, f"p + {pending}")
                 pending += fixed  # runs of fixed-size fields become one skip
                 continue
             if pending:
@@ -304,14 +421,14 @@ class _Source:
             self.emit(indent, f"p += {pending}")
         if _flexible(entity):
             known = {
-                f.tag: (f.name, _field_walker(entity, f.name))
+                f.tag: _field_walker(entity, f.name, self.text)
                 for f in _fields(entity)
                 if f.tag is not None
             }
             self.emit(indent, "if buf[p]:")
             self.emit(
                 indent + 1,
-                f"p = _tags(buf, p, end, out, ({', '.join(path)},), {self.constant(known)})",
+                f"p = _tags(buf, p, end, out, fix, ({', '.join(path)},), {self.constant(known)})",
             )
             self.emit(indent, "else:")
             self.emit(indent + 1, "p += 1")
@@ -323,29 +440,39 @@ class _Source:
         elif field.entity is None:
             self.primitive(field, field.nullable, indent, path)
         elif field.nullable:
-            self.emit(indent, "p += 1")  # the KIP-893 marker, -1 for null
-            self.emit(indent, "if buf[p - 1] != 255:")
+            # The KIP-893 marker: any negative byte is null (``readByte() < 0`` in the
+            # generated readers); kio takes only -1 for null, so it is shown -1.
+            self.emit(indent, "p += 1")
+            self.emit(indent, "if buf[p - 1] < 128:")
             self.entity(field.entity, indent + 1, [*path, name])
+            self.emit(indent, "elif buf[p - 1] != 255:")
+            self.emit(indent + 1, 'fix.append((p - 1, p, b"\\xff"))')
         else:
             self.entity(field.entity, indent, [*path, name])
 
     def array(self, field: _Field, indent: int, path: list[str]) -> None:
-        """``Type.ARRAY`` (int32 count, -1 null) or ``CompactArrayOf`` (uvarint N+1, 0 null):
-        the count is checked against the bytes left before any element is walked."""
+        """``Type.ARRAY`` (int32 count) or ``CompactArrayOf`` (uvarint N+1), any negative
+        count null as in the generated readers: the count is checked against the bytes left
+        before any element is walked."""
         name = repr(field.name)
         self.depth += 1
         n, i = f"n{self.depth}", f"i{self.depth}"
         if field.flexible:
-            self.varint(indent, n)
-            self.emit(indent, f"{n} -= 1")
+            self.emit(indent, f"{n} = buf[p]")
+            self.emit(indent, f"if {n} < 128:")
+            self.emit(indent + 1, "p += 1")
+            self.emit(indent + 1, f"{n} -= 1")
+            self.emit(indent, "else:")
+            self.emit(indent + 1, f"{n}, p = _cl(buf, p, fix)")
         else:
             self.emit(indent, f"{n} = _i(buf, p)[0]")
             self.emit(indent, "p += 4")
-            self.emit(indent, f"if {n} < -1:")
-            self.emit(indent + 1, f"raise _length({name}, {n})")
-        if not field.nullable:  # kio would read it as None, which no handler expects
-            self.emit(indent, f"if {n} == -1:")
+        if not field.nullable:  # Kafka: "non-nullable field ... was serialized as null"
+            self.emit(indent, f"if {n} < 0:")
             self.emit(indent + 1, f"raise _null({name})")
+        elif not field.flexible:
+            self.emit(indent, f"if {n} < -1:")  # null to Kafka, an error to kio: shown -1
+            self.emit(indent + 1, 'fix.append((p - 4, p, b"\\xff\\xff\\xff\\xff"))')
         self.emit(indent, f"if {n} > 0:")
         size = max(_value_min(field, False), 1)
         self.emit(indent + 1, f"if {n} * {size} > end - p:")
@@ -364,74 +491,98 @@ class _Source:
     def primitive(self, field: _Field, nullable: bool, indent: int, path: list[str]) -> None:
         name = repr(field.name)
         kafka_type = field.kafka_type
-        if kafka_type == "datetime_i64":
+        if kafka_type == "string" and self.text:
+            flexible = field.flexible
+            self.emit(indent, f"p = _text(buf, p, fix, {flexible}, {nullable}, {name})")
+        elif kafka_type == "datetime_i64":
             # kio refuses negative timestamps (-1 is null where nullable): report them.
             self.emit(indent, f"if _q(buf, p)[0] < {-1 if nullable else 0}:")
             self.emit(indent + 1, f"out.append((p, ({', '.join([*path, name])},)))")
             self.emit(indent, "p += 8")
+        elif kafka_type == "bool":
+            self.boolean(indent, "p")
+            self.emit(indent, "p += 1")
         elif kafka_type in _FIXED:
             self.emit(indent, f"p += {_FIXED[kafka_type]}")
         elif field.flexible:  # COMPACT_STRING / COMPACT_BYTES / COMPACT_RECORDS: N+1, 0 null
-            # Prefix and data together: 1 + (b - 1) bytes, or 1 for null (b = 0).
+            # Prefix and data together: 1 + (b - 1) bytes, or 1 for null (b = 0); for a
+            # two-byte prefix 2 + (b - 1), or 2 for null (80 00 is 0 too).
             self.emit(indent, "b = buf[p]")
             self.emit(indent, "if b < 128:")
             self.emit(indent + 1, "p += b or 1")
             self.emit(indent, "elif buf[p + 1] < 128:")
-            self.emit(indent + 1, "p += 1 + ((b & 127) | buf[p + 1] << 7)")
+            self.emit(indent + 1, "p += 1 + (((b & 127) | buf[p + 1] << 7) or 1)")
             self.emit(indent, "else:")
-            self.emit(indent + 1, "b, p = _uv(buf, p)")
-            self.emit(indent + 1, "if b > 1:")
-            self.emit(indent + 2, "p += b - 1")
-        else:  # STRING: int16 length; BYTES / RECORDS: int32 length; -1 null
+            self.emit(indent + 1, "b, p = _cl(buf, p, fix)")
+            if kafka_type == "string":  # the generated readers' "had invalid length"
+                self.emit(indent + 1, f"if b > {_MAX_STRING}:")
+                self.emit(indent + 2, f"raise _length({name}, b)")
+            self.emit(indent + 1, "if b > 0:")
+            self.emit(indent + 2, "p += b")
+        else:  # STRING: int16 length; BYTES / RECORDS: int32 length; any negative null
             read, width = ("_h", 2) if kafka_type == "string" else ("_i", 4)
             self.emit(indent, f"b = {read}(buf, p)[0]")
             self.emit(indent, f"p += {width}")
             self.emit(indent, "if b > 0:")
             self.emit(indent + 1, "p += b")
             self.emit(indent, "elif b < -1:")
-            self.emit(indent + 1, f"raise _length({name}, b)")
+            if nullable:  # null to Kafka, an error to kio: shown -1
+                self.emit(indent + 1, f"fix.append((p - {width}, p, {bytes([255] * width)!r}))")
+            else:
+                self.emit(indent + 1, f"raise _null({name})")
+
+    def boolean(self, indent: int, at: str) -> None:
+        """``readByte() != 0`` is true; kio takes only 0 and 1, so it is shown 1."""
+        self.emit(indent, f"if buf[{at}] > 1:")
+        self.emit(indent + 1, f'fix.append(({at}, {at} + 1, b"\\x01"))')
 
     def compile(self, label: str) -> Walker:
-        source = "def walk(buf, p, end, out, path):\n" + "\n".join(self.lines) + "\n    return p\n"
+        source = (
+            "def walk(buf, p, end, out, fix, path):\n" + "\n".join(self.lines) + "\n    return p\n"
+        )
         namespace = {**_HELPERS, **self.constants}
         exec(compile(source, f"<guard {label}>", "exec"), namespace)
         return typing.cast(Walker, namespace["walk"])
 
 
 @cache
-def _frame_walker(header: type, body: type) -> Walker:
-    """One function for header and body (one call per frame)."""
-    source = _Source()
-    source.entity(header, 1, ["*path"])
-    source.entity(body, 1, ["*path"])
-    return source.compile(body.__name__)
+def _entity_walker(entity: type, text: bool) -> Walker:
+    """The walker of a header or a body."""
+    source = _Source(text)
+    source.entity(entity, 1, ["*path"])
+    return source.compile(entity.__name__)
 
 
 @cache
-def _field_walker(entity: type, name: str) -> Walker:
+def _field_walker(entity: type, name: str, text: bool) -> Walker:
     """The walker of one tagged field, called on its data by ``_tagged_fields``."""
-    source = _Source()
+    source = _Source(text)
     source.field(next(f for f in _fields(entity) if f.name == name), 1, ["*path"])
     return source.compile(f"{entity.__name__}.{name}")
 
 
-def check_frame(frame: Buffer, header: type, body: type) -> list[NegativeTimestamp]:
+def check_frame(frame: Buffer, header: type, body: type, *, text: bool = False) -> Reading:
     """Walk a whole frame (size prefix included): ``header`` (request header v1/v2 or response
     header v0/v1), then ``body``. A null array the schema does not allow is malformed, as
     Kafka's generated readers have it ("non-nullable field ... was serialized as null"; for a
     request, ``RequestContext.parseRequest`` then closes the connection).
 
-    Returns the negative timestamps kio would refuse (usually none); raises
-    :class:`MalformedFrame` if any length, count or size does not fit in the frame.
+    Returns where the body starts, the negative timestamps kio would refuse and the edits kio
+    needs to read what Kafka reads (usually none); raises :class:`MalformedFrame` if any
+    length, count or size does not fit in the frame. With ``text``, strings are also read
+    as Kafka reads them (malformed UTF-8 replaced), for a frame kio refused: the common walk
+    skips them unread.
     """
     out: list[NegativeTimestamp] = []
+    fix: list[Edit] = []
     end = len(frame)
     try:
-        pos = _frame_walker(header, body)(frame, 4, end, out, ())
+        body_offset = _entity_walker(header, text)(frame, 4, end, out, fix, ())
+        pos = _entity_walker(body, text)(frame, body_offset, end, out, fix, ())
     except (IndexError, struct.error):
-        pos = end + 1
+        body_offset = pos = end + 1
     # The walkers read past ``end`` only into bytes they then treat as overrun: positions
     # only grow, so one check at the end covers every fixed-size and length-prefixed field.
-    if pos > end:
+    if pos > end or body_offset > end:
         raise MalformedFrame(f"a length or field runs past the end of the {end - 4}-byte frame")
-    return out
+    return Reading(body_offset, out, fix)

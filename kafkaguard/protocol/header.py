@@ -2,9 +2,11 @@
 
 Why not kio here: the peek runs for every frame, including multi-megabyte Produce requests that
 may be forwarded untouched, and it needs only fixed offsets plus the client id. Request header
-v1 and v2 share these fields (v2 only appends tagged fields, which :mod:`codec` skips when it
-decodes a body); header v0 (ControlledShutdown v0 only) has no client id and is refused by the
-registry before the client id would matter.
+v1 and v2 share these fields (v2 only appends tagged fields, which :mod:`guard` walks when a
+body is decoded, unknown ones skipped as Kafka skips them); header v0 (ControlledShutdown v0
+only) has no client id and is refused by the registry before the client id would matter. The
+client id is read as ``RequestHeaderData`` reads it: any negative length is null, and
+malformed UTF-8 becomes U+FFFD (``new String(bytes, UTF_8)``), never an error.
 """
 
 from __future__ import annotations
@@ -45,15 +47,14 @@ def peek_request_header(frame: bytes | memoryview) -> RequestHeaderInfo:
         # Header v0 (no client id) only exists for ControlledShutdown v0, which is refused.
         return RequestHeaderInfo(api_key, api_version, correlation_id, None, 12)
     (length,) = _INT16.unpack_from(frame, 12)
-    if length < 0:
+    if length < 0:  # any negative length is null (``readShort() < 0`` in RequestHeaderData)
         return RequestHeaderInfo(api_key, api_version, correlation_id, None, 14)
     end = 14 + length
     if end > len(frame):
         raise MalformedFrame("client id runs past the end of the request")
-    try:
-        client_id = bytes(frame[14:end]).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedFrame("client id is not valid UTF-8") from exc
+    # ``Readable.readString``: ``new String(bytes, UTF_8)``, malformed input replaced by
+    # U+FFFD, never refused.
+    client_id = bytes(frame[14:end]).decode("utf-8", errors="replace")
     return RequestHeaderInfo(api_key, api_version, correlation_id, client_id, end)
 
 

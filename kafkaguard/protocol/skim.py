@@ -14,6 +14,12 @@ of the proxy's CPU per consumed message (bench/RESULTS.md, issue 13). What the p
 * **Produce requests**: topics, partitions, ``acks`` and the transactional id for authorization
   (:func:`skim_produce_request`), the record batches left as views of the original frame.
 
+Read as Kafka reads. Every walk follows the generated readers' rules (as :mod:`guard` does for
+decoded frames): varints as ``ByteUtils.readUnsignedVarint``'s Java ``int`` (bits beyond 32
+dropped), compact lengths ``readUnsignedVarint() - 1`` in ``int`` arithmetic, any negative
+length or count null, a negative tagged-field count no field, unknown tagged fields skipped
+by their size (a negative size refused), bytes after a request's body ignored.
+
 Fail closed. A walk that cannot make sense of a buffered frame answers ``None`` and the caller
 decodes it whole as before; a streamed response that turns out malformed raises
 :class:`~kafkaguard.protocol.errors.MalformedFrame` before its tail leaves, so a
@@ -71,6 +77,21 @@ class _Truncated(Exception):
 _Walker = Generator[int, bytes | None, None]
 
 
+_INT32_MIN: Final = -(1 << 31)
+
+
+def _java_int(value: int) -> int:
+    """A varint's value of up to 35 bits as ``ByteUtils.readUnsignedVarint`` returns it: the
+    5th byte shifted left by 28 into a Java ``int`` (bits beyond 32 dropped, bit 31 the sign)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >> 31 else value
+
+
+def _minus_one(value: int) -> int:
+    """``value - 1`` in Java ``int`` arithmetic: a compact length (negative: null)."""
+    return -_INT32_MIN - 1 if value == _INT32_MIN else value - 1
+
+
 def _uvarint() -> Generator[int, bytes | None, int]:
     result = shift = 0
     while True:
@@ -81,19 +102,22 @@ def _uvarint() -> Generator[int, bytes | None, int]:
         byte = data[0]
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return result
+            return _java_int(result)
         shift += 7
 
 
 def _compact_length() -> Generator[int, bytes | None, int]:
-    """A compact array/bytes length; −1 for null."""
-    return (yield from _uvarint()) - 1
+    """A compact array/bytes length; negative for null."""
+    return _minus_one((yield from _uvarint()))
 
 
 def _skip_tags() -> Generator[int, bytes | None, None]:
     for _ in range((yield from _uvarint())):
         yield from _uvarint()  # tag
-        yield (yield from _uvarint())
+        size = yield from _uvarint()
+        if size < 0:
+            raise _Truncated
+        yield size
 
 
 def _skip_compact(nullable: bool) -> Generator[int, bytes | None, None]:
@@ -145,40 +169,55 @@ def _fetch_head_walker(frame_size: int, head: FetchHead) -> _Walker:
 
 
 def _uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint at ``pos``: (value, the offset after it). IndexError past the end."""
+    """An unsigned varint at ``pos`` read as ``ByteUtils.readUnsignedVarint`` reads it: at most
+    5 bytes, the 5th shifted left by 28 into a Java ``int`` (high bits dropped, bit 3 the
+    sign): (value, the offset after it). IndexError past the end."""
     byte = buf[pos]
     if byte < 0x80:  # nearly every length and count of the data path
         return byte, pos + 1
-    result = shift = 0
-    while True:
+    result = 0
+    for shift in (0, 7, 14, 21):
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
             return result, pos
-        shift += 7
-        if shift > 28:
-            raise _Truncated
+    byte = buf[pos]
+    if byte > 0x7F:
+        raise _Truncated
+    return _java_int(result | byte << 28), pos + 1
+
+
+def _length_at(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A compact array/string/bytes length as the generated readers compute it,
+    ``readUnsignedVarint() - 1`` in Java ``int`` arithmetic: negative is null."""
+    value, pos = _uv(buf, pos)
+    return _minus_one(value), pos
 
 
 def _tags_end(buf: bytes | memoryview, pos: int) -> int:
-    """The offset after the tagged-fields section at ``pos``."""
+    """The offset after the tagged-fields section at ``pos`` (a negative count reads no
+    field, a negative size is refused, as ``readUnknownTaggedField`` does)."""
     if not buf[pos]:  # none: nearly always
         return pos + 1
     count, pos = _uv(buf, pos)
     for _ in range(count):
         _, pos = _uv(buf, pos)
         size, pos = _uv(buf, pos)
+        if size < 0:
+            raise _Truncated
         pos += size
     return pos
 
 
 def _compact_end(buf: bytes | memoryview, pos: int, nullable: bool) -> int:
     """The offset after the compact string/bytes at ``pos``."""
-    length, pos = _uv(buf, pos)
-    if not length and not nullable:
-        raise _Truncated
-    return pos + length - 1 if length else pos
+    length, pos = _length_at(buf, pos)
+    if length < 0:
+        if not nullable:
+            raise _Truncated
+        return pos
+    return pos + length
 
 
 # The buffered walks below follow the walkers above field for field, as plain loops: a frame
@@ -290,7 +329,7 @@ class _Reader:
             result |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 self.pos = pos
-                return result
+                return _java_int(result)
             shift += 7
 
     def int32(self) -> int:
@@ -302,7 +341,7 @@ class _Reader:
         return value
 
     def compact_length(self) -> int:
-        return self.uvarint() - 1
+        return _minus_one(self.uvarint())
 
     def compact_string(self) -> str | None:
         n = self.compact_length()
@@ -641,8 +680,15 @@ def skim_produce_request(
     frame: bytes | memoryview, version: int, client_id_end: int
 ) -> ProduceRequestSkim | None:
     """Read a whole ProduceRequest ``frame`` (``ProduceRequest.json`` v3–v13) after its client
-    id; ``None`` for another version. Every length is checked against the frame and the walk
-    must end exactly at its end: raises :class:`MalformedFrame` otherwise, as a decode would."""
+    id, as ``ProduceRequestData.read`` reads it; ``None`` for another version.
+
+    The rules are the generated reader's: any negative length or count is null (refused
+    where the field is not nullable), compact lengths are ``readUnsignedVarint() - 1`` in Java
+    ``int`` arithmetic, strings longer than 32767 bytes are refused, malformed UTF-8 is
+    replaced by U+FFFD (``new String(bytes, UTF_8)``), an all-zero topic id is
+    ``Uuid.ZERO_UUID`` and unknown tagged fields are skipped. Bytes after the body are ignored
+    (``RequestContext.parseRequest`` does not look for them). Every length is checked against
+    the frame: raises :class:`MalformedFrame` otherwise, as Kafka refuses the request."""
     if not FIRST_SKIMMED_PRODUCE_VERSION <= version <= LAST_SKIMMED_PRODUCE_VERSION:
         return None
     view = memoryview(frame)
@@ -651,8 +697,7 @@ def skim_produce_request(
         if version >= 9:
             transactional_id, pos = _compact_string(view, _tags_end(view, client_id_end))
             acks = _I16.unpack_from(view, pos)[0]
-            count, pos = _uv(view, pos + 6)  # acks, timeout_ms
-            count -= 1
+            count, pos = _length_at(view, pos + 6)  # after acks, timeout_ms
         else:
             transactional_id, pos = _string(view, client_id_end, nullable=True)
             acks, count = _ACKS_COUNT.unpack_from(view, pos)
@@ -671,9 +716,9 @@ def skim_produce_request(
         raise MalformedFrame(
             f"cannot decode ProduceRequest v{version}: its lengths run past the frame"
         ) from exc
-    if pos != end:
+    if pos > end:
         raise MalformedFrame(
-            f"cannot decode ProduceRequest v{version}: {end - pos} bytes left over"
+            f"cannot decode ProduceRequest v{version}: its lengths run past the frame"
         )
     return ProduceRequestSkim(transactional_id, acks, tuple(topics))
 
@@ -709,8 +754,7 @@ def _produce_partitions(
     view: memoryview, pos: int, flexible: bool
 ) -> tuple[tuple[ProducePartitionSkim, ...], int]:
     if flexible:
-        count, pos = _uv(view, pos)
-        count -= 1
+        count, pos = _length_at(view, pos)
     else:
         count = _I32.unpack_from(view, pos)[0]
         pos += 4
@@ -722,8 +766,7 @@ def _produce_partitions(
     for _ in range(count):
         index = _I32.unpack_from(view, pos)[0]
         if flexible:
-            size, pos = _uv(view, pos + 4)
-            size -= 1
+            size, pos = _length_at(view, pos + 4)
         else:
             size = _I32.unpack_from(view, pos + 4)[0]
             pos += 8
@@ -739,17 +782,18 @@ def _produce_partitions(
     return tuple(partitions), pos
 
 
+_MAX_STRING: Final = 0x7FFF
+"""The generated readers refuse a longer string ("had invalid length")."""
+
+
 def _compact_string(view: memoryview, pos: int) -> tuple[str | None, int]:
-    length, pos = _uv(view, pos)
-    if not length:
+    length, pos = _length_at(view, pos)
+    if length < 0:
         return None, pos
-    stop = pos + length - 1
-    if stop > len(view):
+    stop = pos + length
+    if length > _MAX_STRING or stop > len(view):
         raise _Truncated
-    try:
-        return str(view[pos:stop], "utf-8"), stop
-    except UnicodeDecodeError as exc:
-        raise _Truncated from exc
+    return str(view[pos:stop], "utf-8", "replace"), stop
 
 
 def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
@@ -762,10 +806,7 @@ def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int
     stop = pos + length
     if stop > len(view):
         raise _Truncated
-    try:
-        return str(view[pos:stop], "utf-8"), stop
-    except UnicodeDecodeError as exc:
-        raise _Truncated from exc
+    return str(view[pos:stop], "utf-8", "replace"), stop
 
 
 # -- ShareFetch and ShareAcknowledge responses ------------------------------------------------

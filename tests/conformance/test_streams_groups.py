@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from kafkaguard.protocol import codec
+from kafkaguard.proxy.handlers.streams_heartbeat import MISSING_INTERNAL_TOPICS
 from tests.support.conformance.datapath import (
     METADATA,
     acl,
@@ -28,6 +30,7 @@ from tests.support.conformance.datapath import (
     entities,
 )
 from tests.support.conformance.harness import Side, scenario_name
+from tests.support.raw_client import build_request
 
 pytestmark = pytest.mark.kafka
 
@@ -179,3 +182,87 @@ def test_invalid_join_without_create_is_refused_as_the_coordinator_does(
     answer, created = scenario(sides, [], "alice", active_tasks=None)
     assert answer[:2] == ["invalid_request", "ActiveTasks must be empty when (re-)joining."]
     assert not created
+
+
+def _negative_topology_marker(frame: bytes, body: Any) -> bytes:
+    """``frame`` (a heartbeat without topology, user endpoint or tasks) with its topology
+    marker -1 replaced by -128 followed by 6 bytes. StreamsGroupHeartbeatRequestData.read
+    takes -128 for null too, then reads the 6 bytes and the 4 after them as the three task
+    arrays (null) and a 6-byte process id; a reader taking only -1 for null would see instead
+    a topology of epoch 7 with no subtopology, nothing for the coordinator to create."""
+    tail = bytes.fromhex("00 00 00 00 ff 00 00 00 00 00".replace(" ", ""))  # tasks … tags
+    assert body.topology is None and frame.endswith(b"\xff" + tail)
+    crafted = frame[: -len(tail) - 1] + bytes.fromhex("80 00000007 01 00".replace(" ", "")) + tail
+    return (len(crafted) - 4).to_bytes(4, "big") + crafted[4:]
+
+
+REFRESH_WAIT_S = 30.0
+
+
+def _heartbeat_without_topology(client: Any, fields: dict[str, Any], epoch: int) -> Any:
+    """A member's heartbeat, its topology marker -128 (:func:`_negative_topology_marker`)."""
+    body = build_request(
+        HEARTBEAT,
+        0,
+        **fields
+        | {
+            "member_epoch": epoch,
+            "rebalance_timeout": timedelta(milliseconds=-1),
+            "topology": None,
+            "active_tasks": None,
+            "standby_tasks": None,
+            "warmup_tasks": None,
+            "process_id": None,
+        },
+    )
+    client.sock.sendall(_negative_topology_marker(codec.encode_request(body, 99, "c"), body))
+    return codec.decode_response(client.read_frame(), HEARTBEAT, 0)
+
+
+def test_a_negative_topology_marker_is_null_as_the_coordinator_reads_it(sides: list[Side]) -> None:
+    """A member (READ on the group, no CREATE) whose changelog topic was deleted heartbeats
+    with topology marker 0x80: Kafka's coordinator reads no topology, finds its stored
+    topology's changelog missing, and a secured Kafka answers "Unauthorized to CREATE" and
+    creates nothing. The proxy must read the same null topology and check CREATE on the
+    member's remembered internal topics (not a harmless topology read from the next bytes)."""
+    group = scenario_name("st-g")
+    source = scenario_name("st-in")
+    changelog = f"{group}-store-changelog"
+    for side in sides:
+        side.set_acls(
+            [
+                acl("User:alice", "READ", "GROUP", group),
+                acl("User:alice", "DESCRIBE", "TOPIC", group, pattern="PREFIXED"),
+                acl("User:alice", "DESCRIBE", "TOPIC", source),
+            ]
+        )
+        create_topics(side, source, changelog)
+        coordinator_ready(side, group, 0)
+
+    def run(side: Side) -> Any:
+        with side.raw("alice") as client:
+            fields = join(group, source, changelog)
+            _, joined = client.request(build_request(HEARTBEAT, 0, **fields))
+            assert joined.error_code == 0, joined
+            admin = side.admin()
+            for future in admin.delete_topics([changelog]).values():
+                future.result(15)
+            deadline = time.monotonic() + CREATION_WAIT_S
+            while _described(side, changelog):
+                assert time.monotonic() < deadline, f"{side.name}: {changelog} not deleted"
+                time.sleep(0.2)
+            epoch = joined.member_epoch
+            deadline = time.monotonic() + REFRESH_WAIT_S
+            while True:  # until the coordinator has seen the deletion
+                response = _heartbeat_without_topology(client, fields, epoch)
+                epoch = response.member_epoch
+                if outcome(response)[2] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        return outcome(response)
+
+    code, _, status = compare(sides, run)
+    assert code == "none"
+    assert [s[0] for s in status] == [MISSING_INTERNAL_TOPICS]
+    assert f"Unauthorized to CREATE on topics {changelog}." in status[0][1]
+    assert compare(sides, lambda side: exists(side, changelog)) is False

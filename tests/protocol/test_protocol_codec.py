@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import uuid
 from typing import Any
 
 import pytest
@@ -48,6 +49,13 @@ def test_request_round_trip(api_key: int, version: int, data: st.DataObject, cor
     info = peek_request_header(frame)
     assert (info.api_key, info.api_version, info.correlation_id) == (api_key, version, corr)
     assert info.client_id == client_id
+    if api_key == 0 and version >= 13:  # kio writes None as the zero uuid, Kafka's ZERO_UUID
+        body = codec.replace(
+            body,
+            topic_data=tuple(
+                codec.replace(t, topic_id=t.topic_id or uuid.UUID(int=0)) for t in body.topic_data
+            ),
+        )
     assert codec.decode_request(frame, api_key, version) == body
     assert codec.decode_request(memoryview(frame), api_key, version) == body
 

@@ -34,8 +34,8 @@ from kio.static.primitive import Records
 from kafkaguard.protocol import codec, guard
 from kafkaguard.protocol.errors import MalformedFrame
 
-HOSTILE_METADATA = bytes.fromhex("00000010 0003 000c 00000001 ffff 00 ffffffff0f".replace(" ", ""))
-"""Metadata v12 whose topics compact array claims 2^32 - 2 elements (20 bytes in all)."""
+HOSTILE_METADATA = bytes.fromhex("00000010 0003 000c 00000001 ffff 00 feffffff07".replace(" ", ""))
+"""Metadata v12 whose topics compact array claims 2^31 - 3 elements (20 bytes in all)."""
 
 
 def _value(hint: Any, kafka_type: str | None, n: int) -> Any:
@@ -152,7 +152,7 @@ def hostile_sweep() -> int:
 
 def test_hostile_metadata_frame_is_refused_by_the_guard() -> None:
     assert len(HOSTILE_METADATA) == 20
-    with pytest.raises(MalformedFrame, match="topics: array of 4294967294 elements in 0 remaining"):
+    with pytest.raises(MalformedFrame, match="topics: array of 2147483645 elements in 0 remaining"):
         guard.check_frame(HOSTILE_METADATA, RequestHeaderV2, codec.request_schema(3, 12))
     with pytest.raises(MalformedFrame, match="cannot decode MetadataRequest: topics: array of"):
         codec.decode_request(HOSTILE_METADATA, 3, 12)
@@ -165,7 +165,8 @@ def test_every_api_and_version_passes_the_guard_and_decodes() -> None:
     for api_key, version in all_versions():
         for is_request, frame, body in frames(api_key, version):
             schema = type(body)
-            assert guard.check_frame(frame, header_type(is_request, api_key, version), schema) == []
+            reading = guard.check_frame(frame, header_type(is_request, api_key, version), schema)
+            assert (reading.negatives, reading.edits) == ([], [])
             assert decode(is_request, frame, api_key, version) == body
             assert decode(is_request, memoryview(frame), api_key, version) == body
             checked += 1
@@ -179,55 +180,96 @@ def test_trailing_bytes_are_tolerated_like_kafka() -> None:
     assert codec.decode_request(padded, 3, 12) == body
 
 
+def _request(hex_body: str) -> tuple[bytes, int, int]:
+    body = bytes.fromhex(hex_body.replace(" ", ""))
+    api_key, version = int.from_bytes(body[0:2], "big"), int.from_bytes(body[2:4], "big")
+    return len(body).to_bytes(4, "big") + body, api_key, version
+
+
 @pytest.mark.parametrize(
     ("hex_body", "reason"),
     [
-        # ApiVersions v3 request: header v2, then client_software_name compact string of 2^31.
-        ("0012 0003 00000001 ffff 00 8080808008", "runs past the end"),
+        # ApiVersions v3 request: header v2, then client_software_name compact string whose
+        # varint reads 2^31 as a Java int, -2^31: length 2^31 - 1 (Kafka 4.3.1: "string field
+        # clientSoftwareName had invalid length 2147483647").
+        ("0012 0003 00000001 ffff 00 8080808008", "invalid length 2147483647"),
         # Metadata v4 (legacy): topics int32 count 0x7fffffff.
         ("0003 0004 00000001 ffff 7fffffff", "topics: array of 2147483647 elements"),
-        # Metadata v4: a negative, non-null array count.
-        ("0003 0004 00000001 ffff fffffffe", "topics: invalid length -2"),
-        # Metadata v12: header tagged fields claiming 2^32 entries.
-        ("0003 000c 00000001 ffff ffffffff0f", "tagged fields in 0 remaining bytes"),
+        # Metadata v12: header tagged fields claiming 2^28 entries.
+        ("0003 000c 00000001 ffff 8080808001", "tagged fields in 0 remaining bytes"),
         # Metadata v12: a 6-byte varint.
         ("0003 000c 00000001 ffff 00 8080808080 01", "varint longer than 5 bytes"),
-        # Metadata v4: a string length of -2.
-        ("0003 0004 00000001 ffff 00000001 fffe", "name: invalid length -2"),
+        # Metadata v4: a topic name length of -2 (Kafka 4.3.1: "non-nullable field name was
+        # serialized as null").
+        ("0003 0004 00000001 ffff 00000001 fffe", "non-nullable field name was serialized"),
+        # Metadata v12: an unknown tagged field claiming more bytes than present.
+        ("0003 000c 00000001 ffff 00 00 01 00 01 09 7f 616263", "tagged field 9 of 127 bytes"),
+        # Metadata v12: an unknown tagged field of negative size (readUnknownTaggedField).
+        ("0003 000c 00000001 ffff 00 00 01 00 01 09 ffffffff0f", "tagged field 9 of -1 bytes"),
     ],
 )
 def test_hand_built_hostile_requests(hex_body: str, reason: str) -> None:
-    body = bytes.fromhex(hex_body.replace(" ", ""))
-    frame = len(body).to_bytes(4, "big") + body
-    api_key, version = int.from_bytes(body[0:2], "big"), int.from_bytes(body[2:4], "big")
+    frame, api_key, version = _request(hex_body)
     with pytest.raises(MalformedFrame, match=reason):
         codec.decode_request(frame, api_key, version)
 
 
-def test_known_tagged_field_must_fill_its_size() -> None:
-    # ApiVersions v3 response: tagged field 1 is finalized_features_epoch, an int64.
+@pytest.mark.parametrize(
+    ("hex_body", "expected"),
+    [
+        # Each read by Kafka 4.3.1's MetadataRequestData / RequestHeader as stated.
+        # Metadata v4: a topics count of -2 is null (readInt() < 0).
+        ("0003 0004 00000001 ffff fffffffe 00", {"topics": None}),
+        # Metadata v4: a client id length of -2 is null (readShort() < 0).
+        ("0003 0004 00000001 fffe 00000000 01", {"topics": (), "allow_auto_topic_creation": True}),
+        # Metadata v12: header tagged-field count ffffffff0f is -1 as an int: no field.
+        ("0003 000c 00000001 ffff ffffffff0f 01 00 00 00", {"topics": ()}),
+        # Metadata v12: topics varint 8080808010 is 2^32, 0 as an int (bits beyond 32 are
+        # dropped): null; 8180808010 is 1: empty.
+        ("0003 000c 00000001 ffff 00 8080808010 01 00 00", {"topics": None}),
+        ("0003 000c 00000001 ffff 00 8180808010 01 00 00", {"topics": ()}),
+        # ... and ffffffff0f is -1 as an int: length -2, null.
+        ("0003 000c 00000001 ffff 00 ffffffff0f 00 00 00", {"topics": None}),
+        # Metadata v12: a bool byte of 2 is true (readByte() != 0).
+        ("0003 000c 00000001 ffff 00 01 02 00 00", {"allow_auto_topic_creation": True}),
+        # Metadata v12: unknown tagged fields are skipped, in the body and in the header
+        # (how fields are added without a version bump, KIP-482).
+        ("0003 000c 00000001 ffff 00 00 01 00 01 09 03 616263", {"topics": None}),
+        ("0003 000c 00000001 ffff 02 09 03 616263 0a 00 00 01 00 00", {"topics": None}),
+        # JoinGroup v6: group_instance_id's compact length in two bytes, 80 00: 0, null; the
+        # walk must pass both bytes (it passed one, then read the protocols out of step).
+        (
+            "000b 0006 00000001 ffff 00 0267 00007530 00007530 01 8000 01 02 0261 01 00 00",
+            {"group_instance_id": None, "protocol_type": ""},
+        ),
+        # ... and a tag varint of 2^32 + 9 is tag 9, unknown too.
+        ("0003 000c 00000001 ffff 01 8980808010 00 00 01 00 00", {"topics": None}),
+    ],
+)
+def test_requests_are_read_as_kafka_reads_them(hex_body: str, expected: dict[str, Any]) -> None:
+    frame, api_key, version = _request(hex_body)
+    body = codec.decode_request(frame, api_key, version)
+    assert {name: getattr(body, name) for name in expected} == expected
+
+
+def test_a_known_tagged_field_is_read_in_place_whatever_its_size() -> None:
+    # ApiVersions v3 response: tagged field 1 is finalized_features_epoch, an int64. Kafka's
+    # generated reader reads it in place and ignores the size (Kafka 4.3.1 reads this epoch 5).
     schema = codec.response_schema(18, 3)
     frame = codec.encode_response(codec.make_entity(schema, finalized_features_epoch=5), 7)
     assert frame.endswith(bytes.fromhex("01 01 08 0000000000000005".replace(" ", "")))
-    assert guard.check_frame(frame, ResponseHeaderV0, schema) == []
     grown = frame[:-9] + b"\x09" + frame[-8:] + b"\x00"  # size 9, one byte more
     grown = (len(grown) - 4).to_bytes(4, "big") + grown[4:]
-    with pytest.raises(MalformedFrame, match="finalized_features_epoch: tagged field 1 does not"):
-        guard.check_frame(grown, ResponseHeaderV0, schema)
+    assert codec.decode_response(grown, 18, 3).finalized_features_epoch == 5
 
 
-def test_unknown_tagged_field_is_skipped_by_size_then_refused_by_kio() -> None:
+def test_unknown_tagged_fields_are_removed_from_kio_copy_only() -> None:
     # Metadata v12 request, topics null, allow_auto_topic_creation, include_topic_authorized_
     # operations, then one tagged field with unknown tag 9 of 3 bytes.
-    body = bytes.fromhex("0003 000c 00000001 ffff 00 00 01 00 01 09 03 616263".replace(" ", ""))
-    frame = len(body).to_bytes(4, "big") + body
-    assert guard.check_frame(frame, RequestHeaderV2, codec.request_schema(3, 12)) == []
-    with pytest.raises(MalformedFrame, match="Unknown tagged field"):
-        codec.decode_request(frame, 3, 12)
-    # Claiming more bytes than present is the guard's to refuse.
-    lying = frame[:-4] + b"\x7f" + frame[-3:]
-    with pytest.raises(MalformedFrame, match="tagged field 9 of 127 bytes"):
-        guard.check_frame(lying, RequestHeaderV2, codec.request_schema(3, 12))
+    frame, _, _ = _request("0003 000c 00000001 ffff 00 00 01 00 01 09 03 616263")
+    reading = guard.check_frame(frame, RequestHeaderV2, codec.request_schema(3, 12))
+    assert reading.body_offset == 15
+    assert reading.edits == [(18, 19, b"\x00"), (19, 24, b"")]
 
 
 def test_hostile_sweep_never_reaches_kio_with_oversized_claims() -> None:
@@ -251,3 +293,51 @@ def test_hostile_sweep_never_reaches_kio_with_oversized_claims() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.strip()) > 100_000
+
+
+def test_describe_topic_partitions_cursor_with_any_negative_marker_is_null() -> None:
+    # DescribeTopicPartitions v0: topics ["t"], response_partition_limit 2000, cursor marker
+    # 0x80. Kafka 4.3.1 reads cursor=null (readByte() < 0) and lists the partitions.
+    frame, _, _ = _request("004b 0000 00000001 ffff 00 02 0274 00 000007d0 80 00")
+    body: Any = codec.decode_request(frame, 75, 0)
+    assert ([t.name for t in body.topics], body.cursor) == (["t"], None)
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    return next(i for i in range(4, len(a)) if a[i] != b[i])  # after the size prefix
+
+
+@pytest.mark.parametrize("marker", [0x80, 0xFE, 0xFF])
+def test_streams_heartbeat_nullable_structs_with_any_negative_marker_are_null(marker: int) -> None:
+    # StreamsGroupHeartbeat v0's topology and user_endpoint (KIP-1071) are nullable structs:
+    # the coordinator reads any negative marker as null (readByte() < 0), so the proxy must too.
+    full = sample(codec.request_schema(88, 0), 1)
+    no_topology = dataclasses.replace(full, topology=None)
+    neither = dataclasses.replace(no_topology, user_endpoint=None)
+    frame = codec.encode_request(neither, 7, "c")
+    topology_at = _first_difference(codec.encode_request(full, 7, "c"), frame)
+    endpoint_at = _first_difference(codec.encode_request(no_topology, 7, "c"), frame)
+    assert frame[topology_at] == frame[endpoint_at] == 0xFF
+    data = bytearray(frame)
+    data[topology_at] = data[endpoint_at] = marker
+    body: Any = codec.decode_request(bytes(data), 88, 0)
+    assert body == neither
+
+
+@pytest.mark.parametrize(
+    ("hex_body", "names"),
+    [
+        # Metadata v12 (compact strings) and v4 (int16 lengths): topic names c3 28 and
+        # ff 61 e2 82, which Kafka 4.3.1 reads as "\ufffd(" and "\ufffda\ufffd".
+        (
+            "0003 000c 00000001 ffff 00 03 00000000000000000000000000000000 03c328 00"
+            " 00000000000000000000000000000000 05ff61e282 00 01 00 00",
+            ["\ufffd(", "\ufffda\ufffd"],
+        ),
+        ("0003 0004 00000001 ffff 00000002 0002c328 0004ff61e282 01", ["\ufffd(", "\ufffda\ufffd"]),
+    ],
+)
+def test_malformed_utf8_is_replaced_as_kafka_replaces_it(hex_body: str, names: list[str]) -> None:
+    frame, api_key, version = _request(hex_body)
+    body: Any = codec.decode_request(frame, api_key, version)
+    assert [t.name for t in body.topics] == names

@@ -69,9 +69,19 @@ def test_empty_client_id() -> None:
     assert info.client_id_end == 14
 
 
-def test_non_utf8_client_id_is_malformed() -> None:
-    with pytest.raises(MalformedFrame, match="UTF-8"):
-        peek_request_header(frame(_header(3, 1, 1, b"\xff\xfe")))
+def test_non_utf8_client_id_is_read_as_kafka_reads_it() -> None:
+    # Kafka 4.3.1's RequestHeader reads b"\xc3\x28" as "\ufffd(" (new String(bytes, UTF_8)).
+    info = peek_request_header(frame(_header(3, 1, 1, b"\xc3\x28")))
+    assert info.client_id == "\ufffd("
+    assert info.client_id_end == 16
+
+
+def test_any_negative_client_id_length_is_null() -> None:
+    # RequestHeaderData.read: readShort() < 0 is null, -2 as well as -1.
+    data = frame(_header(3, 1, 1, None)[:-2] + b"\xff\xfe" + b"\xff\xff\xff\xff")
+    info = peek_request_header(data)
+    assert (info.client_id, info.client_id_end) == (None, 14)
+    assert codec.decode_request(data, 3, 1).topics is None
 
 
 @pytest.mark.parametrize("size", range(0, 8))

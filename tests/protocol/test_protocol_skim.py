@@ -283,7 +283,7 @@ def produce_request(draw: Any, version: int) -> Any:
     topics = []
     for _ in range(draw(st.integers(0, 3))):
         key = (
-            {"topic_id": uuid.uuid4()}
+            {"topic_id": draw(st.sampled_from([uuid.uuid4(), uuid.UUID(int=0)]))}
             if version >= 13
             else {"name": draw(st.text(min_size=1, max_size=20))}
         )
@@ -313,27 +313,31 @@ def test_produce_skim_agrees_with_kio(
     body = produce_request(data.draw, version)
     frame = codec.encode_request(body, 9, client_id)
     header = peek_request_header(frame)
-    skim = skim_produce_request(frame, version, header.client_id_end)
-    decoded: Any = codec.decode_request(frame, 0, version)
-    assert skim is not None
-    assert (skim.transactional_id, skim.acks) == (decoded.transactional_id, decoded.acks)
-    assert [
-        (
-            topic_key(t),
-            [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data],
-        )
-        for t in skim.topic_data
-    ] == [
-        (topic_key(t), [(p.index, p.records) for p in t.partition_data]) for t in decoded.topic_data
-    ]
-    # Anything else than exactly one request is refused, as kio's decode refuses it.
+    # Bytes after the body are ignored, by both (RequestContext.parseRequest ignores them).
+    longer = (len(frame) + 1).to_bytes(4, "big") + frame[4:] + bytes(5)
+    for whole in (frame, longer):
+        skim = skim_produce_request(whole, version, header.client_id_end)
+        decoded: Any = codec.decode_request(whole, 0, version)
+        assert skim is not None
+        assert (skim.transactional_id, skim.acks) == (decoded.transactional_id, decoded.acks)
+        assert [
+            (
+                topic_key(t),
+                [
+                    (p.index, None if p.records is None else bytes(p.records))
+                    for p in t.partition_data
+                ],
+            )
+            for t in skim.topic_data
+        ] == [
+            (topic_key(t), [(p.index, p.records) for p in t.partition_data])
+            for t in decoded.topic_data
+        ]
+    # A frame cut short is refused, as Kafka refuses it.
     cut = data.draw(st.integers(header.client_id_end, len(frame) - 1))
     short = len(frame[4:cut]).to_bytes(4, "big") + frame[4:cut]
     with pytest.raises(MalformedFrame):
         skim_produce_request(short, version, header.client_id_end)
-    longer = (len(frame) - 3).to_bytes(4, "big") + frame[4:] + b"\x00"
-    with pytest.raises(MalformedFrame):
-        skim_produce_request(longer, version, header.client_id_end)
 
 
 # -- hostile bytes: the skims refuse, they never fail otherwise -------------------------------
@@ -360,3 +364,18 @@ def test_arbitrary_bytes_are_refused_cleanly(data: bytes, version: int, start: i
             skim_share_response(frame, api_key, share_version)
     tail = produce_response_tail(frame, 11)
     assert tail is None or tail <= len(frame)
+
+
+@pytest.mark.parametrize("version", [16, LAST_SKIMMABLE_VERSION])
+def test_varints_are_read_as_java_ints_in_a_streamed_tail(version: int) -> None:
+    """A Fetch response ending with tagged-field count 8080808010, 2^32 unbounded and 0 as
+    ``ByteUtils.readUnsignedVarint``'s ``int`` (bits beyond 32 dropped): no field, as a Kafka
+    client reads it; passed on unchanged, streamed or buffered."""
+    frame = codec.encode_response(
+        codec.make_entity(codec.response_schema(1, version), throttle_time=timedelta(0)), 1
+    )
+    assert frame.endswith(b"\x00")
+    padded = frame[:-1] + bytes.fromhex("8080808010")
+    padded = (len(padded) - 4).to_bytes(4, "big") + padded[4:]
+    assert stream_through(fetch_tail(version), padded, [len(padded) - 3]) == padded
+    assert bytes(fetch_tail(version)(padded)) == padded

@@ -162,7 +162,7 @@ async def test_eof_mid_frame_is_reported_above_debug(env: Env) -> None:
         (frame(b"\x00\x03\x00"), "shorter than a header"),
         (b"\xff\xff\xff\xfe\x00\x00", "negative frame size"),
         (frame(struct.pack(">hhih", 0, 9, 5, 3) + b"abc" + b"\x01\x02\x03"), "cannot decode"),
-        (frame(struct.pack(">hhih", 3, 1, 5, 2) + b"\xff\xfe"), "UTF-8"),
+        (frame(struct.pack(">hhih", 3, 1, 5, 9) + b"\xff\xfe"), "client id runs past"),
     ],
     ids=["http", "short", "negative", "produce-body", "client-id"],
 )

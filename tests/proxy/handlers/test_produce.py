@@ -139,3 +139,31 @@ def test_non_transactional_batches_skip_the_transactional_id_check() -> None:
 @pytest.mark.parametrize("txn", [True, False])
 def test_batch_header_peek(txn: bool) -> None:
     assert has_transactional_batches(produce("a", txn=txn)) is txn
+
+
+def test_a_zero_topic_id_is_denied_and_never_forwarded_in_a_split() -> None:
+    """Produce v13: Kafka reads an all-zero topic id as ``Uuid.ZERO_UUID`` (answered
+    UNKNOWN_TOPIC_ID); the skim and the decode the split re-encodes read it alike, so the
+    entry is answered by the proxy and only the known topic goes to the broker."""
+    from datetime import timedelta
+    from uuid import UUID
+
+    from kio.schema.produce.v13 import request as req13
+
+    orders = UUID(int=0x1234)
+    h = HandlerHarness([WRITE_ORDERS], topic_ids={orders: "orders"})
+    body = req13.ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=timedelta(seconds=30),
+        topic_data=tuple(
+            req13.TopicProduceData(
+                topic_id=topic_id,
+                partition_data=(req13.PartitionProduceData(index=0, records=batch(False)),),
+            )
+            for topic_id in (None, orders)  # kio writes None as the zero uuid
+        ),
+    )
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    assert [t.topic_id for t in h.forwarded_body(verdict, None).topic_data] == [orders]
