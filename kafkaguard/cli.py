@@ -41,6 +41,14 @@ from kafkaguard.policy.explain import (
 from kafkaguard.policy.model import CLUSTER_NAME, AclOperation, ResourcePattern, ResourceType
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.proxy.app import users_cli
+from kafkaguard.proxy.app.log_format import configure_logging
+from kafkaguard.proxy.app.server import (
+    ProxyServer,
+    install_event_loop_policy,
+    raise_open_file_limit,
+)
+from kafkaguard.proxy.app.workers import Supervisor
 from kafkaguard.proxy.config import (
     HostPort,
     ListenerConfig,
@@ -49,14 +57,10 @@ from kafkaguard.proxy.config import (
     config_warnings,
     load_config,
 )
-from kafkaguard.proxy.log_format import configure_logging
-from kafkaguard.proxy.sasl import cli as users_cli
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError
 from kafkaguard.proxy.sasl.oauthbearer import KeyLoadError
 from kafkaguard.proxy.sasl.scram import CredentialFormatError
 from kafkaguard.proxy.sasl.zookeeper_credentials import ZooKeeperCredentialError
-from kafkaguard.proxy.server import ProxyServer, install_event_loop_policy, raise_open_file_limit
-from kafkaguard.proxy.workers import Supervisor
 
 DEMO_FILES = Path(__file__).parent / "demo"
 
@@ -103,7 +107,7 @@ async def _serve(
             )
         # Until SIGTERM/SIGINT, then the graceful drain (requests in flight answered for up to
         # shutdown_timeout_ms; a second signal cuts it short). close() then flushes the audit
-        # trail; the process exits 0. SIGHUP reloads (kafkaguard/proxy/reload.py); the pid
+        # trail; the process exits 0. SIGHUP reloads (kafkaguard/proxy/app/reload.py); the pid
         # file is written once it can.
         if pid_file is not None:
             serving = partial(_write_pid_file, pid_file)

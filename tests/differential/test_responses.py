@@ -14,9 +14,9 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.header import peek_request_header
-from kafkaguard.proxy.exchange import response_transform
-from kafkaguard.proxy.handlers.base import Forward
-from kafkaguard.proxy.handlers.responses import entity
+from kafkaguard.proxy.core.exchange import response_transform
+from kafkaguard.proxy.handlers.support.base import Forward
+from kafkaguard.proxy.handlers.support.responses import entity
 from tests.support.exchange_driver import Driver, to_broker, to_client
 from tests.support.fuzz import differential
 from tests.support.fuzz.frames import record_batch

@@ -34,7 +34,7 @@ from kafkaguard.protocol.skim import (
     skim_produce_request,
     skim_share_response,
 )
-from kafkaguard.proxy.handlers.authz import topic_key
+from kafkaguard.proxy.handlers.support.authz import topic_key
 
 VERSIONS = range(FIRST_SKIMMABLE_VERSION, LAST_SKIMMABLE_VERSION + 1)
 

@@ -1,4 +1,4 @@
-"""Drive :class:`kafkaguard.proxy.exchange.Exchange` in memory, as h11's tests drive its
+"""Drive :class:`kafkaguard.proxy.core.exchange.Exchange` in memory, as h11's tests drive its
 ``Connection``: bytes in, commands out, no sockets and no event loop.
 
 The exchange gets real parts: a :class:`StandardAuthorizer` with the given ACLs, an
@@ -18,10 +18,9 @@ from kafkaguard.policy.model import AclBinding, KafkaPrincipal
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.framing import Frame
-from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import HostPort, LimitsConfig
-from kafkaguard.proxy.context import ConnectionContext
-from kafkaguard.proxy.exchange import (
+from kafkaguard.proxy.core.context import ConnectionContext
+from kafkaguard.proxy.core.exchange import (
     Await,
     CloseConnection,
     Command,
@@ -30,6 +29,7 @@ from kafkaguard.proxy.exchange import (
     SendClient,
 )
 from kafkaguard.proxy.log_limit import RateLimitedLog
+from kafkaguard.proxy.net.cluster import UpstreamCluster
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator, SaslServer
 from kafkaguard.proxy.sasl.config import SaslListenerConfig

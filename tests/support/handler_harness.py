@@ -43,9 +43,9 @@ from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
-from kafkaguard.proxy.exchange import handle_request, response_transform
+from kafkaguard.proxy.core.exchange import handle_request, response_transform
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     AskFirst,
     ConnectionState,
     Forward,
@@ -53,7 +53,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import entity
+from kafkaguard.proxy.handlers.support.responses import entity
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
 from kafkaguard.proxy.session import Session
 

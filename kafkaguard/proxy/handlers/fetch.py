@@ -80,14 +80,14 @@ from kafkaguard.protocol.skim import (
     NodeEndpointsTail,
     fetch_response_has_node_endpoints,
 )
-from kafkaguard.proxy.handlers.addresses import (
+from kafkaguard.proxy.handlers.support.addresses import (
     allowed_forward,
     node_endpoints_rewrite,
     node_endpoints_transform,
 )
-from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Forward,
     HandlerContext,
@@ -97,7 +97,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
     remember_newest,
 )
-from kafkaguard.proxy.handlers.responses import chain, split
+from kafkaguard.proxy.handlers.support.responses import chain, split
 
 INITIAL_EPOCH: Final = 0
 """``FetchMetadata.INITIAL_EPOCH``: a full fetch that opens a session."""

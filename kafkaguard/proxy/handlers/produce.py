@@ -33,9 +33,9 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.protocol.skim import skim_produce_request
-from kafkaguard.proxy.handlers.addresses import allowed_forward, node_endpoints_rewrite
-from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.proxy.handlers.support.addresses import allowed_forward, node_endpoints_rewrite
+from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import (
     TopicKey,
     authorize_topics,
     is_allowed,
@@ -43,7 +43,7 @@ from kafkaguard.proxy.handlers.authz import (
     topic_key,
     transactional_id,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Close,
     Forward,
@@ -52,7 +52,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.responses import (
     merge_in_request_order,
     merge_rewrite,
     partition_errors,

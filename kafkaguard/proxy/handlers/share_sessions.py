@@ -80,10 +80,10 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.inflight import ResponseTransform
 from kafkaguard.protocol.skim import skim_share_response
-from kafkaguard.proxy.handlers.addresses import rewrite_node_addresses
-from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import authorize_topics, group, is_allowed
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.addresses import rewrite_node_addresses
+from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import authorize_topics, group, is_allowed
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Close,
     Forward,
@@ -94,7 +94,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
     remember_newest,
 )
-from kafkaguard.proxy.handlers.responses import entity, response_type, whole_error
+from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
 SharePartition = tuple[UUID, int]
 """A partition as share requests name it: topic id and index."""

@@ -22,7 +22,7 @@ import pytest
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
-from kafkaguard.proxy.sasl import cli as users_cli
+from kafkaguard.proxy.app import users_cli
 from kafkaguard.proxy.sasl import scram
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, SaslZooKeeperConfig, parse_sasl_config
 from kafkaguard.proxy.sasl.credentials import build_credential_store
