@@ -19,15 +19,9 @@ from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.proxy.config import HostPort, LimitsConfig
+from kafkaguard.proxy.core.commands import Await, CloseConnection, Command, SendBroker, SendClient
 from kafkaguard.proxy.core.context import ConnectionContext
-from kafkaguard.proxy.core.exchange import (
-    Await,
-    CloseConnection,
-    Command,
-    Exchange,
-    SendBroker,
-    SendClient,
-)
+from kafkaguard.proxy.core.exchange import Exchange
 from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.net.cluster import UpstreamCluster
 from kafkaguard.proxy.sasl import plain

@@ -1,7 +1,7 @@
 """Drive handlers without sockets: a real StandardAuthorizer, real kio messages, no mocks.
 
 ``HandlerHarness.send(body)`` encodes a kio request exactly as a client would, runs it through
-the exchange core's request step (``exchange.handle_request``: registry, version gate,
+the exchange core's request step (``dispatch.handle_request``: registry, version gate,
 decoding, the handler) with a real :class:`StandardAuthorizer` holding the given ACLs, and
 returns the verdict; ``complete(verdict, broker_response)`` runs the broker's encoded response
 through the core's ``response_transform``, as the exchange does. ``checks`` records every
@@ -43,7 +43,7 @@ from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
-from kafkaguard.proxy.core.exchange import handle_request, response_transform
+from kafkaguard.proxy.core.dispatch import handle_request, response_transform
 from kafkaguard.proxy.handlers import REGISTRY
 from kafkaguard.proxy.handlers.support.base import (
     AskFirst,

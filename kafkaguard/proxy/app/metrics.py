@@ -32,7 +32,8 @@ from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.config import MetricsConfig
-from kafkaguard.proxy.core.limits import REFUSALS, CloseCause
+from kafkaguard.proxy.core.commands import CloseCause
+from kafkaguard.proxy.core.limits import REFUSALS
 from kafkaguard.proxy.core.stats import LATENCY_BUCKETS_S, Histogram
 
 if TYPE_CHECKING:

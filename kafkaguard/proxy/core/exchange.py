@@ -4,7 +4,8 @@ Theory of operation (modelled on h11's ``Connection``). The asyncio shell
 (:mod:`kafkaguard.proxy.net.connection`) feeds events in — bytes from the client
 (:meth:`Exchange.receive_client`), bytes from the broker (:meth:`Exchange.receive_broker`),
 the broker connection opening or closing, an asynchronous answer being ready, the clock — and
-carries out the commands each call returns, in order: :class:`SendBroker`, :class:`SendClient`,
+carries out the commands each call returns (:mod:`kafkaguard.proxy.core.commands`), in order:
+:class:`SendBroker`, :class:`SendClient`,
 :class:`OpenBroker`, :class:`PauseClient` / :class:`ResumeClient`, :class:`Await`,
 :class:`CloseConnection`. The exchange never calls back into the shell, so tests drive it in
 memory (``tests/proxy/core/test_exchange.py``). See docs/design.md#request-path.
@@ -29,7 +30,7 @@ checked after each read, so the cap is exceeded by at most one read's worth of r
 while a question or SASL token is outstanding with requests held, while the broker connection is
 being opened, while the broker side's write buffer is full, and for good once closing or
 draining. Any protocol error closes this connection only, with one reason and a
-:class:`~kafkaguard.proxy.core.limits.CloseCause`.
+:class:`~kafkaguard.proxy.core.commands.CloseCause`.
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ import logging
 import time
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -47,22 +47,30 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
-from kafkaguard.protocol.inflight import InflightQueue, ResponseTransform, Slot
+from kafkaguard.protocol.inflight import InflightQueue, Slot
 from kafkaguard.protocol.skim import NodeEndpointsTail, TailStream
+from kafkaguard.proxy.core.commands import (
+    Await,
+    CloseCause,
+    CloseConnection,
+    Command,
+    OpenBroker,
+    PauseClient,
+    ResumeClient,
+    SendBroker,
+    SendClient,
+)
 from kafkaguard.proxy.core.context import ConnectionContext
-from kafkaguard.proxy.core.limits import CloseCause, Liveness
+from kafkaguard.proxy.core.dispatch import handle_request, response_transform
+from kafkaguard.proxy.core.limits import Liveness
 from kafkaguard.proxy.core.stats import ListenerStats
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.support.ask import decide
 from kafkaguard.proxy.handlers.support.base import (
     AskFirst,
     Close,
     Forward,
-    HandlerContext,
-    Request,
     Respond,
     RespondLater,
-    ResponseRewrite,
     Verdict,
 )
 from kafkaguard.proxy.sasl.authenticator import SASL_AUTHENTICATE
@@ -93,63 +101,6 @@ _PAUSE_DRAINING = "draining"
 _INTERNAL_ERROR = Close("internal error while authorizing the request")
 """The verdict standing for a fault in a handler (closed as INTERNAL_ERROR, not BAD_REQUEST)."""
 
-
-# -- commands ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class SendBroker:
-    """Write these request frames to the broker, in order."""
-
-    frames: list[Frame]
-
-
-@dataclass(frozen=True, slots=True)
-class SendClient:
-    """Write these bytes to the client, in order (whole responses or streamed chunks)."""
-
-    data: Sequence[bytes | memoryview]
-
-
-@dataclass(frozen=True, slots=True)
-class OpenBroker:
-    """Open the broker connection; report :meth:`Exchange.broker_connected` (or close)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PauseClient:
-    """Stop reading from the client."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResumeClient:
-    """Read from the client again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Await:
-    """Await ``answer()`` (a :class:`RespondLater`), then report :meth:`Exchange.answered`
-    with ``slot`` (or :meth:`Exchange.answer_failed`). ``cancel_on_close``: abandon it when
-    the connection closes (a password hash still queued never runs for a client that left)."""
-
-    slot: Slot
-    answer: Callable[[], Awaitable[Respond]]
-    cancel_on_close: bool
-
-
-@dataclass(frozen=True, slots=True)
-class CloseConnection:
-    """Close both sides after ``after_s`` seconds (at once if the client leaves first). Counted
-    under ``cause``; ``reason`` is logged at ``level`` (None: nothing is logged). The exchange
-    is closed from this command on: every later event is ignored."""
-
-    reason: str | None
-    cause: CloseCause
-    level: int = logging.WARNING
-    after_s: float = 0.0
-
-
-Command = (
-    SendBroker | SendClient | OpenBroker | PauseClient | ResumeClient | Await | CloseConnection
-)
 
 _PAUSE = PauseClient()
 _RESUME = ResumeClient()
@@ -777,40 +728,3 @@ class Exchange:
         if not self.closed:
             self.closed = True
             self._out.append(CloseConnection(reason, cause, level, after_s))
-
-
-def handle_request(
-    header: RequestHeaderInfo, frame: Frame, ctx: HandlerContext
-) -> tuple[Verdict, bool]:
-    """Registry lookup, version gate, decoding and the handler's decision for one request
-    (``KafkaApis.handle``). Returns the verdict and whether the version is supported (an
-    unsupported one is answered by :meth:`ApiHandler.unsupported_version`)."""
-    handler = REGISTRY.get(header.api_key)
-    if handler is None:
-        return Close(
-            f"api key {header.api_key} is not served by the proxy "
-            f"(correlation id {header.correlation_id})"
-        ), True
-    if header.api_version not in ctx.supported_versions(header.api_key):
-        return handler.unsupported_version(header, ctx), False
-    body = handler.read_request(header, frame)
-    return decide(handler, Request(header, frame, body), ctx), True
-
-
-def response_transform(
-    rewrite: ResponseRewrite,
-    header: RequestHeaderInfo,
-    decode_if: Callable[[Frame], bool] | None = None,
-) -> ResponseTransform:
-    """Decode → rewrite → re-encode, or the broker's own bytes when nothing changed."""
-
-    def transform(frame: Frame) -> Frame:
-        if decode_if is not None and not decode_if(frame):
-            return frame
-        body = codec.decode_response(frame, header.api_key, header.api_version)
-        new = rewrite(body)
-        if new is body:
-            return frame
-        return codec.encode_response(new, header.correlation_id)
-
-    return transform

@@ -16,50 +16,14 @@ Scope: every count is per listener (all its ports: bootstrap and per-broker), be
 are configured per listener. Kafka's ``max.connections.per.ip`` counts across the whole broker;
 with several listeners an address may hold that many on each.
 
-:class:`CloseCause` names why a connection was refused or closed: the keys of the listener's
-counters and of its rate-limited log lines.
+Why a connection was refused or closed is a
+:class:`~kafkaguard.proxy.core.commands.CloseCause`.
 """
 
 from __future__ import annotations
 
-import enum
-
 from kafkaguard.proxy.config import INT_MAX, LimitsConfig
-
-
-class CloseCause(enum.StrEnum):
-    """Why a client connection was refused or closed (counter and log keys)."""
-
-    MAX_CONNECTIONS = "max_connections"
-    """Refused at accept: the listener holds ``max_connections``."""
-    MAX_CONNECTIONS_PER_IP = "max_connections_per_ip"
-    """Refused at accept: the client's address holds its ``max_connections_per_ip``."""
-    CONNECTION_RATE = "max_connection_creation_rate"
-    """Refused at accept: more new connections this second than the listener's rate."""
-    PROXY_PROTOCOL = "proxy_protocol"
-    """A ``proxy_protocol`` listener: the TCP peer is not in ``proxy_protocol_trusted_cidrs``
-    (closed at accept), or the PROXY protocol header is missing, malformed, incomplete
-    within ``authentication_timeout_ms`` or names no client IP address."""
-    SNI = "sni"
-    """A ``routing: sni`` listener: the first bytes are not a TLS ClientHello in one record,
-    or its server name is missing or routes to no broker (kafkaguard/proxy/edge/sni.py)."""
-    AUTHENTICATION_TIMEOUT = "authentication_timeout"
-    """TLS handshake and SASL not completed within ``authentication_timeout_ms``."""
-    AUTHENTICATION_FAILED = "authentication_failed"
-    """TLS handshake failure, unmapped certificate, SASL failure or a request before it."""
-    IDLE = "idle"
-    """Nothing read or written, nothing in flight, for ``connections_max_idle_ms``."""
-    BAD_REQUEST = "bad_request"
-    """A frame or request the proxy refuses (size, framing, decoding, API, a handler's Close)."""
-    CLIENT_CLOSED = "client_closed"
-    """The client disconnected (logged only when requests were left unanswered)."""
-    UPSTREAM = "upstream"
-    """The broker side failed: cannot connect, closed, bad response, refused credentials."""
-    INTERNAL_ERROR = "internal_error"
-    """A fault in the proxy itself while handling a request (logged with its traceback)."""
-    SHUTDOWN = "shutdown"
-    """Closed by the proxy's shutdown (drained or cut)."""
-
+from kafkaguard.proxy.core.commands import CloseCause
 
 REFUSALS = frozenset(
     {CloseCause.MAX_CONNECTIONS, CloseCause.MAX_CONNECTIONS_PER_IP, CloseCause.CONNECTION_RATE}

@@ -28,19 +28,19 @@ from kafkaguard.policy.principal_mapping import NoMatchingRuleError
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.config import HostPort
-from kafkaguard.proxy.core.context import ConnectionContext
-from kafkaguard.proxy.core.exchange import (
+from kafkaguard.proxy.core.commands import (
     Await,
+    CloseCause,
     CloseConnection,
     Command,
-    Exchange,
     OpenBroker,
     PauseClient,
     ResumeClient,
     SendBroker,
     SendClient,
 )
-from kafkaguard.proxy.core.limits import CloseCause
+from kafkaguard.proxy.core.context import ConnectionContext
+from kafkaguard.proxy.core.exchange import Exchange
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSaslExchange
 from kafkaguard.proxy.session import Session, peer_address

@@ -47,7 +47,8 @@ from typing import Any
 from kafkaguard.certs.tls import ServerTls
 from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
 from kafkaguard.proxy.config import LimitsConfig, ListenerConfig, canonical_ip
-from kafkaguard.proxy.core.limits import CloseCause, ConnectionQuotas, sweep_interval
+from kafkaguard.proxy.core.commands import CloseCause
+from kafkaguard.proxy.core.limits import ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.core.stats import ListenerStats
 from kafkaguard.proxy.edge.proxy_protocol import (
     MAX_HEADER_BYTES,

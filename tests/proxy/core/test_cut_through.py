@@ -20,8 +20,8 @@ from kafkaguard.protocol.header import peek_correlation_id
 from kafkaguard.protocol.skim import _parse_tags, fetch_response_tail
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts
+from kafkaguard.proxy.core.commands import CloseCause
 from kafkaguard.proxy.core.exchange import CUT_THROUGH_MIN
-from kafkaguard.proxy.core.limits import CloseCause
 from kafkaguard.tansu import free_base
 from tests.support.exchange_driver import Driver, closed, to_broker, to_client
 from tests.support.exchange_driver import request as driver_request

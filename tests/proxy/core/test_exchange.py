@@ -21,15 +21,15 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_request_header
 from kafkaguard.proxy.config import LimitsConfig
-from kafkaguard.proxy.core.exchange import (
-    CUT_THROUGH_MIN,
+from kafkaguard.proxy.core.commands import (
+    CloseCause,
     CloseConnection,
     OpenBroker,
     PauseClient,
     ResumeClient,
     SendClient,
 )
-from kafkaguard.proxy.core.limits import CloseCause
+from kafkaguard.proxy.core.exchange import CUT_THROUGH_MIN
 from tests.support.entities import req, resp
 from tests.support.exchange_driver import (
     PASSWORD,
@@ -328,7 +328,7 @@ def test_a_handler_fault_closes_as_internal_error(monkeypatch: pytest.MonkeyPatc
     def broken(*args: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("kafkaguard.proxy.core.exchange.decide", broken)
+    monkeypatch.setattr("kafkaguard.proxy.core.dispatch.decide", broken)
     d = Driver(ALICE_WRITES_ORDERS)
     d.connect()
     out = d.client(produce("orders", 1))

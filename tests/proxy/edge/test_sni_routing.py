@@ -18,7 +18,7 @@ from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.proxy.core.limits import CloseCause
+from kafkaguard.proxy.core.commands import CloseCause
 from kafkaguard.proxy.edge.sni import SniRouting
 from kafkaguard.tansu import TansuBroker
 from tests.support.proxy_fixture import (

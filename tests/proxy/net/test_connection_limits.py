@@ -28,7 +28,8 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts, LimitsConfig
-from kafkaguard.proxy.core.limits import CloseCause, ConnectionQuotas, Liveness, sweep_interval
+from kafkaguard.proxy.core.commands import CloseCause
+from kafkaguard.proxy.core.limits import ConnectionQuotas, Liveness, sweep_interval
 from kafkaguard.proxy.net.listener import ListenerRuntime
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
@@ -465,7 +466,7 @@ async def test_handler_faults_log_one_traceback_a_second_per_api(
     def broken(*args: object) -> None:
         raise RuntimeError("bug in a handler")
 
-    monkeypatch.setattr("kafkaguard.proxy.core.exchange.decide", broken)
+    monkeypatch.setattr("kafkaguard.proxy.core.dispatch.decide", broken)
     async with environment(caplog, LimitsConfig()) as env:
         clients = await open_many(env, 10, CONTROL)
         for client in clients:

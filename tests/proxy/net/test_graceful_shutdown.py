@@ -31,7 +31,7 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.proxy.core.limits import CloseCause
+from kafkaguard.proxy.core.commands import CloseCause
 from kafkaguard.tansu import TansuBroker, free_base, free_port
 from tests.support.fake_broker import FakeBroker, RawClient, logged, request, wait_until
 from tests.support.proxy_fixture import SESSION_TIMEOUT_MS, TANSU_NODE_ID, proxy_config, unique_name

@@ -1,6 +1,6 @@
 """The parser differential: every request frame read by the proxy's real path and by Kafka's.
 
-The proxy's side is what the exchange runs (:func:`kafkaguard.proxy.core.exchange.handle_request`):
+The proxy's side is what the exchange runs (:func:`kafkaguard.proxy.core.dispatch.handle_request`):
 the header peek, the registry and version gate, the handler's ``read_request`` (kio's decode
 behind :func:`kafkaguard.protocol.guard.check_frame`, or the Produce skim) and the handler's
 decision, with a real ``StandardAuthorizer`` that records every action it is asked about
