@@ -43,7 +43,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
@@ -53,12 +53,10 @@ from kafkaguard.proxy.app.metrics import (
     AdminCounters,
     DecisionCounter,
     ProxyCollector,
+    ServerView,
 )
 from kafkaguard.proxy.config import AdminConfig, HostPort
 from kafkaguard.proxy.log_limit import RateLimitedLog
-
-if TYPE_CHECKING:
-    from kafkaguard.proxy.app.server import ProxyServer
 
 log = logging.getLogger("kafkaguard.admin")
 _errors = RateLimitedLog(log)
@@ -149,10 +147,11 @@ def is_loopback(host: str) -> bool:
 
 
 class AdminServer:
-    """The admin listener of one :class:`ProxyServer`."""
+    """The admin listener of one proxy process
+    (:class:`~kafkaguard.proxy.app.server.ProxyServer`)."""
 
     def __init__(
-        self, config: AdminConfig, server: ProxyServer, decisions: DecisionCounter | None
+        self, config: AdminConfig, server: ServerView, decisions: DecisionCounter | None
     ) -> None:
         self.config = config
         self._proxy = server

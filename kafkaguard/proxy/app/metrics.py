@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -37,8 +37,31 @@ from kafkaguard.proxy.core.limits import REFUSALS
 from kafkaguard.proxy.core.stats import LATENCY_BUCKETS_S, Histogram
 
 if TYPE_CHECKING:
-    from kafkaguard.proxy.app.server import ProxyServer
+    from kafkaguard.audit import AuditTrail
+    from kafkaguard.policy.authorizer import Authorizer
+    from kafkaguard.proxy.net.cluster import UpstreamCluster
     from kafkaguard.proxy.net.listener import ListenerRuntime
+
+
+class ServerView(Protocol):
+    """What ``/metrics`` and the admin listener read of the running proxy
+    (:class:`~kafkaguard.proxy.app.server.ProxyServer`), named here so that neither imports
+    the server that owns them."""
+
+    @property
+    def listeners(self) -> list[ListenerRuntime]: ...
+    @property
+    def cluster(self) -> UpstreamCluster: ...
+    @property
+    def audit(self) -> AuditTrail: ...
+    @property
+    def authorizer(self) -> Authorizer: ...
+    @property
+    def reloads(self) -> dict[str, int]: ...
+    def not_ready(self) -> Iterator[str]:
+        """Each readiness condition that fails, named."""
+        ...
+
 
 UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker accepts a TCP connection"
 """The readiness condition that the upstream is down (``/readyz`` and its gauge)."""
@@ -162,11 +185,11 @@ def _histogram(
 
 
 class ProxyCollector(Collector):
-    """Everything ``/metrics`` shows, read from the running :class:`ProxyServer`."""
+    """Everything ``/metrics`` shows, read from the running proxy."""
 
     def __init__(
         self,
-        server: ProxyServer,
+        server: ServerView,
         decisions: DecisionCounter | None,
         not_ready: Callable[[], list[str]] | None = None,
         admin: AdminCounters | None = None,
@@ -334,7 +357,7 @@ class ProxyCollector(Collector):
                     attempts.add_metric([listener.config.name, mechanism, outcome], count)
         yield attempts
 
-    def _audit_and_store(self, server: ProxyServer) -> Iterator[Metric]:
+    def _audit_and_store(self, server: ServerView) -> Iterator[Metric]:
         audit = server.audit
         writer = audit.writer
         events = CounterMetricFamily(

@@ -220,15 +220,6 @@ class Supervisor:
                 os.kill(pid, sig)
 
 
-def worker_count(setting: int | str) -> int:
-    """``workers``: a count, or ``auto``: the cores this process may run on."""
-    if setting == "auto":
-        if hasattr(os, "sched_getaffinity"):
-            return len(os.sched_getaffinity(0))
-        return os.cpu_count() or 1
-    return int(setting)
-
-
 def _die_with_parent(supervisor: int) -> None:
     """SIGTERM to this worker when the supervisor dies (Linux ``PR_SET_PDEATHSIG``)."""
     if sys.platform.startswith("linux"):
@@ -237,4 +228,4 @@ def _die_with_parent(supervisor: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-__all__ = ["Supervisor", "worker_count"]
+__all__ = ["Supervisor"]

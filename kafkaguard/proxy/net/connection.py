@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from kafkaguard.policy.authorizer import IPAddress
 from kafkaguard.policy.principal_mapping import NoMatchingRuleError
@@ -39,14 +39,22 @@ from kafkaguard.proxy.core.commands import (
     SendBroker,
     SendClient,
 )
-from kafkaguard.proxy.core.context import ConnectionContext
+from kafkaguard.proxy.core.context import ConnectionContext, Enforcement, NodePorts
 from kafkaguard.proxy.core.exchange import Exchange
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSaslExchange
 from kafkaguard.proxy.session import Session, peer_address
 
 if TYPE_CHECKING:
-    from kafkaguard.proxy.net.listener import ListenerRuntime
+    from collections.abc import Coroutine
+
+    from kafkaguard.certs.tls import ServerTls
+    from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
+    from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
+    from kafkaguard.proxy.core.stats import ListenerStats
+    from kafkaguard.proxy.log_limit import RateLimitedLog
+    from kafkaguard.proxy.net.cluster import UpstreamCluster
+    from kafkaguard.proxy.sasl.authenticator import SaslServer
 
 log = logging.getLogger("kafkaguard.proxy")
 
@@ -54,10 +62,50 @@ _SASL_MAX_FRAME = 1 << 20
 """Largest broker response accepted during the proxy's own SASL exchange (a challenge)."""
 
 
+class ConnectionOwner(NodePorts, Enforcement, Protocol):
+    """What a connection uses of the listener that accepted it
+    (:class:`~kafkaguard.proxy.net.listener.ListenerRuntime`): its settings, node ports and
+    enforcement mode, a place for its tasks, and the bookkeeping when it closes. Named here so
+    that the connection does not import the listener that creates it."""
+
+    @property
+    def config(self) -> ListenerConfig: ...
+    @property
+    def security_protocol(self) -> SecurityProtocol: ...
+    @property
+    def authorizer(self) -> Authorizer: ...
+    @property
+    def cluster(self) -> UpstreamCluster: ...
+    @property
+    def limits(self) -> LimitsConfig: ...
+    @property
+    def tls(self) -> ServerTls | None: ...
+    @property
+    def sasl(self) -> SaslServer | None: ...
+    @property
+    def stats(self) -> ListenerStats: ...
+    @property
+    def rate_log(self) -> RateLimitedLog: ...
+    @property
+    def connections(self) -> set[ClientConnection]:
+        """Connections past their TLS handshake and not yet closed."""
+        ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run a connection-scoped coroutine."""
+        ...
+
+    def connection_closed(
+        self, connection: ClientConnection, cause: CloseCause, reason: str | None, level: int
+    ) -> None:
+        """Counters, quota and log line of a closing connection."""
+        ...
+
+
 class ClientConnection(asyncio.Protocol):
     """The client side: feeds its :class:`Exchange`, carries out its commands."""
 
-    def __init__(self, listener: ListenerRuntime, node_id: int | None, accepted_at: float) -> None:
+    def __init__(self, listener: ConnectionOwner, node_id: int | None, accepted_at: float) -> None:
         self._listener = listener
         self.node_id = node_id
         """The upstream node this connection reaches; None: a bootstrap server. Set by the

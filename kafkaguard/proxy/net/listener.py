@@ -70,8 +70,8 @@ from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.net.cluster import UpstreamCluster
 from kafkaguard.proxy.net.connection import ClientConnection
 from kafkaguard.proxy.sasl.authenticator import SaslServer
-from kafkaguard.proxy.sasl.credentials import build_credential_store
 from kafkaguard.proxy.sasl.executor import AuthExecutor
+from kafkaguard.proxy.sasl.stores import build_credential_store
 
 log = logging.getLogger("kafkaguard.proxy")
 

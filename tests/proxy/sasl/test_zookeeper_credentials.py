@@ -25,8 +25,8 @@ from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
 from kafkaguard.proxy.app import users_cli
 from kafkaguard.proxy.sasl import scram
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, SaslZooKeeperConfig, parse_sasl_config
-from kafkaguard.proxy.sasl.credentials import build_credential_store
 from kafkaguard.proxy.sasl.scram import ScramCredential
+from kafkaguard.proxy.sasl.stores import build_credential_store
 from kafkaguard.proxy.sasl.zookeeper_credentials import (
     ZkUserConfigClient,
     ZooKeeperCredentialError,
