@@ -15,21 +15,22 @@ sweep per listener closes idle and unauthenticated connections (``connections.ma
 Refusals and closes are counted per cause in :attr:`ListenerRuntime.counters`; their log lines
 are rate-limited per cause (:class:`~kafkaguard.proxy.log_limit.RateLimitedLog`).
 
-PROXY protocol (``proxy_protocol: v1 | v2 | any``, kafkaguard/proxy/edge/proxy_protocol.py): the TCP
-peer is a load balancer, and the client is the one its header names. At accept, only a peer
-in ``proxy_protocol_trusted_cidrs`` is kept (anyone else could claim any address). The header
-is then read in a task of the connection's own, peeking so that exactly the header is taken
-off the socket (:func:`read_proxy_header`): the TLS handshake on SSL/SASL_SSL listeners starts
-on the byte after it. ConnectionQuotas run once the header names the client, and the client's
-address is the one of the connection's :class:`~kafkaguard.proxy.session.Session`, quota and
-log lines. Header and handshake share the ``authentication_timeout_ms`` deadline.
+PROXY protocol (``proxy_protocol: v1 | v2 | any``, kafkaguard/proxy/edge/proxy_protocol.py): the
+TCP peer is a load balancer, and the client is the one its header names. At accept, only a peer
+in ``proxy_protocol_trusted_cidrs`` is kept (anyone else could claim any address). The header is
+then read in a task of the connection's own, peeking so that exactly the header is taken off the
+socket (:func:`~kafkaguard.proxy.net.peek.read_proxy_header`): the TLS handshake on SSL/SASL_SSL
+listeners starts on the byte after it. ConnectionQuotas run once the header names the client,
+and the client's address is the one of the connection's
+:class:`~kafkaguard.proxy.session.Session`, quota and log lines. Header and handshake share the
+``authentication_timeout_ms`` deadline.
 
-Reload (kafkaguard/proxy/app/reload.py): :meth:`ListenerRuntime.reconfigure` swaps the limits and
-the enforcement mode. Connections admitted from then on are checked against the new limits and
-get them (frame size, requests in flight, idle and authentication deadlines); connections
+Reload (kafkaguard/proxy/app/reload.py): :meth:`ListenerRuntime.reconfigure` swaps the limits
+and the enforcement mode. Connections admitted from then on are checked against the new limits
+and get them (frame size, requests in flight, idle and authentication deadlines); connections
 already open keep the ones they were admitted with and count against the new
-``max_connections``/``max_connections_per_ip``; lowering a limit closes no open connection,
-as with Kafka's dynamically updated ``max.connections`` (KIP-402). An added listener is first
+``max_connections``/``max_connections_per_ip``; lowering a limit closes no open connection, as
+with Kafka's dynamically updated ``max.connections`` (KIP-402). An added listener is first
 opened (:meth:`ListenerRuntime.open`), then accepts (:meth:`ListenerRuntime.accept`); a removed
 one is drained and closed as at shutdown.
 """
@@ -51,24 +52,21 @@ from kafkaguard.proxy.core.commands import CloseCause
 from kafkaguard.proxy.core.limits import ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.core.stats import ListenerStats
 from kafkaguard.proxy.edge.proxy_protocol import (
-    MAX_HEADER_BYTES,
     Endpoint,
     ProxyHeader,
     ProxyProtocolError,
     client_endpoint,
 )
-from kafkaguard.proxy.edge.proxy_protocol import parse as parse_proxy_header
 from kafkaguard.proxy.edge.sni import (
     MAX_RECORD_BYTES,
     UNRECOGNIZED_NAME_ALERT,
     ClientHelloError,
     UnroutableName,
-    client_hello_record_size,
-    client_hello_server_name,
 )
 from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.net.cluster import UpstreamCluster
 from kafkaguard.proxy.net.connection import ClientConnection
+from kafkaguard.proxy.net.peek import read_client_hello_server_name, read_proxy_header
 from kafkaguard.proxy.sasl.authenticator import SaslServer
 from kafkaguard.proxy.sasl.executor import AuthExecutor
 from kafkaguard.proxy.sasl.stores import build_credential_store
@@ -683,94 +681,3 @@ def _peer(address: Any) -> tuple[str, object]:
     with contextlib.suppress(ValueError):
         host = canonical_ip(host)
     return host, address[1]
-
-
-# -- reading a PROXY protocol header (kafkaguard/proxy/edge/proxy_protocol.py parses it) ---------
-async def read_proxy_header(sock: socket.socket, versions: frozenset[int]) -> ProxyHeader:
-    """Take exactly one PROXY protocol header off the non-blocking ``sock``: what follows it
-    (a TLS ClientHello, a Kafka request) stays in the socket for the TLS layer or the
-    connection. Each read peeks (``MSG_PEEK``, as the spec's §9 sample receiver does) at up to
-    :data:`MAX_HEADER_BYTES`; a complete header is then taken off by its exact length, the
-    bytes of an incomplete one are taken off (they can only be header bytes) before waiting
-    for more, so the wait for readability never spins on bytes already seen.
-
-    Raises :class:`ProxyProtocolError` (not a valid header, or closed inside one),
-    ``EOFError`` (closed before its first byte) or ``OSError``."""
-    loop = asyncio.get_running_loop()
-    taken = b""
-    while True:
-        await _readable(loop, sock)
-        try:
-            peeked = sock.recv(MAX_HEADER_BYTES - len(taken), socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            continue
-        if not peeked:
-            if taken:
-                raise ProxyProtocolError(
-                    f"the connection closed after {len(taken)} bytes of a PROXY protocol header"
-                )
-            raise EOFError("the connection closed before its PROXY protocol header")
-        header = parse_proxy_header(taken + peeked, versions)
-        if header is not None:
-            await _take(loop, sock, header.length - len(taken))
-            return header
-        taken += await _take(loop, sock, len(peeked))
-
-
-async def read_client_hello_server_name(sock: socket.socket) -> str | None:
-    """The server name of the TLS ClientHello at the head of the non-blocking ``sock``, peeked
-    at (``MSG_PEEK``): the bytes stay for the TLS handshake. While the first TLS record is
-    incomplete, ``SO_RCVLOWAT`` holds the wait for readability until it can be whole (peeked
-    bytes stay in the buffer, so waiting for any byte would spin); a wake-up without new bytes
-    is the end of the stream.
-
-    Raises :class:`ClientHelloError`, ``EOFError`` (closed before a whole record) or
-    ``OSError``."""
-    loop = asyncio.get_running_loop()
-    seen = -1
-    while True:
-        await _readable(loop, sock)
-        try:
-            peeked = sock.recv(MAX_RECORD_BYTES, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            continue
-        if len(peeked) == seen:
-            raise EOFError("the connection closed before a whole TLS ClientHello")
-        seen = len(peeked)
-        size = client_hello_record_size(peeked)
-        if len(peeked) >= size:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-            return client_hello_server_name(peeked[:size])
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
-
-
-async def _take(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
-    """Read exactly ``size`` bytes already peeked at (so they are in the socket's buffer)."""
-    chunks = []
-    while size > 0:
-        try:
-            chunk = sock.recv(size)
-        except (BlockingIOError, InterruptedError):
-            await _readable(loop, sock)
-            continue
-        if not chunk:
-            raise ProxyProtocolError("the connection closed inside its PROXY protocol header")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-    """Wait until ``sock`` has bytes (or EOF) to read. ``loop.sock_recv`` cannot peek."""
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    fd = sock.fileno()
-    loop.add_reader(fd, wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)
