@@ -13,7 +13,7 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.protocol.skim import skim_share_response
+from kafkaguard.protocol.skim.share import skim_share_response
 from kafkaguard.proxy.handlers.support.base import Forward
 from tests.support.entities import item, resp
 from tests.support.handler_harness import HandlerHarness, acl

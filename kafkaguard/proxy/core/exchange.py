@@ -48,7 +48,7 @@ from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
 from kafkaguard.protocol.inflight import InflightQueue, Slot
-from kafkaguard.protocol.skim import NodeEndpointsTail, TailStream
+from kafkaguard.protocol.skim.tails import NodeEndpointsTail, TailStream
 from kafkaguard.proxy.core.commands import (
     Await,
     CloseCause,

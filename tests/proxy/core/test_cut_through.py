@@ -17,7 +17,7 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_correlation_id
-from kafkaguard.protocol.skim import _parse_tags, fetch_response_tail
+from kafkaguard.protocol.skim.tails import _parse_tags, fetch_response_tail
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.core.commands import CloseCause

@@ -36,7 +36,7 @@ from typing import Any, Final, TypeVar
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import MalformedFrame, ProtocolError
 from kafkaguard.protocol.header import peek_correlation_id, peek_request_header
-from kafkaguard.protocol.skim import IdTopicSkim, ProduceRequestSkim
+from kafkaguard.protocol.skim.produce import IdTopicSkim, ProduceRequestSkim
 from kafkaguard.proxy.handlers import REGISTRY
 from kafkaguard.proxy.handlers.support.ask import decide
 from kafkaguard.proxy.handlers.support.base import Close, Request

@@ -25,7 +25,7 @@ from typing import Any, Final
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import peek_correlation_id
-from kafkaguard.protocol.skim import NodeEndpointsTail, fetch_response_has_node_endpoints
+from kafkaguard.protocol.skim.tails import NodeEndpointsTail, fetch_response_has_node_endpoints
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     Forward,

@@ -83,7 +83,7 @@ class Forward:
     transform: ResponseTransform | None = None
     """The same change as ``rewrite``, made on the broker's raw response without decoding it;
     the exchange applies it instead of ``rewrite`` (the ``node_endpoints`` tail,
-    :class:`~kafkaguard.protocol.skim.NodeEndpointsTail`, even while the response streams)."""
+    :class:`~kafkaguard.protocol.skim.tails.NodeEndpointsTail`, even while the response streams)."""
 
 
 @dataclass(frozen=True, slots=True)

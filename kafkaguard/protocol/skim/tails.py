@@ -1,31 +1,7 @@
-"""Skim Produce and Fetch frames by their lengths instead of decoding them.
-
-Why. The data path's frames are mostly record batches the proxy never reads
-(``docs/design.md#forwarded-untouched``); decoding them whole to look at a few fields cost most
-of the proxy's CPU per consumed message (bench/RESULTS.md, issue 13). What the proxy needs:
-
-* **Responses that may carry broker addresses.** Fetch v16+ and Produce v10+ responses may end
-  with the KIP-951 ``node_endpoints`` tagged field (tag 0 of the top-level tagged fields). It is
-  found by walking the frame's structure by lengths (:func:`fetch_response_tail`,
-  :func:`produce_response_tail`) and rewritten in the tail alone
-  (:func:`rewrite_node_endpoints`); the records are never touched. A large Fetch response is
-  walked *as it streams* (:class:`TailStream`): every byte before the tail goes to the client as
-  it arrives, and the tail, rewritten to the same length, goes last.
-* **Produce requests**: topics, partitions, ``acks`` and the transactional id for authorization
-  (:func:`skim_produce_request`), the record batches left as views of the original frame.
-
-Read as Kafka reads. Every walk follows the generated readers' rules (as :mod:`guard` does for
-decoded frames): varints as ``ByteUtils.readUnsignedVarint``'s Java ``int`` (bits beyond 32
-dropped), compact lengths ``readUnsignedVarint() - 1`` in ``int`` arithmetic, any negative
-length or count null, a negative tagged-field count no field, unknown tagged fields skipped
-by their size (a negative size refused), bytes after a request's body ignored.
-
-Fail closed. A walk that cannot make sense of a buffered frame answers ``None`` and the caller
-decodes it whole as before; a streamed response that turns out malformed raises
-:class:`~kafkaguard.protocol.errors.MalformedFrame` before its tail leaves, so a
-``node_endpoints`` field is never passed on unrewritten. No I/O (sans-I/O, like the rest of
-:mod:`kafkaguard.protocol`).
-"""
+"""The top-level tagged fields of Fetch v12+ and Produce v9+ responses: where they start
+(walked by lengths, on a buffered frame or as it streams), and the KIP-951 ``node_endpoints``
+field in them rewritten in the tail alone (:class:`NodeEndpointsTail`, :class:`TailStream`).
+See :mod:`kafkaguard.protocol.skim`."""
 
 from __future__ import annotations
 
@@ -33,9 +9,18 @@ import struct
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Final
-from uuid import UUID
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.skim.reading import (
+    I16,
+    I32,
+    Truncated,
+    compact_end,
+    java_int,
+    minus_one,
+    tags_end,
+    uv,
+)
 
 FIRST_SKIMMABLE_VERSION: Final = 12
 """FetchResponse's layout below is fixed from v12 (flexible, topic ids from v13) to v18."""
@@ -56,9 +41,6 @@ fields, librdkafka's ``rd_kafka_buf_read_tags`` skips them)."""
 
 AddressRewrite = Callable[[int, str, int], tuple[str, int]]
 """``(node_id, host, port) -> (host, port)`` the client may see (``advertise_node``)."""
-
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 _FETCH_HEAD = struct.Struct(">ihi")
 """FetchResponse v7+ after its header: throttle_time_ms, error_code, session_id."""
 
@@ -66,49 +48,29 @@ FetchHead = Callable[[int, int], None]
 """Told a FetchResponse's top-level ``(error_code, session_id)`` as soon as they are read."""
 
 
-class _Truncated(Exception):
-    pass
-
-
-# -- walkers ----------------------------------------------------------------------------------
 # A walker is a generator over a frame's structure: it yields ``n >= 0`` to skip n bytes, or
 # ``-k`` to be sent the next k bytes; it returns at the start of the top-level tagged fields.
 # It walks a frame as it streams (:class:`TailStream`), whatever the pieces it arrives in.
 _Walker = Generator[int, bytes | None, None]
 
 
-_INT32_MIN: Final = -(1 << 31)
-
-
-def _java_int(value: int) -> int:
-    """A varint's value of up to 35 bits as ``ByteUtils.readUnsignedVarint`` returns it: the
-    5th byte shifted left by 28 into a Java ``int`` (bits beyond 32 dropped, bit 31 the sign)."""
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value >> 31 else value
-
-
-def _minus_one(value: int) -> int:
-    """``value - 1`` in Java ``int`` arithmetic: a compact length (negative: null)."""
-    return -_INT32_MIN - 1 if value == _INT32_MIN else value - 1
-
-
 def _uvarint() -> Generator[int, bytes | None, int]:
     result = shift = 0
     while True:
         if shift > 28:
-            raise _Truncated
+            raise Truncated
         data = yield -1
         assert data is not None
         byte = data[0]
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return _java_int(result)
+            return java_int(result)
         shift += 7
 
 
 def _compact_length() -> Generator[int, bytes | None, int]:
     """A compact array/bytes length; negative for null."""
-    return _minus_one((yield from _uvarint()))
+    return minus_one((yield from _uvarint()))
 
 
 def _skip_tags() -> Generator[int, bytes | None, None]:
@@ -116,14 +78,14 @@ def _skip_tags() -> Generator[int, bytes | None, None]:
         yield from _uvarint()  # tag
         size = yield from _uvarint()
         if size < 0:
-            raise _Truncated
+            raise Truncated
         yield size
 
 
 def _skip_compact(nullable: bool) -> Generator[int, bytes | None, None]:
     n = yield from _compact_length()
     if n < 0 and not nullable:
-        raise _Truncated
+        raise Truncated
     if n > 0:
         yield n
 
@@ -168,87 +130,35 @@ def _fetch_head_walker(frame_size: int, head: FetchHead) -> _Walker:
     yield frame_size - 8 - _FETCH_HEAD.size
 
 
-def _uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint at ``pos`` read as ``ByteUtils.readUnsignedVarint`` reads it: at most
-    5 bytes, the 5th shifted left by 28 into a Java ``int`` (high bits dropped, bit 3 the
-    sign): (value, the offset after it). IndexError past the end."""
-    byte = buf[pos]
-    if byte < 0x80:  # nearly every length and count of the data path
-        return byte, pos + 1
-    result = 0
-    for shift in (0, 7, 14, 21):
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-    byte = buf[pos]
-    if byte > 0x7F:
-        raise _Truncated
-    return _java_int(result | byte << 28), pos + 1
-
-
-def _length_at(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A compact array/string/bytes length as the generated readers compute it,
-    ``readUnsignedVarint() - 1`` in Java ``int`` arithmetic: negative is null."""
-    value, pos = _uv(buf, pos)
-    return _minus_one(value), pos
-
-
-def _tags_end(buf: bytes | memoryview, pos: int) -> int:
-    """The offset after the tagged-fields section at ``pos`` (a negative count reads no
-    field, a negative size is refused, as ``readUnknownTaggedField`` does)."""
-    if not buf[pos]:  # none: nearly always
-        return pos + 1
-    count, pos = _uv(buf, pos)
-    for _ in range(count):
-        _, pos = _uv(buf, pos)
-        size, pos = _uv(buf, pos)
-        if size < 0:
-            raise _Truncated
-        pos += size
-    return pos
-
-
-def _compact_end(buf: bytes | memoryview, pos: int, nullable: bool) -> int:
-    """The offset after the compact string/bytes at ``pos``."""
-    length, pos = _length_at(buf, pos)
-    if length < 0:
-        if not nullable:
-            raise _Truncated
-        return pos
-    return pos + length
-
-
 # The buffered walks below follow the walkers above field for field, as plain loops: a frame
 # that is already whole is walked several times faster without a generator's round trips.
 def _fetch_tail(buf: bytes | memoryview, version: int) -> int:
-    pos = _tags_end(buf, 8) + 4 + 2 + 4
-    topics, pos = _uv(buf, pos)
+    pos = tags_end(buf, 8) + 4 + 2 + 4
+    topics, pos = uv(buf, pos)
     for _ in range(topics - 1):
-        pos = pos + 16 if version >= 13 else _compact_end(buf, pos, False)
-        partitions, pos = _uv(buf, pos)
+        pos = pos + 16 if version >= 13 else compact_end(buf, pos, False)
+        partitions, pos = uv(buf, pos)
         for _ in range(partitions - 1):
-            aborted, pos = _uv(buf, pos + 30)
+            aborted, pos = uv(buf, pos + 30)
             for _ in range(aborted - 1):
-                pos = _tags_end(buf, pos + 16)
-            pos = _tags_end(buf, _compact_end(buf, pos + 4, True))
-        pos = _tags_end(buf, pos)
+                pos = tags_end(buf, pos + 16)
+            pos = tags_end(buf, compact_end(buf, pos + 4, True))
+        pos = tags_end(buf, pos)
     return pos
 
 
 def _produce_tail(buf: bytes | memoryview, version: int) -> int:
-    pos = _tags_end(buf, 8)
-    topics, pos = _uv(buf, pos)
+    pos = tags_end(buf, 8)
+    topics, pos = uv(buf, pos)
     for _ in range(topics - 1):
-        pos = pos + 16 if version >= 13 else _compact_end(buf, pos, False)
-        partitions, pos = _uv(buf, pos)
+        pos = pos + 16 if version >= 13 else compact_end(buf, pos, False)
+        partitions, pos = uv(buf, pos)
         for _ in range(partitions - 1):
-            errors, pos = _uv(buf, pos + 30)
+            errors, pos = uv(buf, pos + 30)
             for _ in range(errors - 1):
-                pos = _tags_end(buf, _compact_end(buf, pos + 4, True))
-            pos = _tags_end(buf, _compact_end(buf, pos, True))
-        pos = _tags_end(buf, pos)
+                pos = tags_end(buf, compact_end(buf, pos + 4, True))
+            pos = tags_end(buf, compact_end(buf, pos, True))
+        pos = tags_end(buf, pos)
     return pos + 4
 
 
@@ -259,7 +169,7 @@ def fetch_response_tail(frame: bytes | memoryview, version: int) -> int | None:
         return None
     try:
         pos = _fetch_tail(frame, version)
-    except (_Truncated, IndexError):
+    except (Truncated, IndexError):
         return None
     return pos if pos <= len(frame) else None
 
@@ -270,7 +180,7 @@ def produce_response_tail(frame: bytes | memoryview, version: int) -> int | None
         return None
     try:
         pos = _produce_tail(frame, version)
-    except (_Truncated, IndexError):
+    except (Truncated, IndexError):
         return None
     return pos if pos <= len(frame) else None
 
@@ -281,9 +191,9 @@ def fetch_response_head(frame: bytes | memoryview, version: int) -> tuple[int, i
     what confirms a fetch session change (``kafkaguard.proxy.handlers.fetch``) without
     decoding the records."""
     try:
-        pos = _tags_end(frame, 8) if version >= FIRST_SKIMMABLE_VERSION else 8
+        pos = tags_end(frame, 8) if version >= FIRST_SKIMMABLE_VERSION else 8
         _, error_code, session_id = _FETCH_HEAD.unpack_from(frame, pos)
-    except (_Truncated, IndexError, struct.error) as exc:
+    except (Truncated, IndexError, struct.error) as exc:
         raise MalformedFrame("a Fetch response too short for its session fields") from exc
     return error_code, session_id
 
@@ -298,7 +208,6 @@ def fetch_response_has_node_endpoints(frame: bytes | memoryview, version: int) -
     return fields is None or any(tag == NODE_ENDPOINTS_TAG for tag, _ in fields)
 
 
-# -- the tail: top-level tagged fields --------------------------------------------------------
 class _Reader:
     __slots__ = ("buf", "end", "pos")
 
@@ -309,13 +218,13 @@ class _Reader:
 
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > self.end:
-            raise _Truncated
+            raise Truncated
         self.pos += n
         return bytes(self.buf[self.pos - n : self.pos])
 
     def skip(self, n: int) -> None:
         if n < 0 or self.pos + n > self.end:
-            raise _Truncated
+            raise Truncated
         self.pos += n
 
     def uvarint(self) -> int:
@@ -323,25 +232,25 @@ class _Reader:
         buf, pos = self.buf, self.pos
         while True:
             if pos >= self.end or shift > 28:
-                raise _Truncated
+                raise Truncated
             byte = buf[pos]
             pos += 1
             result |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 self.pos = pos
-                return _java_int(result)
+                return java_int(result)
             shift += 7
 
     def int32(self) -> int:
-        value: int = _I32.unpack(self.take(4))[0]
+        value: int = I32.unpack(self.take(4))[0]
         return value
 
     def int16(self) -> int:
-        value: int = _I16.unpack(self.take(2))[0]
+        value: int = I16.unpack(self.take(2))[0]
         return value
 
     def compact_length(self) -> int:
-        return _minus_one(self.uvarint())
+        return minus_one(self.uvarint())
 
     def compact_string(self) -> str | None:
         n = self.compact_length()
@@ -350,7 +259,7 @@ class _Reader:
         try:
             return self.take(n).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise _Truncated from exc
+            raise Truncated from exc
 
     def skip_tags(self) -> None:
         for _ in range(self.uvarint()):
@@ -386,7 +295,7 @@ def _parse_tags(tail: bytes | memoryview) -> list[tuple[int, bytes]] | None:
         for _ in range(r.uvarint()):
             tag = r.uvarint()
             fields.append((tag, r.take(r.uvarint())))
-    except _Truncated:
+    except Truncated:
         return None
     return fields if r.at_end else None
 
@@ -405,22 +314,22 @@ def _rewrite_endpoints(data: bytes, advertise: AddressRewrite) -> bytes:
     out = []
     count = r.compact_length()
     if count < 0:
-        raise _Truncated
+        raise Truncated
     out.append(_uvarint_bytes(count + 1))
     for _ in range(count):
         node_id = r.int32()
         host = r.compact_string()
         port = r.int32()
         if host is None:
-            raise _Truncated
+            raise Truncated
         rest = r.pos
         r.compact_string()  # rack
         r.skip_tags()
         host, port = advertise(node_id, host, port)
-        out += (_I32.pack(node_id), _compact_string_bytes(host), _I32.pack(port))
+        out += (I32.pack(node_id), _compact_string_bytes(host), I32.pack(port))
         out.append(bytes(data[rest : r.pos]))
     if not r.at_end:
-        raise _Truncated
+        raise Truncated
     return b"".join(out)
 
 
@@ -440,7 +349,7 @@ def rewrite_node_endpoints(
             (tag, _rewrite_endpoints(data, advertise) if tag == NODE_ENDPOINTS_TAG else data)
             for tag, data in fields
         ]
-    except _Truncated as exc:
+    except Truncated as exc:
         raise MalformedFrame("malformed node_endpoints in a response") from exc
 
 
@@ -481,7 +390,6 @@ def fit_tail(fields: list[tuple[int, bytes]], length: int) -> bytes:
     return tail
 
 
-# -- rewriting a response's tail --------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class NodeEndpointsTail:
     """The raw-frame transform for a Fetch v16+ or Produce v10+ response: ``node_endpoints``
@@ -525,7 +433,7 @@ class NodeEndpointsTail:
             return frame
         tail = _encode_tags(fields)
         size = tail_at - 4 + len(tail)
-        return b"".join((_I32.pack(size), frame[4:tail_at], tail))
+        return b"".join((I32.pack(size), frame[4:tail_at], tail))
 
     def stream(self, frame_size: int) -> TailStream:
         """Walk a response of ``frame_size`` bytes (size prefix included) as it streams."""
@@ -570,7 +478,7 @@ class TailStream:
         except StopIteration:
             self._walker = None
             return
-        except _Truncated as exc:
+        except Truncated as exc:
             raise MalformedFrame("a streamed response does not have its API's layout") from exc
         if self._pos + abs(step) > self._end:
             raise MalformedFrame("a streamed response's lengths run past its end")
@@ -623,265 +531,3 @@ class TailStream:
                     partial.clear()
                     self._next(chunk)
         return i
-
-
-# -- Produce requests -------------------------------------------------------------------------
-class ProducePartitionSkim:
-    """``PartitionProduceData``: the index and a view of the record batches."""
-
-    __slots__ = ("index", "records")
-
-    def __init__(self, index: int, records: memoryview | None) -> None:
-        self.index = index
-        self.records = records
-
-
-class NamedTopicSkim:
-    """``TopicProduceData`` up to v12 (by name)."""
-
-    __slots__ = ("name", "partition_data")
-
-    def __init__(self, name: str, partition_data: tuple[ProducePartitionSkim, ...]) -> None:
-        self.name = name
-        self.partition_data = partition_data
-
-
-class IdTopicSkim:
-    """``TopicProduceData`` from v13 (by topic id, KIP-516)."""
-
-    __slots__ = ("partition_data", "topic_id")
-
-    def __init__(self, topic_id: UUID, partition_data: tuple[ProducePartitionSkim, ...]) -> None:
-        self.topic_id = topic_id
-        self.partition_data = partition_data
-
-
-class ProduceRequestSkim:
-    """What authorization reads of a ProduceRequest, with the kio body's field names."""
-
-    __slots__ = ("acks", "topic_data", "transactional_id")
-
-    def __init__(
-        self,
-        transactional_id: str | None,
-        acks: int,
-        topic_data: tuple[NamedTopicSkim | IdTopicSkim, ...],
-    ) -> None:
-        self.transactional_id = transactional_id
-        self.acks = acks
-        self.topic_data = topic_data
-
-
-FIRST_SKIMMED_PRODUCE_VERSION: Final = 3
-LAST_SKIMMED_PRODUCE_VERSION: Final = 13
-
-
-def skim_produce_request(
-    frame: bytes | memoryview, version: int, client_id_end: int
-) -> ProduceRequestSkim | None:
-    """Read a whole ProduceRequest ``frame`` (``ProduceRequest.json`` v3–v13) after its client
-    id, as ``ProduceRequestData.read`` reads it; ``None`` for another version.
-
-    The rules are the generated reader's: any negative length or count is null (refused
-    where the field is not nullable), compact lengths are ``readUnsignedVarint() - 1`` in Java
-    ``int`` arithmetic, strings longer than 32767 bytes are refused, malformed UTF-8 is
-    replaced by U+FFFD (``new String(bytes, UTF_8)``), an all-zero topic id is
-    ``Uuid.ZERO_UUID`` and unknown tagged fields are skipped. Bytes after the body are ignored
-    (``RequestContext.parseRequest`` does not look for them). Every length is checked against
-    the frame: raises :class:`MalformedFrame` otherwise, as Kafka refuses the request."""
-    if not FIRST_SKIMMED_PRODUCE_VERSION <= version <= LAST_SKIMMED_PRODUCE_VERSION:
-        return None
-    view = memoryview(frame)
-    end = len(view)
-    try:
-        if version >= 9:
-            transactional_id, pos = _compact_string(view, _tags_end(view, client_id_end))
-            acks = _I16.unpack_from(view, pos)[0]
-            count, pos = _length_at(view, pos + 6)  # after acks, timeout_ms
-        else:
-            transactional_id, pos = _string(view, client_id_end, nullable=True)
-            acks, count = _ACKS_COUNT.unpack_from(view, pos)
-            pos += 10
-        if count < 0:  # ``ProduceRequestData.read`` refuses a null array
-            raise MalformedFrame("non-nullable field topic_data was serialized as null")
-        if count > end - pos:  # every entry takes a byte at least: a hostile count
-            raise _Truncated
-        topics = []
-        for _ in range(count):
-            topic, pos = _produce_topic(view, pos, version)
-            topics.append(topic)
-        if version >= 9:
-            pos = _tags_end(view, pos)
-    except (_Truncated, IndexError, struct.error) as exc:
-        raise MalformedFrame(
-            f"cannot decode ProduceRequest v{version}: its lengths run past the frame"
-        ) from exc
-    if pos > end:
-        raise MalformedFrame(
-            f"cannot decode ProduceRequest v{version}: its lengths run past the frame"
-        )
-    return ProduceRequestSkim(transactional_id, acks, tuple(topics))
-
-
-_ACKS_COUNT = struct.Struct(">h4xi")  # acks, timeout_ms, topic_data count
-
-
-def _produce_topic(
-    view: memoryview, pos: int, version: int
-) -> tuple[NamedTopicSkim | IdTopicSkim, int]:
-    flexible = version >= 9
-    name: str | None = None
-    if version >= 13:
-        if pos + 16 > len(view):
-            raise _Truncated
-        topic_id = UUID(bytes=bytes(view[pos : pos + 16]))
-        pos += 16
-    elif flexible:
-        name, pos = _compact_string(view, pos)
-    else:
-        name, pos = _string(view, pos, nullable=False)
-    partitions, pos = _produce_partitions(view, pos, flexible)
-    if flexible:
-        pos = _tags_end(view, pos)
-    if version >= 13:
-        return IdTopicSkim(topic_id, partitions), pos
-    if name is None:
-        raise _Truncated
-    return NamedTopicSkim(name, partitions), pos
-
-
-def _produce_partitions(
-    view: memoryview, pos: int, flexible: bool
-) -> tuple[tuple[ProducePartitionSkim, ...], int]:
-    if flexible:
-        count, pos = _length_at(view, pos)
-    else:
-        count = _I32.unpack_from(view, pos)[0]
-        pos += 4
-    if count < 0:
-        raise MalformedFrame("non-nullable field partition_data was serialized as null")
-    if count > len(view) - pos:
-        raise _Truncated
-    partitions = []
-    for _ in range(count):
-        index = _I32.unpack_from(view, pos)[0]
-        if flexible:
-            size, pos = _length_at(view, pos + 4)
-        else:
-            size = _I32.unpack_from(view, pos + 4)[0]
-            pos += 8
-        records = None
-        if size >= 0:
-            if pos + size > len(view):
-                raise _Truncated
-            records = view[pos : pos + size]
-            pos += size
-        if flexible:
-            pos = _tags_end(view, pos)
-        partitions.append(ProducePartitionSkim(index, records))
-    return tuple(partitions), pos
-
-
-_MAX_STRING: Final = 0x7FFF
-"""The generated readers refuse a longer string ("had invalid length")."""
-
-
-def _compact_string(view: memoryview, pos: int) -> tuple[str | None, int]:
-    length, pos = _length_at(view, pos)
-    if length < 0:
-        return None, pos
-    stop = pos + length
-    if length > _MAX_STRING or stop > len(view):
-        raise _Truncated
-    return str(view[pos:stop], "utf-8", "replace"), stop
-
-
-def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
-    length = _I16.unpack_from(view, pos)[0]
-    pos += 2
-    if length < 0:
-        if not nullable:
-            raise _Truncated
-        return None, pos
-    stop = pos + length
-    if stop > len(view):
-        raise _Truncated
-    return str(view[pos:stop], "utf-8", "replace"), stop
-
-
-# -- ShareFetch and ShareAcknowledge responses ------------------------------------------------
-SHARE_FETCH: Final = 78
-SHARE_ACKNOWLEDGE: Final = 79
-SHARE_RESPONSE_VERSIONS: Final = range(1, 3)
-"""``ShareFetchResponse.json`` / ``ShareAcknowledgeResponse.json`` v1–v2 (KIP-932)."""
-
-
-class ShareResponseSkim:
-    """What the share-session handlers check of a response before passing its bytes on."""
-
-    __slots__ = ("error_code", "has_node_endpoints", "partitions")
-
-    def __init__(
-        self, error_code: int, partitions: list[tuple[UUID, int]], has_node_endpoints: bool
-    ) -> None:
-        self.error_code = error_code
-        self.partitions = partitions
-        """(topic id, partition index) of every partition entry, in order."""
-        self.has_node_endpoints = has_node_endpoints
-
-
-def skim_share_response(
-    frame: bytes | memoryview, api_key: int, version: int
-) -> ShareResponseSkim | None:
-    """Walk a whole ShareFetch or ShareAcknowledge response by its lengths, records unread;
-    ``None`` for another version or a frame the walk cannot follow exactly to its end."""
-    if version not in SHARE_RESPONSE_VERSIONS:
-        return None
-    fetch = api_key == SHARE_FETCH
-    try:
-        pos = _tags_end(frame, 8) + 4  # header, throttle_time_ms
-        error_code = _I16.unpack_from(frame, pos)[0]
-        pos = _compact_end(frame, pos + 2, True)  # error_message
-        if fetch or version >= 2:
-            pos += 4  # acquisition_lock_timeout_ms
-        partitions: list[tuple[UUID, int]] = []
-        topics, pos = _uv(frame, pos)
-        for _ in range(topics - 1):
-            if pos + 16 > len(frame):
-                raise _Truncated
-            topic_id = UUID(bytes=bytes(frame[pos : pos + 16]))
-            pos = _share_partitions(frame, pos + 16, fetch, topic_id, partitions)
-        endpoints, pos = _uv(frame, pos)
-        for _ in range(endpoints - 1):  # node id, host, port, rack, tagged fields
-            pos = _tags_end(
-                frame, _compact_end(frame, _compact_end(frame, pos + 4, False) + 4, True)
-            )
-        pos = _tags_end(frame, pos)
-    except (_Truncated, IndexError, struct.error):
-        return None
-    if pos != len(frame):
-        return None
-    return ShareResponseSkim(error_code, partitions, endpoints > 1)
-
-
-def _share_partitions(
-    frame: bytes | memoryview,
-    pos: int,
-    fetch: bool,
-    topic_id: UUID,
-    out: list[tuple[UUID, int]],
-) -> int:
-    count, pos = _uv(frame, pos)
-    for _ in range(count - 1):
-        out.append((topic_id, _I32.unpack_from(frame, pos)[0]))
-        pos = _compact_end(frame, pos + 6, True)  # index, error_code, error_message
-        if fetch:
-            pos = _compact_end(frame, pos + 2, True)  # acknowledge error code and message
-        pos = _tags_end(frame, pos + 8)  # current_leader: leader id, epoch (no address)
-        if fetch:
-            pos = _compact_end(frame, pos, True)  # records
-            acquired, pos = _uv(frame, pos)
-            for _ in range(acquired - 1):  # first offset, last offset, delivery count
-                pos = _tags_end(frame, pos + 18)
-        pos = _tags_end(frame, pos)
-    return _tags_end(frame, pos)
