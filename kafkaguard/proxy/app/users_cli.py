@@ -32,6 +32,7 @@ from pathlib import Path
 
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.proxy.config import load_config
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import SaslZooKeeperConfig
 from kafkaguard.proxy.sasl.credentials import (
@@ -89,8 +90,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _credentials_path(args: argparse.Namespace) -> Path:
     if args.file is not None:
         return Path(args.file)
-    from kafkaguard.proxy.config import load_config
-
     config = load_config(args.config)
     for listener in config.listeners:
         if listener.sasl is None or (args.listener and listener.name != args.listener):
@@ -113,8 +112,6 @@ def _zookeeper_target(args: argparse.Namespace) -> SaslZooKeeperConfig | None:
     mechanisms = getattr(args, "mechanism", None) or []
     if any(m == plain.MECHANISM for m in mechanisms):
         return None  # PLAIN lives in the credentials file
-    from kafkaguard.proxy.config import load_config
-
     for listener in load_config(args.config).listeners:
         if listener.sasl is None or (args.listener and listener.name != args.listener):
             continue
