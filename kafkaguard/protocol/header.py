@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.strings import read_string
 
 _FIXED = struct.Struct(">ihhi")  # size, api key, api version, correlation id
 _INT16 = struct.Struct(">h")
@@ -59,8 +60,8 @@ def peek_request_header(frame: bytes | memoryview) -> RequestHeaderInfo:
     if end > len(frame):
         raise MalformedFrame("client id runs past the end of the request")
     # ``Readable.readString``: ``new String(bytes, UTF_8)``, malformed input replaced by
-    # U+FFFD, never refused.
-    client_id = bytes(frame[14:end]).decode("utf-8", errors="replace")
+    # U+FFFD as Java replaces it, never refused.
+    client_id = read_string(bytes(frame[14:end]))
     return RequestHeaderInfo(api_key, api_version, correlation_id, client_id, end)
 
 
