@@ -60,6 +60,7 @@ from types import NoneType, UnionType
 from typing import Any, Final, TypeAlias
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.strings import read_string
 
 __all__ = ["Edit", "OutOfRange", "Path", "Reading", "check_frame"]
 
@@ -190,12 +191,14 @@ def _tagged_fields(
     path: Path,
     known: dict[int, Walker],
     foreign: frozenset[int],
+    nulls: frozenset[int],
 ) -> int:
     """A KIP-482 tagged-field section as the generated readers read it: uvarint count (a
     negative ``int`` reads no field), then per field uvarint tag and size. A known field is
     read in place whatever its size says; an unknown one is skipped by its size
     (``readUnknownTaggedField``) and, since kio refuses unknown tags, removed from kio's copy;
-    one of ``foreign`` (defined at other versions only) is refused."""
+    one of ``foreign`` (defined at other versions only) is refused. A field of ``nulls`` sent
+    as null is null to Kafka, and absent (its null) to kio, which refuses it written null."""
     start = pos
     count = buf[pos]
     if count < 128:  # one-byte varints (counts, tags, sizes) nearly always: read inline
@@ -205,9 +208,10 @@ def _tagged_fields(
     count_end = pos
     if count * 2 > end - pos:
         raise MalformedFrame(f"{count} tagged fields in {max(end - pos, 0)} remaining bytes")
-    unknown: list[Edit] | None = None
+    removed: list[Edit] = []
     for _ in range(count):
         field_start = pos
+        edits = len(fix)
         tag = buf[pos]
         if tag < 128:
             pos += 1
@@ -219,18 +223,24 @@ def _tagged_fields(
         else:
             size, pos = _uvarint(buf, pos)
         walker = known.get(tag)
-        if walker is not None:
+        null = _null_end(buf, pos) if tag in nulls else 0
+        if walker is not None and not null:
             pos = walker(buf, pos, end, out, fix, path)
             continue
-        pos = _skip_unknown(tag, size, pos, end, foreign)
-        if unknown is None:  # rare: allocated on the first unknown field
-            unknown = []
-        unknown.append((field_start, pos, b""))
-    if unknown is not None or count < 0 or _java_int(buf, start, count_end):
-        removed = unknown or []
+        pos = null or _skip_unknown(tag, size, pos, end, foreign)
+        del fix[edits:]  # a long tag's own edit: the whole field goes
+        removed.append((field_start, pos, b""))
+    if removed or count < 0 or _java_int(buf, start, count_end):
         fix.append((start, count_end, _uvarint_bytes(max(count, 0) - len(removed))))
         fix.extend(removed)
     return pos
+
+
+def _null_end(buf: Buffer, pos: int) -> int:
+    """Past a compact length that is null (``readUnsignedVarint() - 1 < 0`` in ``int``
+    arithmetic), or 0 if it is not."""
+    value, end = _uvarint(buf, pos)
+    return end if value <= 0 and value != _INT32_MIN else 0
 
 
 def _skip_unknown(tag: int, size: int, pos: int, end: int, foreign: frozenset[int]) -> int:
@@ -276,7 +286,7 @@ def _text(buf: Buffer, pos: int, fix: list[Edit], flexible: bool, nullable: bool
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:
-        text = raw.decode("utf-8", "replace").encode("utf-8")
+        text = read_string(raw).encode("utf-8")
         if len(text) > _MAX_STRING:
             raise MalformedFrame(
                 f"{name}: {len(text)} bytes once malformed UTF-8 is replaced"
@@ -450,7 +460,8 @@ class _Source:
                 for f in _fields(entity)
                 if f.tag is not None
             }
-            tags = f"{self.constant(known)}, {self.constant(_other_tags(entity) - known.keys())}"
+            foreign = self.constant(_other_tags(entity) - known.keys())
+            tags = f"{self.constant(known)}, {foreign}, {self.constant(_nullable_tags(entity))}"
             self.emit(indent, "if buf[p]:")
             self.emit(indent + 1, f"p = _tags(buf, p, end, out, fix, ({', '.join(path)},), {tags})")
             self.emit(indent, "else:")
@@ -571,6 +582,26 @@ class _Source:
         namespace = {**_HELPERS, **self.constants}
         exec(compile(source, f"<guard {label}>", "exec"), namespace)
         return typing.cast(Walker, namespace["walk"])
+
+
+@cache
+def _nullable_tags(entity: type) -> frozenset[int]:
+    """The tags of ``entity``'s fields that are nullable and length-prefixed (strings, bytes,
+    arrays): kio types them optional, reading an absent field as null."""
+    hints = typing.get_type_hints(entity)
+    tags = set()
+    for field in dataclasses.fields(entity):
+        hint, nullable = _optional(hints[field.name])
+        if (
+            "tag" in field.metadata
+            and nullable
+            and (
+                typing.get_origin(hint) is tuple
+                or field.metadata.get("kafka_type") in ("string", "bytes", "records")
+            )
+        ):
+            tags.add(int(field.metadata["tag"]))
+    return frozenset(tags)
 
 
 _VERSION_MODULE: Final = re.compile(r"v\d+")

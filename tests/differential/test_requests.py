@@ -9,6 +9,7 @@ agreement: regression tests of the readers' fixes.
 
 from __future__ import annotations
 
+import random
 import struct
 import uuid
 from typing import Any
@@ -232,6 +233,32 @@ def test_a_tag_the_struct_defines_at_other_versions(kafka_reader: KafkaReferee) 
     for tag, accepted in ((1, False), (2, True)):
         appended = resized(frame[:at] + b"\x01" + uvarint(tag) + b"\x00" + frame[at + 1 :])
         assert_agree(kafka_reader, appended, accepted=accepted)
+
+
+def test_a_tagged_nullable_field_sent_null(kafka_reader: KafkaReferee) -> None:
+    """FetchRequest's ClusterId (tag 0) written as null: null to Kafka; kio, which reads a
+    tagged field as non-nullable, is shown it absent (its null)."""
+    frame = request(1, 12, cluster_id="x", max_bytes=1, topics=(), forgotten_topics_data=())
+    tag = b"\x01\x00\x02\x02x"  # one tagged field: tag 0 (cluster id), 2 bytes: "x"
+    at = frame.rindex(tag)
+    assert_agree(kafka_reader, resized(frame[:at] + b"\x01\x00\x01\x00" + frame[at + 5 :]))
+
+
+def test_malformed_utf8_is_replaced_as_java_replaces_it(kafka_reader: KafkaReferee) -> None:
+    """Client ids of bytes around UTF-8's edges: the header peek's U+FFFDs are Java's."""
+    rng = random.Random(SEED)
+    edges = [0x41, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xED]
+    edges += [0xEF, 0xF0, 0xF4, 0xF5, 0xF7, 0xF8, 0xFF]
+    frame = metadata_v12(topics=())
+    assert frame[12:15] == b"\x00\x01t"
+    frames = []
+    for _ in range(2000):
+        raw = bytes(rng.choice(edges) for _ in range(rng.randrange(1, 8)))
+        frames.append(
+            (raw.hex(), resized(frame[:12] + struct.pack(">h", len(raw)) + raw + frame[15:]))
+        )
+    figures = differential.run(kafka_reader, frames)
+    assert figures.categories[AGREE_ACCEPT] == len(frames), figures.report()
 
 
 # -- the regex op another helper's test relies on --------------------------------------------
