@@ -36,6 +36,7 @@ from typing import Final
 from uuid import UUID
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.strings import read_string
 
 FIRST_SKIMMABLE_VERSION: Final = 12
 """FetchResponse's layout below is fixed from v12 (flexible, topic ids from v13) to v18."""
@@ -793,7 +794,7 @@ def _compact_string(view: memoryview, pos: int) -> tuple[str | None, int]:
     stop = pos + length
     if length > _MAX_STRING or stop > len(view):
         raise _Truncated
-    return str(view[pos:stop], "utf-8", "replace"), stop
+    return read_string(bytes(view[pos:stop])), stop
 
 
 def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
@@ -806,7 +807,7 @@ def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int
     stop = pos + length
     if stop > len(view):
         raise _Truncated
-    return str(view[pos:stop], "utf-8", "replace"), stop
+    return read_string(bytes(view[pos:stop])), stop
 
 
 # -- ShareFetch and ShareAcknowledge responses ------------------------------------------------
