@@ -62,7 +62,7 @@ from typing import Any, Final, TypeAlias
 from kafkaguard.protocol.errors import MalformedFrame
 from kafkaguard.protocol.strings import read_string
 
-__all__ = ["Edit", "OutOfRange", "Path", "Reading", "check_frame"]
+__all__ = ["Edit", "OutOfRange", "Path", "Reading", "check_frame", "uvarint_bytes"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 Path: TypeAlias = tuple[str | int, ...]
@@ -140,7 +140,8 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     return value - (1 << 32) if value > _INT32_MAX else value, pos + 5
 
 
-def _uvarint_bytes(value: int) -> bytes:
+def uvarint_bytes(value: int) -> bytes:
+    """``ByteUtils.writeUnsignedVarint``."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -163,7 +164,7 @@ def _compact_length(buf: Buffer, pos: int, fix: list[Edit]) -> tuple[int, int]:
     value, pos = _uvarint(buf, pos)
     length = _INT32_MAX if value == _INT32_MIN else value - 1
     if _java_int(buf, start, pos):
-        fix.append((start, pos, b"\0" if length < 0 else _uvarint_bytes(length + 1)))
+        fix.append((start, pos, b"\0" if length < 0 else uvarint_bytes(length + 1)))
     return length, pos
 
 
@@ -231,7 +232,7 @@ def _tagged_fields(
         del fix[edits:]  # a long tag's own edit: the whole field goes
         removed.append((field_start, pos, b""))
     if removed or count < 0 or _java_int(buf, start, count_end):
-        fix.append((start, count_end, _uvarint_bytes(max(count, 0) - len(removed))))
+        fix.append((start, count_end, uvarint_bytes(max(count, 0) - len(removed))))
         fix.extend(removed)
     return pos
 
@@ -260,7 +261,7 @@ def _long_tag(buf: Buffer, pos: int, fix: list[Edit], known: dict[int, Walker]) 
     start = pos
     tag, pos = _uvarint(buf, pos)
     if tag in known and _java_int(buf, start, pos):
-        fix.append((start, pos, _uvarint_bytes(tag)))
+        fix.append((start, pos, uvarint_bytes(tag)))
     return tag, pos
 
 
@@ -291,7 +292,7 @@ def _text(buf: Buffer, pos: int, fix: list[Edit], flexible: bool, nullable: bool
             raise MalformedFrame(
                 f"{name}: {len(text)} bytes once malformed UTF-8 is replaced"
             ) from None
-        size = _uvarint_bytes(len(text) + 1) if flexible else _INT16.pack(len(text))
+        size = uvarint_bytes(len(text) + 1) if flexible else _INT16.pack(len(text))
         fix.append((start, stop, size + text))
         return stop
     fix += prefix
