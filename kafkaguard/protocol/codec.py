@@ -15,8 +15,9 @@ import struct
 import typing
 import uuid
 from collections.abc import Mapping
-from dataclasses import MISSING, fields, is_dataclass, replace
+from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from functools import cache
 from types import NoneType, UnionType
 from typing import Any, Final, TypeVar
@@ -39,6 +40,7 @@ from kafkaguard.protocol.framing import Frame
 __all__ = [
     "API_NAMES",
     "ErrorCode",
+    "Millis",
     "make_entity",
     "nested_type",
     "RequestPayload",
@@ -128,8 +130,8 @@ def _decode(frame: Frame, header_type: type[Any], schema: type[_E]) -> _E:
             body = _kio_read(frame, reading, schema)
         except Exception as again:
             raise MalformedFrame(f"cannot decode {schema.__name__}: {again}") from again
-    for offset, path in reading.negatives:
-        body = _put(body, path, _timestamp(frame, offset, schema.__name__))
+    for offset, path, kafka_type in reading.out_of_range:
+        body = _put(body, path, _int64_time(frame, offset, kafka_type))
     return body
 
 
@@ -141,7 +143,7 @@ def _kio_read(frame: Frame, reading: guard.Reading, schema: type[_E]) -> _E:
     """kio's reading of the body, from the frame or the copy :func:`_kio_copy` makes."""
     data: Frame = frame
     body_offset = reading.body_offset
-    if reading.edits or reading.negatives:
+    if reading.edits or reading.out_of_range:
         data, body_offset = _kio_copy(frame, reading)
     body: _E = entity_reader(schema)(data, body_offset)[0]
     return body
@@ -150,10 +152,9 @@ def _kio_read(frame: Frame, reading: guard.Reading, schema: type[_E]) -> _E:
 def _kio_copy(frame: Frame, reading: guard.Reading) -> tuple[bytes, int]:
     """The frame as kio must see it to read what Kafka reads, and where its body starts
     there: the guard's edits (null markers and lengths, unknown tagged fields removed) and the
-    timestamps kio refuses zeroed. The original bytes are still what is forwarded."""
-    edits = sorted(
-        [*reading.edits, *((offset, offset + 8, bytes(8)) for offset, _ in reading.negatives)]
-    )
+    int64 times kio cannot read zeroed. The original bytes are still what is forwarded."""
+    zeroed = ((offset, offset + 8, bytes(8)) for offset, _, _ in reading.out_of_range)
+    edits = sorted([*reading.edits, *zeroed])
     parts: list[Frame] = []
     pos = 0
     body_offset = reading.body_offset
@@ -166,25 +167,44 @@ def _kio_copy(frame: Frame, reading: guard.Reading) -> tuple[bytes, int]:
     return b"".join(parts), body_offset
 
 
-# -- timestamps kio refuses --------------------------------------------------------------------
-# kio reads datetime_i64 only as non-negative (or -1 for null where the field is nullable), yet
-# Kafka sends other values: DescribeTransactionsResponse.transaction_start_time_ms is -1 for an
-# Empty transaction. Such fields are zeroed in kio's copy of the frame, then set to the
-# exact pre-epoch datetime, which kio's writer encodes back to the same int64
-# (round(timestamp() * 1000) is exact for every millisecond from year 1 on).
+# -- int64 times kio cannot read ----------------------------------------------------------------
+# kio reads datetime_i64 only as non-negative (or -1 for null where the field is nullable) up
+# to year 9999, and timedelta_i64 only within ``timedelta``'s range, yet Kafka reads any int64
+# there (DescribeTransactionsResponse.transaction_start_time_ms is -1 for an Empty
+# transaction; OffsetCommitRequest.retention_time_ms is whatever the client sends). Such
+# fields are zeroed in kio's copy of the frame, then set to the value Kafka reads: the exact
+# pre-epoch datetime where ``datetime`` holds it (round(timestamp() * 1000) is exact for every
+# millisecond from year 1 on), else :class:`Millis`, which kio's writer encodes back to the
+# same int64.
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _INT64: Final = struct.Struct(">q")
 
 
-def _timestamp(frame: Frame, offset: int, schema_name: str) -> datetime:
+@dataclass(frozen=True, slots=True)
+class Millis:
+    """An int64 duration or timestamp (milliseconds) beyond ``timedelta`` or ``datetime``, in
+    place of one in a decoded entity. Handlers decide nothing on these fields; kio's writers
+    call ``total_seconds()`` (durations) or ``timestamp()`` (timestamps) and multiply by
+    1000, which a ``Fraction`` keeps exact."""
+
+    millis: int
+
+    def total_seconds(self) -> Fraction:
+        return Fraction(self.millis, 1000)
+
+    def timestamp(self) -> Fraction:
+        return Fraction(self.millis, 1000)
+
+
+def _int64_time(frame: Frame, offset: int, kafka_type: str) -> datetime | Millis:
     millis: int = _INT64.unpack_from(frame, offset)[0]
-    try:
-        return _EPOCH + timedelta(milliseconds=millis)
-    except OverflowError as exc:
-        raise MalformedFrame(
-            f"cannot decode {schema_name}: timestamp {millis} out of range"
-        ) from exc
+    if kafka_type == "datetime_i64":
+        try:
+            return _EPOCH + timedelta(milliseconds=millis)
+        except OverflowError:
+            pass
+    return Millis(millis)
 
 
 def _put(node: Any, path: guard.Path, value: Any) -> Any:

@@ -26,17 +26,22 @@ The walk follows kio's reader exactly, so that what kio reads afterwards is what
 * ``RequestHeader.client_id`` is always a legacy nullable string (as in Kafka's
   ``RequestHeader.json``);
 * a nullable struct (KIP-893) is an int8 marker, -1 for null, then the struct;
-* a known tagged field must fill exactly its declared size (kio reads it in place, ignoring
-  the size); an unknown one is skipped by its size (kio then refuses it);
+* a known tagged field is read in place, its declared size ignored; an unknown one is skipped
+  by its size (and removed from kio's copy, kio refusing it), but a tag the same struct
+  defines at other versions of its message is refused, as the generated readers refuse it
+  ("Tag 1 is not valid for version 17");
 * varints are at most 5 bytes (``ByteUtils.readUnsignedVarint``).
 
 Trailing bytes after the body are not an error: Kafka's ``RequestContext.parseRequest`` and
 ``AbstractResponse.parseResponse`` do not check for them, and neither does kio, so refusing
 them would break requests the proxy accepts today.
 
-The walk also reports where ``datetime_i64`` fields hold values kio refuses (negative,
-below -1 for nullable ones), so :mod:`codec` can decode them anyway (Kafka sends -1 for
-``DescribeTransactionsResponse.transaction_start_time_ms`` of an Empty transaction).
+The walk also reports where ``datetime_i64`` and ``timedelta_i64`` fields hold values kio
+cannot read or write back exactly (a timestamp that is negative, below -1 for nullable ones,
+or past year 9999; a duration of 2^50 ms or more either way, which overflows ``timedelta`` or
+re-encodes inexactly), so :mod:`codec` can decode them anyway: Kafka reads any int64 there
+(it sends -1 for ``DescribeTransactionsResponse.transaction_start_time_ms`` of an Empty
+transaction; a client may send ``OffsetCommitRequest.retention_time_ms`` of any value).
 
 Sans-I/O: only bytes in, offsets out.
 """
@@ -44,6 +49,9 @@ Sans-I/O: only bytes in, offsets out.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
+import re
 import struct
 import typing
 from collections.abc import Callable
@@ -52,31 +60,34 @@ from types import NoneType, UnionType
 from typing import Any, Final, TypeAlias
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.strings import read_string
 
-__all__ = ["Edit", "NegativeTimestamp", "Path", "Reading", "check_frame"]
+__all__ = ["Edit", "OutOfRange", "Path", "Reading", "check_frame", "uvarint_bytes"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 Path: TypeAlias = tuple[str | int, ...]
-NegativeTimestamp: TypeAlias = tuple[int, Path]
-"""Offset in the frame of a ``datetime_i64`` kio refuses, and its path in the decoded body:
-field names and array indices (``("transaction_states", 0, "transaction_start_time")``)."""
+OutOfRange: TypeAlias = tuple[int, Path, str]
+"""Offset in the frame of a ``datetime_i64`` or ``timedelta_i64`` kio cannot read (or write
+back) exactly, its path in the decoded body, field names and array indices
+(``("transaction_states", 0, "transaction_start_time")``), and its kafka type."""
 
 Edit: TypeAlias = tuple[int, int, bytes]
 """``(start, stop, replacement)``: bytes of the frame kio must read differently, to read what
 Kafka reads (a negative marker or length as null, an unknown tagged field as absent)."""
 
-Walker: TypeAlias = Callable[[Buffer, int, int, list[NegativeTimestamp], list[Edit], Path], int]
+Walker: TypeAlias = Callable[[Buffer, int, int, list[OutOfRange], list[Edit], Path], int]
 """``walk(buf, pos, end, out, fix, path) -> new pos``; may run past ``end`` (checked by
 callers)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reading:
-    """What :func:`check_frame` found: where the body starts, and what kio must be shown
-    differently to read the frame as Kafka does (both usually empty)."""
+    """What :func:`check_frame` found: where the body starts, the int64 times kio cannot read,
+    and what kio must be shown differently to read the frame as Kafka does (both usually
+    empty)."""
 
     body_offset: int
-    negatives: list[NegativeTimestamp]
+    out_of_range: list[OutOfRange]
     edits: list[Edit]
 
 
@@ -104,6 +115,10 @@ _INT16: Final = struct.Struct(">h")
 _MAX_STRING: Final = 0x7FFF
 """The generated readers refuse a longer string ("had invalid length")."""
 _INT32_MAX: Final = (1 << 31) - 1
+_MAX_DATETIME_MS: Final = 253402300799999
+"""``datetime.max`` (year 9999) in milliseconds since the epoch: kio refuses later times."""
+_EXACT_DURATION_MS: Final = 1 << 50
+"""kio's ``timedelta`` round trip (``round(total_seconds() * 1000)``) is exact below this."""
 
 
 # -- helpers called by the generated walkers ---------------------------------------------------
@@ -125,7 +140,8 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     return value - (1 << 32) if value > _INT32_MAX else value, pos + 5
 
 
-def _uvarint_bytes(value: int) -> bytes:
+def uvarint_bytes(value: int) -> bytes:
+    """``ByteUtils.writeUnsignedVarint``."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -148,7 +164,7 @@ def _compact_length(buf: Buffer, pos: int, fix: list[Edit]) -> tuple[int, int]:
     value, pos = _uvarint(buf, pos)
     length = _INT32_MAX if value == _INT32_MIN else value - 1
     if _java_int(buf, start, pos):
-        fix.append((start, pos, b"\0" if length < 0 else _uvarint_bytes(length + 1)))
+        fix.append((start, pos, b"\0" if length < 0 else uvarint_bytes(length + 1)))
     return length, pos
 
 
@@ -171,15 +187,19 @@ def _tagged_fields(
     buf: Buffer,
     pos: int,
     end: int,
-    out: list[NegativeTimestamp],
+    out: list[OutOfRange],
     fix: list[Edit],
     path: Path,
     known: dict[int, Walker],
+    foreign: frozenset[int],
+    nulls: frozenset[int],
 ) -> int:
     """A KIP-482 tagged-field section as the generated readers read it: uvarint count (a
     negative ``int`` reads no field), then per field uvarint tag and size. A known field is
     read in place whatever its size says; an unknown one is skipped by its size
-    (``readUnknownTaggedField``) and, since kio refuses unknown tags, removed from kio's copy."""
+    (``readUnknownTaggedField``) and, since kio refuses unknown tags, removed from kio's copy;
+    one of ``foreign`` (defined at other versions only) is refused. A field of ``nulls`` sent
+    as null is null to Kafka, and absent (its null) to kio, which refuses it written null."""
     start = pos
     count = buf[pos]
     if count < 128:  # one-byte varints (counts, tags, sizes) nearly always: read inline
@@ -189,9 +209,10 @@ def _tagged_fields(
     count_end = pos
     if count * 2 > end - pos:
         raise MalformedFrame(f"{count} tagged fields in {max(end - pos, 0)} remaining bytes")
-    unknown: list[Edit] | None = None
+    removed: list[Edit] = []
     for _ in range(count):
         field_start = pos
+        edits = len(fix)
         tag = buf[pos]
         if tag < 128:
             pos += 1
@@ -203,22 +224,35 @@ def _tagged_fields(
         else:
             size, pos = _uvarint(buf, pos)
         walker = known.get(tag)
-        if walker is not None:
+        null = _null_end(buf, pos) if tag in nulls else 0
+        if walker is not None and not null:
             pos = walker(buf, pos, end, out, fix, path)
             continue
-        if size < 0 or pos + size > end:
-            raise MalformedFrame(
-                f"tagged field {tag} of {size} bytes in {end - pos} remaining bytes"
-            )
-        pos += size
-        if unknown is None:  # rare: allocated on the first unknown field
-            unknown = []
-        unknown.append((field_start, pos, b""))
-    if unknown is not None or count < 0 or _java_int(buf, start, count_end):
-        removed = unknown or []
-        fix.append((start, count_end, _uvarint_bytes(max(count, 0) - len(removed))))
+        pos = null or _skip_unknown(tag, size, pos, end, foreign)
+        del fix[edits:]  # a long tag's own edit: the whole field goes
+        removed.append((field_start, pos, b""))
+    if removed or count < 0 or _java_int(buf, start, count_end):
+        fix.append((start, count_end, uvarint_bytes(max(count, 0) - len(removed))))
         fix.extend(removed)
     return pos
+
+
+def _null_end(buf: Buffer, pos: int) -> int:
+    """Past a compact length that is null (``readUnsignedVarint() - 1 < 0`` in ``int``
+    arithmetic), or 0 if it is not."""
+    value, end = _uvarint(buf, pos)
+    return end if value <= 0 and value != _INT32_MIN else 0
+
+
+def _skip_unknown(tag: int, size: int, pos: int, end: int, foreign: frozenset[int]) -> int:
+    """Past a tagged field the struct does not define at this version
+    (``readUnknownTaggedField``), unless it defines it at another: the generated readers'
+    ``case`` for that tag throws ("Tag 1 is not valid for version 17")."""
+    if tag in foreign:
+        raise MalformedFrame(f"tag {tag} is not valid for this version")
+    if size < 0 or pos + size > end:
+        raise MalformedFrame(f"tagged field {tag} of {size} bytes in {end - pos} remaining bytes")
+    return pos + size
 
 
 def _long_tag(buf: Buffer, pos: int, fix: list[Edit], known: dict[int, Walker]) -> tuple[int, int]:
@@ -227,7 +261,7 @@ def _long_tag(buf: Buffer, pos: int, fix: list[Edit], known: dict[int, Walker]) 
     start = pos
     tag, pos = _uvarint(buf, pos)
     if tag in known and _java_int(buf, start, pos):
-        fix.append((start, pos, _uvarint_bytes(tag)))
+        fix.append((start, pos, uvarint_bytes(tag)))
     return tag, pos
 
 
@@ -253,12 +287,12 @@ def _text(buf: Buffer, pos: int, fix: list[Edit], flexible: bool, nullable: bool
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:
-        text = raw.decode("utf-8", "replace").encode("utf-8")
+        text = read_string(raw).encode("utf-8")
         if len(text) > _MAX_STRING:
             raise MalformedFrame(
                 f"{name}: {len(text)} bytes once malformed UTF-8 is replaced"
             ) from None
-        size = _uvarint_bytes(len(text) + 1) if flexible else _INT16.pack(len(text))
+        size = uvarint_bytes(len(text) + 1) if flexible else _INT16.pack(len(text))
         fix.append((start, stop, size + text))
         return stop
     fix += prefix
@@ -367,6 +401,8 @@ def _fixed_size(field: _Field, nullable: bool) -> int | None:
     """The exact size of one value of ``field`` if every encoding has it, else None."""
     if field.entity is not None:
         return _fixed_entity_size(field.entity) if not nullable else None
+    if field.kafka_type == "timedelta_i64":  # its value is looked at
+        return None
     return _FIXED.get(field.kafka_type)
 
 
@@ -425,11 +461,10 @@ class _Source:
                 for f in _fields(entity)
                 if f.tag is not None
             }
+            foreign = self.constant(_other_tags(entity) - known.keys())
+            tags = f"{self.constant(known)}, {foreign}, {self.constant(_nullable_tags(entity))}"
             self.emit(indent, "if buf[p]:")
-            self.emit(
-                indent + 1,
-                f"p = _tags(buf, p, end, out, fix, ({', '.join(path)},), {self.constant(known)})",
-            )
+            self.emit(indent + 1, f"p = _tags(buf, p, end, out, fix, ({', '.join(path)},), {tags})")
             self.emit(indent, "else:")
             self.emit(indent + 1, "p += 1")
 
@@ -494,10 +529,15 @@ class _Source:
         if kafka_type == "string" and self.text:
             flexible = field.flexible
             self.emit(indent, f"p = _text(buf, p, fix, {flexible}, {nullable}, {name})")
-        elif kafka_type == "datetime_i64":
-            # kio refuses negative timestamps (-1 is null where nullable): report them.
-            self.emit(indent, f"if _q(buf, p)[0] < {-1 if nullable else 0}:")
-            self.emit(indent + 1, f"out.append((p, ({', '.join([*path, name])},)))")
+        elif kafka_type in ("datetime_i64", "timedelta_i64"):
+            # Values kio cannot read or write back exactly are reported (see the module's doc).
+            if kafka_type == "datetime_i64":  # -1 is null where nullable
+                low, high = (-1 if nullable else 0), _MAX_DATETIME_MS
+            else:
+                low, high = -_EXACT_DURATION_MS, _EXACT_DURATION_MS
+            self.emit(indent, f"if not {low} <= _q(buf, p)[0] <= {high}:")
+            where = f"({', '.join([*path, name])},)"
+            self.emit(indent + 1, f"out.append((p, {where}, {kafka_type!r}))")
             self.emit(indent, "p += 8")
         elif kafka_type == "bool":
             self.boolean(indent, "p")
@@ -546,6 +586,55 @@ class _Source:
 
 
 @cache
+def _nullable_tags(entity: type) -> frozenset[int]:
+    """The tags of ``entity``'s fields that are nullable and length-prefixed (strings, bytes,
+    arrays): kio types them optional, reading an absent field as null."""
+    hints = typing.get_type_hints(entity)
+    tags = set()
+    for field in dataclasses.fields(entity):
+        hint, nullable = _optional(hints[field.name])
+        if (
+            "tag" in field.metadata
+            and nullable
+            and (
+                typing.get_origin(hint) is tuple
+                or field.metadata.get("kafka_type") in ("string", "bytes", "records")
+            )
+        ):
+            tags.add(int(field.metadata["tag"]))
+    return frozenset(tags)
+
+
+_VERSION_MODULE: Final = re.compile(r"v\d+")
+
+
+@cache
+def _other_tags(entity: type) -> frozenset[int]:
+    """The tags ``entity``'s struct defines at any version of its message: kio has one module
+    per version (``kio.schema.fetch.v17.request``), each defining the struct by the same name,
+    as Kafka's message JSON does (struct names are unique within a message)."""
+    parts = entity.__module__.split(".")
+    at = next((i for i, part in enumerate(parts) if _VERSION_MODULE.fullmatch(part)), None)
+    if at is None:
+        return frozenset()
+    package = importlib.import_module(".".join(parts[:at]))
+    tags: set[int] = set()
+    for version in pkgutil.iter_modules(package.__path__):
+        if not _VERSION_MODULE.fullmatch(version.name):
+            continue
+        name = ".".join([*parts[:at], version.name, *parts[at + 1 :]])
+        try:
+            sibling = getattr(importlib.import_module(name), entity.__name__, None)
+        except ImportError:
+            continue
+        if dataclasses.is_dataclass(sibling):
+            tags.update(
+                int(f.metadata["tag"]) for f in dataclasses.fields(sibling) if "tag" in f.metadata
+            )
+    return frozenset(tags)
+
+
+@cache
 def _entity_walker(entity: type, text: bool) -> Walker:
     """The walker of a header or a body."""
     source = _Source(text)
@@ -567,13 +656,13 @@ def check_frame(frame: Buffer, header: type, body: type, *, text: bool = False) 
     Kafka's generated readers have it ("non-nullable field ... was serialized as null"; for a
     request, ``RequestContext.parseRequest`` then closes the connection).
 
-    Returns where the body starts, the negative timestamps kio would refuse and the edits kio
+    Returns where the body starts, the int64 times kio cannot read and the edits kio
     needs to read what Kafka reads (usually none); raises :class:`MalformedFrame` if any
     length, count or size does not fit in the frame. With ``text``, strings are also read
     as Kafka reads them (malformed UTF-8 replaced), for a frame kio refused: the common walk
     skips them unread.
     """
-    out: list[NegativeTimestamp] = []
+    out: list[OutOfRange] = []
     fix: list[Edit] = []
     end = len(frame)
     try:

@@ -5,8 +5,11 @@ may be forwarded untouched, and it needs only fixed offsets plus the client id. 
 v1 and v2 share these fields (v2 only appends tagged fields, which :mod:`guard` walks when a
 body is decoded, unknown ones skipped as Kafka skips them); header v0 (ControlledShutdown v0
 only) has no client id and is refused by the registry before the client id would matter. The
-client id is read as ``RequestHeaderData`` reads it: any negative length is null, and
-malformed UTF-8 becomes U+FFFD (``new String(bytes, UTF_8)``), never an error.
+client id is read as ``RequestHeader.parse`` reads it: any negative length is null
+(``RequestHeaderData``), which it then makes empty ("we treat a null client ID as equivalent
+to an empty client ID"), and malformed UTF-8 becomes U+FFFD (``new String(bytes, UTF_8)``),
+never an error. So every use of the client id (KIP-504 request context, audit, logs) sees the
+string the broker sees.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.strings import read_string
 
 _FIXED = struct.Struct(">ihhi")  # size, api key, api version, correlation id
 _INT16 = struct.Struct(">h")
@@ -27,7 +31,8 @@ class RequestHeaderInfo:
     api_key: int
     api_version: int
     correlation_id: int
-    client_id: str | None
+    client_id: str
+    """Never null: ``RequestHeader.parse`` reads a null client id as empty."""
     client_id_end: int
     """Offset in the frame (size prefix included) just past the client id."""
 
@@ -45,16 +50,18 @@ def peek_request_header(frame: bytes | memoryview) -> RequestHeaderInfo:
     _, api_key, api_version, correlation_id = _FIXED.unpack_from(frame, 0)
     if len(frame) < 14:
         # Header v0 (no client id) only exists for ControlledShutdown v0, which is refused.
-        return RequestHeaderInfo(api_key, api_version, correlation_id, None, 12)
+        return RequestHeaderInfo(api_key, api_version, correlation_id, "", 12)
     (length,) = _INT16.unpack_from(frame, 12)
-    if length < 0:  # any negative length is null (``readShort() < 0`` in RequestHeaderData)
-        return RequestHeaderInfo(api_key, api_version, correlation_id, None, 14)
+    if length < 0:
+        # Any negative length is null (``readShort() < 0`` in ``RequestHeaderData``), and
+        # ``RequestHeader.parse`` makes a null client id empty.
+        return RequestHeaderInfo(api_key, api_version, correlation_id, "", 14)
     end = 14 + length
     if end > len(frame):
         raise MalformedFrame("client id runs past the end of the request")
     # ``Readable.readString``: ``new String(bytes, UTF_8)``, malformed input replaced by
-    # U+FFFD, never refused.
-    client_id = bytes(frame[14:end]).decode("utf-8", errors="replace")
+    # U+FFFD as Java replaces it, never refused.
+    client_id = read_string(bytes(frame[14:end]))
     return RequestHeaderInfo(api_key, api_version, correlation_id, client_id, end)
 
 

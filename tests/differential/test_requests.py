@@ -2,13 +2,14 @@
 
 ``test_seeded_frames`` is the bulk run (:mod:`tests.support.fuzz.differential`): frames from
 the fuzz generator, for every API key and version the proxy serves, valid and mutated. It
-fails on any disagreement that is not a known one. The targeted cases below prove the suite
-sees each known disagreement: each builds the one frame that shows it and asserts agreement,
-so each is a strict xfail until the proxy reads that frame as Kafka does.
+fails on any disagreement that is not a documented deviation (docs/deviations.md). The
+targeted cases below each build the one frame that showed a disagreement once and assert
+agreement: regression tests of the readers' fixes.
 """
 
 from __future__ import annotations
 
+import random
 import struct
 import uuid
 from typing import Any
@@ -26,26 +27,15 @@ pytestmark = pytest.mark.kafka
 SEEDED_FRAMES = 100_000
 SEED = 24
 
-FIXED_ON_READ_AS_KAFKA = pytest.mark.xfail(strict=True, reason="fixed by the read-as-kafka branch")
-
-
-def found_here(why: str) -> pytest.MarkDecorator:
-    """A disagreement this suite found, outside the read-as-kafka branch's list."""
-    return pytest.mark.xfail(strict=True, reason=f"found by the differential: {why}")
-
 
 def outcome(referee: KafkaReferee, frame: bytes) -> Outcome:
     harness = differential.principal_harness(dict(differential.TOPIC_IDS))
     return differential.compare(harness, frame, referee.request(frame))
 
 
-def assert_agree(
-    referee: KafkaReferee, frame: bytes, *, accepted: bool = True, but: str = ""
-) -> None:
-    """Both sides accept (refuse) ``frame``, but for the known disagreement ``but``."""
+def assert_agree(referee: KafkaReferee, frame: bytes, *, accepted: bool = True) -> None:
+    """Both sides accept (refuse) ``frame`` and, accepted, read it alike."""
     result = outcome(referee, frame)
-    if but and differential.classify(result.detail, "") == but:
-        return
     expected = AGREE_ACCEPT if accepted else AGREE_REFUSE
     assert result.category == expected, f"{result.category}: {result.detail}"
 
@@ -79,8 +69,8 @@ def test_seeded_frames(kafka_reader: KafkaReferee) -> None:
 
 
 def test_valid_frames_of_every_served_version_agree(kafka_reader: KafkaReferee) -> None:
-    """Unmutated frames of every (api key, version) the proxy serves read the same (but for
-    the known disagreements: random enum values and zero topic ids are valid frames too)."""
+    """Unmutated frames of every (api key, version) the proxy serves read the same (random
+    enum values and zero topic ids included)."""
     from kafkaguard.proxy.handlers import REGISTRY
     from tests.support.fuzz.frames import FrameGenerator
 
@@ -125,10 +115,9 @@ def test_an_authorized_resource_kafka_did_not_read_is_seen(kafka_reader: KafkaRe
     assert outcome.category == differential.AUTHZ
 
 
-# -- known: fixed on the read-as-kafka branch ------------------------------------------------
+# -- disagreements fixed: the frames that showed them --------------------------------------
 
 
-@FIXED_ON_READ_AS_KAFKA
 @pytest.mark.parametrize("marker", [0x80, 0xFE])
 def test_nullable_struct_marker(kafka_reader: KafkaReferee, marker: int) -> None:
     frame = request(75, 0, topics=(), response_partition_limit=10, cursor=None)
@@ -136,7 +125,6 @@ def test_nullable_struct_marker(kafka_reader: KafkaReferee, marker: int) -> None
     assert_agree(kafka_reader, resized(frame[:-2] + bytes([marker]) + frame[-1:]))
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_unknown_tagged_field_in_body(kafka_reader: KafkaReferee) -> None:
     frame = metadata_v12(topics=())
     assert frame[-1] == 0  # the body's tag section
@@ -144,7 +132,6 @@ def test_unknown_tagged_field_in_body(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, resized(frame[:-1] + b"\x01" + tag))
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_unknown_tagged_field_in_header(kafka_reader: KafkaReferee) -> None:
     frame = metadata_v12(topics=())
     end = 14 + 1  # the client id "t", then the header's tag section
@@ -153,21 +140,17 @@ def test_unknown_tagged_field_in_header(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, resized(frame[:end] + b"\x01" + tag + frame[end + 1 :]))
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_trailing_bytes_after_produce(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, resized(request(0, 9, acks=1, topic_data=()) + b"\0\0"))
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_client_id_length_minus_two(kafka_reader: KafkaReferee) -> None:
     frame = metadata_v12(topics=())
     assert frame[12:15] == b"\x00\x01t"
-    # Read as -1 is, a null client id (its own disagreement: test_null_client_id).
-    frame = resized(frame[:12] + b"\xff\xfe" + frame[15:])
-    assert_agree(kafka_reader, frame, but=differential.NULL_CLIENT_ID)
+    # Read as -1 is, a null client id: "" to RequestHeader.parse.
+    assert_agree(kafka_reader, resized(frame[:12] + b"\xff\xfe" + frame[15:]))
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_array_length_minus_two(kafka_reader: KafkaReferee) -> None:
     frame = request(3, 4, topics=None, allow_auto_topic_creation=False)
     at = 14 + 1  # topics (int32 count), after the client id "t"
@@ -175,13 +158,11 @@ def test_array_length_minus_two(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, frame[:at] + b"\xff\xff\xff\xfe" + frame[at + 4 :])
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_client_id_not_utf8(kafka_reader: KafkaReferee) -> None:
     frame = metadata_v12(topics=())
     assert_agree(kafka_reader, frame[:14] + b"\xff" + frame[15:])
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_varint_with_bits_beyond_32(kafka_reader: KafkaReferee) -> None:
     """``ByteUtils.readUnsignedVarint`` keeps 32 bits: FF FF FF FF 7F is -1, a null array."""
     frame = metadata_v12(topics=())
@@ -190,7 +171,6 @@ def test_varint_with_bits_beyond_32(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, resized(frame[:at] + b"\xff\xff\xff\xff\x7f" + frame[at + 1 :]))
 
 
-@FIXED_ON_READ_AS_KAFKA
 def test_produce_v13_zero_topic_id(kafka_reader: KafkaReferee) -> None:
     schema = codec.request_schema(0, 13)
     topic_type = codec.nested_type(schema, "topic_data")
@@ -203,23 +183,23 @@ def test_produce_v13_zero_topic_id(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, request(0, 13, acks=1, topic_data=(topic,)))
 
 
-# -- found by this suite (docs in the report; outside the read-as-kafka branch's list) -------
+# -- found by this suite, fixed -----------------------------------------------------------
 
 
-@found_here("null client id: RequestHeader.parse reads it as empty, the header peek as None")
 def test_null_client_id(kafka_reader: KafkaReferee) -> None:
+    """A null client id: ``RequestHeader.parse`` reads it as empty, so must the header peek."""
     assert_agree(kafka_reader, metadata_v12(topics=(), client_id=None))
 
 
-@found_here("a boolean byte other than 0/1: Kafka's readByte() != 0, kio refuses it")
 def test_boolean_byte_two(kafka_reader: KafkaReferee) -> None:
+    """A boolean byte other than 0/1 is true (``readByte() != 0``); kio takes only 0 and 1."""
     frame = metadata_v12(topics=())
     assert frame[-3:] == b"\x00\x00\x00"  # auto creation, authorized operations, tags
     assert_agree(kafka_reader, frame[:-3] + b"\x02" + frame[-2:])
 
 
-@found_here("a body string not UTF-8: Kafka decodes it with U+FFFD, kio refuses it")
 def test_body_string_not_utf8(kafka_reader: KafkaReferee) -> None:
+    """A body string not UTF-8 is read with U+FFFD, as ``readString`` does; kio refuses it."""
     frame = request(10, 2, key="g", key_type=0)
     at = frame.index(b"\x00\x01g")
     assert_agree(kafka_reader, frame[: at + 2] + b"\xff" + frame[at + 3 :])
@@ -232,12 +212,53 @@ def test_describe_acls_unknown_operation(kafka_reader: KafkaReferee) -> None:
     assert_agree(kafka_reader, frame, accepted=False)
 
 
-@found_here("a known tagged field's size is ignored by Kafka's generated readers")
 def test_known_tagged_field_size(kafka_reader: KafkaReferee) -> None:
+    """A known tagged field's size is ignored by Kafka's generated readers."""
     frame = request(1, 12, cluster_id="x", max_bytes=1, topics=(), forgotten_topics_data=())
     tag = b"\x01\x00\x02\x02x"  # one tagged field: tag 0 (cluster id), 2 bytes: "x"
     at = frame.rindex(tag)
     assert_agree(kafka_reader, resized(frame[:at] + b"\x01\x00\x03\x02x" + frame[at + 5 :] + b"\0"))
+
+
+def test_a_tag_the_struct_defines_at_other_versions(kafka_reader: KafkaReferee) -> None:
+    """``FetchPartition``'s tag 1 (HighWatermark) exists from v18: at v17 the generated
+    reader refuses it ("Tag 1 is not valid for version 17"), where an unknown tag is skipped."""
+    schema = codec.request_schema(1, 17)
+    topic_type = codec.nested_type(schema, "topics")
+    partition = codec.make_entity(codec.nested_type(topic_type, "partitions"), partition=0)
+    topic = codec.make_entity(topic_type, topic_id=uuid.UUID(int=1), partitions=(partition,))
+    frame = request(1, 17, max_bytes=1, topics=(topic,), forgotten_topics_data=())
+    at = frame.index(uuid.UUID(int=1).bytes) + 16 + 1 + 4 + 4 + 8 + 4 + 8 + 4
+    assert frame[at] == 0  # the partition's tag section (no replica directory id)
+    for tag, accepted in ((1, False), (2, True)):
+        appended = resized(frame[:at] + b"\x01" + uvarint(tag) + b"\x00" + frame[at + 1 :])
+        assert_agree(kafka_reader, appended, accepted=accepted)
+
+
+def test_a_tagged_nullable_field_sent_null(kafka_reader: KafkaReferee) -> None:
+    """FetchRequest's ClusterId (tag 0) written as null: null to Kafka; kio, which reads a
+    tagged field as non-nullable, is shown it absent (its null)."""
+    frame = request(1, 12, cluster_id="x", max_bytes=1, topics=(), forgotten_topics_data=())
+    tag = b"\x01\x00\x02\x02x"  # one tagged field: tag 0 (cluster id), 2 bytes: "x"
+    at = frame.rindex(tag)
+    assert_agree(kafka_reader, resized(frame[:at] + b"\x01\x00\x01\x00" + frame[at + 5 :]))
+
+
+def test_malformed_utf8_is_replaced_as_java_replaces_it(kafka_reader: KafkaReferee) -> None:
+    """Client ids of bytes around UTF-8's edges: the header peek's U+FFFDs are Java's."""
+    rng = random.Random(SEED)
+    edges = [0x41, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xED]
+    edges += [0xEF, 0xF0, 0xF4, 0xF5, 0xF7, 0xF8, 0xFF]
+    frame = metadata_v12(topics=())
+    assert frame[12:15] == b"\x00\x01t"
+    frames = []
+    for _ in range(2000):
+        raw = bytes(rng.choice(edges) for _ in range(rng.randrange(1, 8)))
+        frames.append(
+            (raw.hex(), resized(frame[:12] + struct.pack(">h", len(raw)) + raw + frame[15:]))
+        )
+    figures = differential.run(kafka_reader, frames)
+    assert figures.categories[AGREE_ACCEPT] == len(frames), figures.report()
 
 
 # -- the regex op another helper's test relies on --------------------------------------------

@@ -56,9 +56,11 @@ def test_v2_header_tagged_fields_follow_the_client_id() -> None:
     assert data[info.client_id_end] == 0  # the header's empty tagged-field buffer
 
 
-def test_null_client_id() -> None:
+def test_null_client_id_is_empty() -> None:
+    """``RequestHeader.parse``: "we treat a null client ID as equivalent to an empty client
+    ID"; so do the authorizer's request context, the audit and the logs."""
     info = peek_request_header(frame(_header(18, 3, 9, None) + b"\x00"))
-    assert info.client_id is None
+    assert info.client_id == ""
     assert info.client_id_end == 14
     assert info.correlation_id == 9
 
@@ -77,10 +79,10 @@ def test_non_utf8_client_id_is_read_as_kafka_reads_it() -> None:
 
 
 def test_any_negative_client_id_length_is_null() -> None:
-    # RequestHeaderData.read: readShort() < 0 is null, -2 as well as -1.
+    # RequestHeaderData.read: readShort() < 0 is null, -2 as well as -1 (then "").
     data = frame(_header(3, 1, 1, None)[:-2] + b"\xff\xfe" + b"\xff\xff\xff\xff")
     info = peek_request_header(data)
-    assert (info.client_id, info.client_id_end) == (None, 14)
+    assert (info.client_id, info.client_id_end) == ("", 14)
     assert codec.decode_request(data, 3, 1).topics is None
 
 
@@ -109,7 +111,7 @@ def test_peek_reads_any_header(
     encoded = None if client_id is None else client_id.encode()
     info = peek_request_header(frame(_header(api_key, version, corr, encoded) + tail))
     assert (info.api_key, info.api_version, info.correlation_id) == (api_key, version, corr)
-    assert info.client_id == client_id
+    assert info.client_id == ("" if client_id is None else client_id)
     assert info.client_id_end == 14 + (0 if encoded is None else len(encoded))
 
 

@@ -1,4 +1,5 @@
-"""codec: datetime_i64 values kio refuses (negative) decode, and re-encode to the same bytes.
+"""codec: datetime_i64 and timedelta_i64 values kio refuses decode, and re-encode to the same
+bytes (Kafka reads any int64 there).
 
 Kafka 4.3 answers DescribeTransactions with transaction_start_time_ms = -1 for a
 transactional id in state Empty; delegation-token timestamps are plain int64 too.
@@ -13,7 +14,6 @@ from typing import Any
 import pytest
 
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.errors import MalformedFrame
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -59,11 +59,36 @@ def test_every_negative_millisecond_from_year_one_round_trips(version: int, mill
     assert codec.encode_response(body, 9) == patched
 
 
-def test_timestamp_before_year_one_is_malformed() -> None:
+@pytest.mark.parametrize("millis", [-(2**63), -62135596800001, 253402300800000, 2**63 - 1])
+def test_timestamp_beyond_datetime_reads_as_kafka_reads_it(millis: int) -> None:
+    """Before year 1 or after 9999: Kafka reads the int64, kio cannot; it reads as
+    :class:`codec.Millis` and re-encodes to the same bytes."""
     wire = codec.encode_response(_describe_transactions(0, EPOCH), 9)
-    patched = wire.replace(struct.pack(">q", 0), struct.pack(">q", -(2**63)), 1)
-    with pytest.raises(MalformedFrame, match="timestamp -9223372036854775808 out of range"):
-        codec.decode_response(patched, 65, 0)
+    patched = wire.replace(struct.pack(">q", 0), struct.pack(">q", millis), 1)
+    body: Any = codec.decode_response(patched, 65, 0)
+    assert body.transaction_states[0].transaction_start_time == codec.Millis(millis)
+    assert codec.encode_response(body, 9) == patched
+
+
+@pytest.mark.parametrize("millis", [-(2**63), -(2**50) - 1, 2**50 + 1, 9151314442816847882])
+@pytest.mark.parametrize(
+    ("api_key", "version", "field"), [(8, 2, "retention_time"), (38, 3, "max_lifetime")]
+)
+def test_duration_beyond_timedelta_reads_as_kafka_reads_it(
+    api_key: int, version: int, field: str, millis: int
+) -> None:
+    """``OffsetCommitRequest.retention_time_ms`` and
+    ``CreateDelegationTokenRequest.max_lifetime_ms`` are any int64 to Kafka; kio's
+    ``timedelta`` overflows (or re-encodes inexactly) beyond 2^50 ms: they read as
+    :class:`codec.Millis` and re-encode to the same bytes."""
+    marker = timedelta(milliseconds=123456789)
+    body = codec.make_entity(codec.request_schema(api_key, version), **{field: marker})
+    wire = codec.encode_request(body, 4, "c")
+    patched = wire.replace(struct.pack(">q", 123456789), struct.pack(">q", millis), 1)
+    assert patched != wire
+    decoded: Any = codec.decode_request(patched, api_key, version)
+    assert getattr(decoded, field) == codec.Millis(millis)
+    assert codec.encode_request(decoded, 4, "c") == patched
 
 
 @pytest.mark.parametrize(

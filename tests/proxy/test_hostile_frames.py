@@ -28,8 +28,10 @@ pytestmark = pytest.mark.timeout(60)
 
 LOGGER = "kafkaguard"
 METADATA = request(3, 12, topics=None)
-HOSTILE_METADATA = bytes.fromhex("00000010 0003 000c 00000001 ffff 00 ffffffff0f".replace(" ", ""))
-"""Metadata v12 whose topics compact array claims 2^32 - 2 elements (20 bytes in all)."""
+HOSTILE_METADATA = bytes.fromhex("00000010 0003 000c 00000001 ffff 00 ffffffff07".replace(" ", ""))
+"""Metadata v12 whose topics compact array claims 2^31 - 2 elements (20 bytes in all): the
+largest count ``ByteUtils.readUnsignedVarint`` reads as a positive Java int (a varint of 2^31
+or more is negative, so null, as Kafka reads it)."""
 
 
 @dataclass
@@ -66,7 +68,7 @@ async def test_huge_array_claim_closes_only_that_connection(
         await client.close()
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
-    assert "topics: array of 4294967294 elements in 0 remaining bytes" in warnings[0].getMessage()
+    assert "topics: array of 2147483646 elements in 0 remaining bytes" in warnings[0].getMessage()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert len(env.fake.seen) == seen_before  # never forwarded
     # The neighbour opened before keeps working.

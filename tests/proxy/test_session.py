@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from kafkaguard.policy.authorizer import SecurityProtocol
-from kafkaguard.protocol.header import RequestHeaderInfo
+from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
 from kafkaguard.proxy.session import Session, peer_address
 
 
@@ -26,3 +26,12 @@ def test_request_context_carries_java_host_text(peer: tuple[object, ...], host: 
     assert context.host == host == session.client_host
     assert context.client_address == ipaddress.ip_address(peer[0])  # type: ignore[arg-type]
     assert (context.api_key, context.correlation_id, context.client_id) == (3, 7, "client")
+
+
+def test_a_null_client_id_reaches_the_authorizer_and_the_audit_empty() -> None:
+    """``RequestHeader.parse`` reads a null client id as "": so does the KIP-504 context (the
+    audit's decisions carry the context's client id)."""
+    frame = bytes.fromhex("0000000a 0012 0003 00000007 ffff".replace(" ", ""))
+    session = Session("L", SecurityProtocol.PLAINTEXT, peer_address(("10.0.0.7", 5000)))
+    context = session.request_context(peek_request_header(frame))
+    assert context.client_id == ""

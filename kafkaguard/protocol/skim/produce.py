@@ -16,6 +16,7 @@ from kafkaguard.protocol.skim.reading import (
     length_at,
     tags_end,
 )
+from kafkaguard.protocol.strings import read_string
 
 
 class ProducePartitionSkim:
@@ -185,7 +186,7 @@ def _compact_string(view: memoryview, pos: int) -> tuple[str | None, int]:
     stop = pos + length
     if length > _MAX_STRING or stop > len(view):
         raise Truncated
-    return str(view[pos:stop], "utf-8", "replace"), stop
+    return read_string(bytes(view[pos:stop])), stop
 
 
 def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
@@ -198,4 +199,4 @@ def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int
     stop = pos + length
     if stop > len(view):
         raise Truncated
-    return str(view[pos:stop], "utf-8", "replace"), stop
+    return read_string(bytes(view[pos:stop])), stop

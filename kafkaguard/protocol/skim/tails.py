@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.guard import uvarint_bytes
 from kafkaguard.protocol.skim.reading import (
     I16,
     I32,
@@ -271,20 +272,11 @@ class _Reader:
         return self.pos == self.end
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _compact_string_bytes(value: str | None) -> bytes:
     if value is None:
         return b"\x00"
     raw = value.encode("utf-8")
-    return _uvarint_bytes(len(raw) + 1) + raw
+    return uvarint_bytes(len(raw) + 1) + raw
 
 
 def _parse_tags(tail: bytes | memoryview) -> list[tuple[int, bytes]] | None:
@@ -301,9 +293,9 @@ def _parse_tags(tail: bytes | memoryview) -> list[tuple[int, bytes]] | None:
 
 
 def _encode_tags(fields: list[tuple[int, bytes]]) -> bytes:
-    parts = [_uvarint_bytes(len(fields))]
+    parts = [uvarint_bytes(len(fields))]
     for tag, data in fields:
-        parts += (_uvarint_bytes(tag), _uvarint_bytes(len(data)), data)
+        parts += (uvarint_bytes(tag), uvarint_bytes(len(data)), data)
     return b"".join(parts)
 
 
@@ -315,7 +307,7 @@ def _rewrite_endpoints(data: bytes, advertise: AddressRewrite) -> bytes:
     count = r.compact_length()
     if count < 0:
         raise Truncated
-    out.append(_uvarint_bytes(count + 1))
+    out.append(uvarint_bytes(count + 1))
     for _ in range(count):
         node_id = r.int32()
         host = r.compact_string()
@@ -370,7 +362,7 @@ def _pads(length: int) -> Iterator[tuple[int, bytes]]:
                 data -= 3
         yield tag, bytes(data)
         tag += 1
-        length -= 2 + len(_uvarint_bytes(data)) + data
+        length -= 2 + len(uvarint_bytes(data)) + data
 
 
 def fit_tail(fields: list[tuple[int, bytes]], length: int) -> bytes:

@@ -65,13 +65,26 @@ def produce(topic: str, correlation_id: int, *, acks: int = 1) -> bytes:
     )
 
 
-def produce_response(topic: str, correlation_id: int, error_message: str | None = None) -> bytes:
+def produce_response(
+    topic: str, correlation_id: int, error_message: str | None = None, record_errors: int = 0
+) -> bytes:
+    """``record_errors``: that many batch errors of 30,000 characters each (a string may hold
+    at most 32,767 bytes, as ``ProduceResponseData.read`` reads them), to make it large."""
     schema = codec.response_schema(0, 9)
+    partition_type = codec.nested_type(
+        codec.nested_type(schema, "responses"), "partition_responses"
+    )
+    error_type = codec.nested_type(partition_type, "record_errors")
+    errors = tuple(
+        codec.make_entity(error_type, batch_index=i, batch_index_error_message="x" * 30_000)
+        for i in range(record_errors)
+    )
     partition = codec.make_entity(
-        codec.nested_type(codec.nested_type(schema, "responses"), "partition_responses"),
+        partition_type,
         index=0,
         base_offset=42,
         error_message=error_message,
+        record_errors=errors,
     )
     topic_response = codec.make_entity(
         codec.nested_type(schema, "responses"), name=topic, partition_responses=(partition,)
@@ -234,7 +247,8 @@ def test_a_large_response_that_needs_a_rewrite_is_buffered_whole() -> None:
     timeout = datetime.timedelta(seconds=1)
     (sent,) = to_broker(d.client(request(req(0, 9, acks=1, timeout=timeout, topic_data=both), 1)))
     assert [t.name for t in codec.decode_request(sent, 0, 9).topic_data] == ["orders"]
-    big = produce_response("orders", 1, error_message="x" * CUT_THROUGH_MIN)
+    big = produce_response("orders", 1, record_errors=CUT_THROUGH_MIN // 30_000 + 1)
+    assert len(big) > CUT_THROUGH_MIN
     assert to_client(d.broker(big[:1000])) == b""  # not streamed: it must be merged first
     merged = decoded(to_client(d.broker(big[1000:])), 0, 9)
     assert [(t.name, t.partition_responses[0].error_code) for t in merged.responses] == [
