@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from kafkaguard.proxy.listener import ListenerRuntime
     from kafkaguard.proxy.server import ProxyServer
 
-UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker accepts a TCP connection"
+UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker answered since the last check"
 """The readiness condition that the upstream is down (``/readyz`` and its gauge)."""
 
 ADMIN_REFUSALS: Final = ("max_connections",)
