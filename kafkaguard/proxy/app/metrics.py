@@ -63,7 +63,7 @@ class ServerView(Protocol):
         ...
 
 
-UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker accepts a TCP connection"
+UPSTREAM_UNREACHABLE = "upstream: no bootstrap server or broker answered since the last check"
 """The readiness condition that the upstream is down (``/readyz`` and its gauge)."""
 
 ADMIN_REFUSALS: Final = ("max_connections",)

@@ -59,8 +59,8 @@ request that reaches it.** A mirror follows the broker, never the client (``Fetc
 Fast path: nothing denied and no withheld partition → the client's bytes go up unchanged and the
 response is not decoded (v12+ responses are walked by their lengths, as they stream, and only
 a ``node_endpoints`` tail is rewritten, :mod:`kafkaguard.protocol.skim`; a session's answer is
-also read for its error code and session id on the way; v7–11 session answers, which cannot be
-walked, are buffered whole for that). Sessionless clients (epoch −1) never pay for the mirror.
+also read for its error code and session id on the way; v7–11 session answers hold them at a
+fixed place and stream too). Sessionless clients (epoch −1) never pay for the mirror.
 """
 
 from __future__ import annotations
