@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterable
 from types import TracebackType
 
-from kafkaguard.proxy.cluster import fetch_api_versions
 from kafkaguard.proxy.config import HostPort
+from kafkaguard.proxy.net.cluster import fetch_api_versions
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -39,7 +39,7 @@ def test_run_reports_a_start_failure_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Keep this process on the default event loop policy (uvloop is the production default).
-    monkeypatch.setattr("kafkaguard.cli.install_event_loop_policy", lambda: "asyncio")
+    monkeypatch.setattr("kafkaguard.cli.serve.install_event_loop_policy", lambda: "asyncio")
     config = tmp_path / "config.yaml"
     config.write_text(
         f"upstream:\n  bootstrap_servers: ['{tansu.address}']\n"

@@ -8,6 +8,7 @@ key; keep the two in step.
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +32,10 @@ from kafkaguard.certs.tls import (
 from kafkaguard.config_tree import REQUIRED, ConfigError, ConfigSection
 from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from kafkaguard.proxy.edge.sni import NODE_ID_PLACEHOLDER, SniRouting, dns_name
 from kafkaguard.proxy.sasl.client import UpstreamSaslConfig, parse_upstream_sasl_config
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, parse_sasl_config
-from kafkaguard.proxy.sni import NODE_ID_PLACEHOLDER, SniRouting, dns_name
-from kafkaguard.proxy.workers import worker_count
+from kafkaguard.proxy.sasl.executor import AUTHENTICATION_QUEUE_SIZE, AUTHENTICATION_THREADS
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_SECURITY_PROTOCOLS: Final = ("SSL", "SASL_SSL")
@@ -113,12 +114,12 @@ class ListenerConfig:
     proxy_protocol: str = "off"
     """``off`` | ``v1`` | ``v2`` | ``any``: every connection must start with a PROXY protocol
     header of that version (``any``: either), whose client address then stands for the
-    connection everywhere (kafkaguard/proxy/proxy_protocol.py)."""
+    connection everywhere (kafkaguard/proxy/edge/proxy_protocol.py)."""
     proxy_protocol_trusted_cidrs: tuple[IPNetwork, ...] = ()
     """Who may send that header (the load balancers); connections from elsewhere are closed
     at accept. Required unless ``proxy_protocol`` is ``off``."""
     sni: SniRouting | None = None
-    """``routing: sni`` (kafkaguard/proxy/sni.py): every broker on :attr:`port`, picked by the
+    """``routing: sni`` (kafkaguard/proxy/edge/sni.py): every broker on :attr:`port`, picked by the
     TLS server name; None: ``routing: ports``, one port per broker (:attr:`broker_ports`)."""
 
     @property
@@ -180,11 +181,11 @@ class LimitsConfig:
     """``max.connection.creation.rate``: new connections per second on the listener."""
     authentication_timeout_ms: int = 10_000
     """A connection that has not completed TLS and SASL by then is closed."""
-    authentication_threads: int = 1
+    authentication_threads: int = AUTHENTICATION_THREADS
     """Worker threads checking PLAIN passwords (PBKDF2) off the event loop, for all
     listeners: a storm of attempts never takes more than this many cores. SCRAM's proof and
     OAUTHBEARER's signature cost microseconds and are checked inline."""
-    authentication_queue_size: int = 32
+    authentication_queue_size: int = AUTHENTICATION_QUEUE_SIZE
     """Attempts waiting for an authentication thread; beyond it new attempts are refused at
     once (SASL_AUTHENTICATION_FAILED)."""
 
@@ -205,7 +206,7 @@ class AdminConfig:
     max_connections: int = 64
     """Open admin connections at most: idle or slow clients cannot exhaust the process. One
     more closes the connection waiting longest for a request, or is answered 503 when every
-    connection is being answered (counted; kafkaguard/proxy/admin.py, ``ConnectionSlots``)."""
+    connection is being answered (counted; kafkaguard/proxy/app/admin.py, ``ConnectionSlots``)."""
     request_timeout_ms: int = 5_000
     """A request's line and headers must arrive within this (from the connection's accept, or
     from a kept-alive request's first byte), and its answer be taken within it again; else the
@@ -222,7 +223,7 @@ class AdminConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    """``metrics:``: what ``/metrics`` exposes (kafkaguard/proxy/metrics.py)."""
+    """``metrics:``: what ``/metrics`` exposes (kafkaguard/proxy/app/metrics.py)."""
 
     per_principal: bool = False
     """Add a ``principal`` label to authorization decisions (bounded by ``max_principals``)."""
@@ -256,7 +257,7 @@ class ProxyConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The ``audit:`` section (kafkaguard/audit/config.py)."""
     workers: int = 1
-    """Proxy processes sharing each listening port (kafkaguard/proxy/workers.py)."""
+    """Proxy processes sharing each listening port (kafkaguard/proxy/app/workers.py)."""
     source: str = "<defaults>"
     base_dir: Path = field(default_factory=Path.cwd)
     section: ConfigSection | None = None
@@ -754,6 +755,15 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
 def load_config(path: str | Path) -> ProxyConfig:
     path = Path(path)
     return parse_config(ConfigSection.from_file(path), path.resolve().parent)
+
+
+def worker_count(setting: int | str) -> int:
+    """``workers``: a count, or ``auto``: the cores this process may run on."""
+    if setting == "auto":
+        if hasattr(os, "sched_getaffinity"):
+            return len(os.sched_getaffinity(0))
+        return os.cpu_count() or 1
+    return int(setting)
 
 
 __all__ = ["ConfigError", "ProxyConfig", "load_config", "parse_config"]

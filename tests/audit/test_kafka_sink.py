@@ -41,9 +41,9 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.acl_file_format import parse_acl_text
+from kafkaguard.proxy.app.metrics import ProxyCollector
+from kafkaguard.proxy.app.server import ProxyServer, audit_connection
 from kafkaguard.proxy.config import BrokerPorts, HostPort, ProxyConfig, parse_config
-from kafkaguard.proxy.metrics import ProxyCollector
-from kafkaguard.proxy.server import ProxyServer, audit_connection
 from kafkaguard.tansu import TansuBroker, free_base
 from tests.support.audit_topic import decisions_in, read_topic, restart_kafka
 from tests.support.kafka_broker import KafkaBroker, require_kafka, start_kafka
