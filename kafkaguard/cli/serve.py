@@ -26,7 +26,6 @@ from kafkaguard.proxy.app.workers import Supervisor
 from kafkaguard.proxy.config import (
     HostPort,
     ProxyConfig,
-    UpstreamConfig,
     config_warnings,
     load_config,
 )
@@ -62,12 +61,17 @@ async def _serve(
     from kafkaguard.tansu import TansuBroker
 
     broker: TansuBroker | None = None
-    if not config.upstream.bootstrap_servers:
+    if config.upstream.embedded:
         broker = TansuBroker()
-        log.info("no upstream configured: starting the embedded Tansu broker on %s", broker.address)
+        log.warning(
+            "upstream.embedded: starting the in-memory Tansu broker on %s (demo only: every "
+            "write is lost at exit)",
+            broker.address,
+        )
         await broker.__aenter__()
         config = replace(
-            config, upstream=UpstreamConfig((broker.address,), config.upstream.connect_timeout_s)
+            config,
+            upstream=replace(config.upstream, bootstrap_servers=(broker.address,)),
         )
     server = ProxyServer(config, embedded_upstream=broker is not None, worker=worker)
     try:
