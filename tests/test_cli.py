@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,10 @@ def test_embedded_and_bootstrap_servers_exclude_each_other(
 def test_the_demo_config_opts_in_to_the_embedded_broker() -> None:
     demo = Path(__file__).resolve().parent.parent / "kafkaguard" / "demo" / "config.yaml"
     assert load_config(demo).upstream.embedded
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"kafkaguard {version('kafkaguard')}\n"

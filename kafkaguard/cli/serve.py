@@ -12,11 +12,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from logging import ERROR
 from pathlib import Path
 
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.stores.base import AclStoreError
-from kafkaguard.proxy.app.log_format import configure_logging
+from kafkaguard.proxy.app.log_format import SUPERVISOR, configure_logging, console, set_worker
 from kafkaguard.proxy.app.server import (
     ProxyServer,
     install_event_loop_policy,
@@ -77,10 +78,10 @@ async def _serve(
     try:
         await server.start()
         for listener in server.listeners if worker == 0 else ():
-            print(  # noqa: T201 - the one line a user of the demo needs
+            console(  # the one line a user of the demo needs
                 f"kafkaguard listener {listener.config.name}: bootstrap "
                 f"{HostPort(listener.config.advertised_host, listener.bootstrap_port)}",
-                flush=True,
+                config.log_format,
             )
         # Until SIGTERM/SIGINT, then the graceful drain (requests in flight answered for up to
         # shutdown_timeout_ms; a second signal cuts it short). close() then flushes the audit
@@ -127,9 +128,11 @@ def run(config_path: Path, pid_file: Path | None = None) -> int:
     log.info("event loop: %s", loop_name)
     if config.workers == 1:
         return _run_process(config, pid_file)
+    set_worker(SUPERVISOR)
     log.info("starting %d workers sharing each listener port", config.workers)
 
     def serve(worker: int, serving: Callable[[], None]) -> int:
+        set_worker(worker)
         return _run_process(_worker_config(config_path, config), worker=worker, serving=serving)
 
     supervisor = Supervisor(
@@ -170,7 +173,7 @@ def _run_process(
         # Expected start failures (unreachable upstream, refused upstream credentials, ACL
         # store or credential source not loadable, key files): one clear line, no traceback.
         log.debug("start failed", exc_info=True)
-        print(f"kafkaguard: cannot start: {exc}", file=sys.stderr)  # noqa: T201
+        console(f"kafkaguard: cannot start: {exc}", config.log_format, level=ERROR, error=True)
         return 1
     return 0
 
