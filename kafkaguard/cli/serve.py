@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.proxy.app.config_files import check_files
 from kafkaguard.proxy.app.log_format import SUPERVISOR, configure_logging, console, set_worker
 from kafkaguard.proxy.app.server import (
     ProxyServer,
@@ -190,10 +191,12 @@ def prepare_demo(directory: Path) -> Path:
 
 
 def check_config(config_path: Path) -> int:
-    """Errors refuse the file (exit 2); warnings name what may still go wrong with a valid
-    file (a ``broker_ports.base`` range reaching another port, ``config_warnings``)."""
+    """Errors refuse the file (exit 2), a referenced file ``run`` would refuse included
+    (kafkaguard/proxy/app/config_files.py); warnings name what may still go wrong with a
+    valid file (a ``broker_ports.base`` range reaching another port, ``config_warnings``)."""
     try:
         config = load_config(config_path)
+        check_files(config)
     except ConfigError as exc:
         print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
