@@ -12,17 +12,31 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from kafkaguard import version
 from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only when run
 from kafkaguard.certs import cli as certs_cli
 from kafkaguard.cli import explain, reload, serve
 from kafkaguard.policy import acls_cli
 from kafkaguard.proxy.app import users_cli
 
+DESCRIPTION = """\
+kafkaguard: a Kafka wire-protocol proxy that enforces Kafka's ACLs (principals, resources,
+operations, as StandardAuthorizer) in front of a Kafka cluster that has none of its own."""
+
+EPILOG = """\
+Start with: kafkaguard check-config --config config.yaml, then kafkaguard run --config
+config.yaml. Every key is documented in config.example.yaml; "kafkaguard demo" runs the
+proxy in front of an in-memory broker with sample ACLs. Help on one command:
+kafkaguard COMMAND --help."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafkaguard", description=__doc__)
+    parser = argparse.ArgumentParser(prog="kafkaguard", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"kafkaguard {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run the proxy")
+    run = commands.add_parser(
+        "run", help="run the proxy (SIGHUP reloads, SIGTERM drains and stops)"
+    )
     serve.add_run_arguments(run)
     run.set_defaults(handler=lambda args: serve.run(args.config, args.pid_file))
     demo = commands.add_parser(
@@ -45,8 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     users_cli.add_arguments(users)
     users.set_defaults(handler=users_cli.run)
-    check = commands.add_parser("check-config", help="validate a configuration file")
-    check.add_argument("--config", type=Path, required=True)
+    check = commands.add_parser(
+        "check-config",
+        help="validate a configuration file (exit 0 valid, 2 invalid), as run and reload do",
+    )
+    check.add_argument("--config", type=Path, required=True, help="YAML configuration")
     check.set_defaults(handler=lambda args: serve.check_config(args.config))
     reload_parser = commands.add_parser(
         "reload",

@@ -12,11 +12,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from logging import ERROR
 from pathlib import Path
 
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.stores.base import AclStoreError
-from kafkaguard.proxy.app.log_format import configure_logging
+from kafkaguard.proxy.app.config_files import check_files
+from kafkaguard.proxy.app.log_format import SUPERVISOR, configure_logging, console, set_worker
 from kafkaguard.proxy.app.server import (
     ProxyServer,
     install_event_loop_policy,
@@ -26,7 +28,6 @@ from kafkaguard.proxy.app.workers import Supervisor
 from kafkaguard.proxy.config import (
     HostPort,
     ProxyConfig,
-    UpstreamConfig,
     config_warnings,
     load_config,
 )
@@ -62,21 +63,26 @@ async def _serve(
     from kafkaguard.tansu import TansuBroker
 
     broker: TansuBroker | None = None
-    if not config.upstream.bootstrap_servers:
+    if config.upstream.embedded:
         broker = TansuBroker()
-        log.info("no upstream configured: starting the embedded Tansu broker on %s", broker.address)
+        log.warning(
+            "upstream.embedded: starting the in-memory Tansu broker on %s (demo only: every "
+            "write is lost at exit)",
+            broker.address,
+        )
         await broker.__aenter__()
         config = replace(
-            config, upstream=UpstreamConfig((broker.address,), config.upstream.connect_timeout_s)
+            config,
+            upstream=replace(config.upstream, bootstrap_servers=(broker.address,)),
         )
     server = ProxyServer(config, embedded_upstream=broker is not None, worker=worker)
     try:
         await server.start()
         for listener in server.listeners if worker == 0 else ():
-            print(  # noqa: T201 - the one line a user of the demo needs
+            console(  # the one line a user of the demo needs
                 f"kafkaguard listener {listener.config.name}: bootstrap "
                 f"{HostPort(listener.config.advertised_host, listener.bootstrap_port)}",
-                flush=True,
+                config.log_format,
             )
         # Until SIGTERM/SIGINT, then the graceful drain (requests in flight answered for up to
         # shutdown_timeout_ms; a second signal cuts it short). close() then flushes the audit
@@ -123,9 +129,11 @@ def run(config_path: Path, pid_file: Path | None = None) -> int:
     log.info("event loop: %s", loop_name)
     if config.workers == 1:
         return _run_process(config, pid_file)
+    set_worker(SUPERVISOR)
     log.info("starting %d workers sharing each listener port", config.workers)
 
     def serve(worker: int, serving: Callable[[], None]) -> int:
+        set_worker(worker)
         return _run_process(_worker_config(config_path, config), worker=worker, serving=serving)
 
     supervisor = Supervisor(
@@ -166,7 +174,7 @@ def _run_process(
         # Expected start failures (unreachable upstream, refused upstream credentials, ACL
         # store or credential source not loadable, key files): one clear line, no traceback.
         log.debug("start failed", exc_info=True)
-        print(f"kafkaguard: cannot start: {exc}", file=sys.stderr)  # noqa: T201
+        console(f"kafkaguard: cannot start: {exc}", config.log_format, level=ERROR, error=True)
         return 1
     return 0
 
@@ -183,10 +191,12 @@ def prepare_demo(directory: Path) -> Path:
 
 
 def check_config(config_path: Path) -> int:
-    """Errors refuse the file (exit 2); warnings name what may still go wrong with a valid
-    file (a ``broker_ports.base`` range reaching another port, ``config_warnings``)."""
+    """Errors refuse the file (exit 2), a referenced file ``run`` would refuse included
+    (kafkaguard/proxy/app/config_files.py); warnings name what may still go wrong with a
+    valid file (a ``broker_ports.base`` range reaching another port, ``config_warnings``)."""
     try:
         config = load_config(config_path)
+        check_files(config)
     except ConfigError as exc:
         print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2

@@ -146,12 +146,16 @@ class ListenerConfig:
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...]
-    """Empty: no upstream configured, ``kafkaguard run`` starts the embedded demo broker."""
+    """Empty only with :attr:`embedded`."""
     connect_timeout_s: float = 10.0
     ssl: UpstreamTlsConfig | None = None
     """``upstream.ssl:`` (TLS from the proxy to the brokers), None for plaintext."""
     sasl: UpstreamSaslConfig | None = None
     """``upstream.sasl:`` (the proxy authenticates to the brokers), None for none."""
+    embedded: bool = False
+    """``upstream.embedded: true``: ``kafkaguard run`` starts the in-memory Tansu broker of
+    ``kafkaguard demo`` (every write is lost at exit). Opt-in only: a file without an upstream
+    is an error, never a proxy that silently loses writes."""
 
 
 INT_MAX: Final = 2**31 - 1
@@ -688,6 +692,25 @@ def _workers(root: ConfigSection, *, embedded: bool) -> int:
     return count
 
 
+def _embedded(root: ConfigSection, up: ConfigSection, servers: tuple[HostPort, ...]) -> bool:
+    """``upstream.embedded``: the in-memory demo broker, only when asked for by name (fail
+    safe: a production file missing its upstream must not start a proxy that loses writes)."""
+    embedded: bool = up.get_bool("embedded", False)
+    if embedded and servers:
+        raise up.error("embedded", "excludes bootstrap_servers (pick one upstream)")
+    if embedded and ("ssl" in up or "sasl" in up):
+        raise up.error("embedded", "takes no ssl or sasl (the demo broker is plaintext)")
+    if not embedded and not servers:
+        fix = (
+            "give the brokers to proxy, e.g. bootstrap_servers: ['kafka-1:9092'], or "
+            "embedded: true for the in-memory demo broker (every write lost at exit)"
+        )
+        if "upstream" not in root:
+            raise root.error("upstream", f"is required: {fix}")
+        raise up.error("bootstrap_servers", f"is required: {fix}")
+    return embedded
+
+
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
     limits = parse_limits(root.section("limits"))
     sections = root.sections("listeners")
@@ -701,6 +724,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     servers = tuple(
         parse_host_port(s, up, "bootstrap_servers") for s in up.str_list("bootstrap_servers", [])
     )
+    embedded = _embedded(root, up, servers)
     # --- upstream TLS and SASL (kafkaguard/certs/tls.py, kafkaguard/proxy/sasl/client.py) ---
     up_tls: UpstreamTlsConfig | None = None
     if "ssl" in up:
@@ -710,7 +734,11 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         up_sasl = parse_upstream_sasl_config(up.section("sasl"), base_dir or Path.cwd())
     # --- end upstream TLS and SASL ---
     upstream = UpstreamConfig(
-        servers, up.get_float("connect_timeout_s", 10.0), ssl=up_tls, sasl=up_sasl
+        servers,
+        up.get_float("connect_timeout_s", 10.0),
+        ssl=up_tls,
+        sasl=up_sasl,
+        embedded=embedded,
     )
     up.reject_unknown()
     logging_section = root.section("logging")
@@ -726,7 +754,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     )
     metrics_section.reject_unknown()
     shutdown_timeout_ms = root.get_int("shutdown_timeout_ms", 30_000, minimum=0)
-    workers = _workers(root, embedded=not servers)
+    workers = _workers(root, embedded=embedded)
     policy = parse_policy_config(root)
     # --- enforcement mode and audit trail (kafkaguard/audit) ---
     enforcement = root.choice("enforcement", ENFORCEMENT_MODES, ENFORCE)

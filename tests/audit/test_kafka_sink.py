@@ -295,7 +295,7 @@ def _run_through_a_restart(broker: KafkaBroker, tmp_path: Path) -> None:
 
 # -- configuration -------------------------------------------------------------------------------
 
-BASE = "listeners:\n  - name: A\n    port: 9999\n"
+BASE = "upstream: {embedded: true}\nlisteners:\n  - name: A\n    port: 9999\n"
 
 
 def parse(text: str) -> ProxyConfig:
@@ -334,8 +334,8 @@ def test_sink_and_kafka_keys() -> None:
 @pytest.mark.parametrize(
     ("text", "where", "message"),
     [
-        ("  sink: topic\n", "c.yaml:5 audit.sink", "must be one of file, kafka, both"),
-        ("  kafka:\n    topik: x\n", "c.yaml:6 audit.kafka.topik", "unknown key 'topik'"),
+        ("  sink: topic\n", "c.yaml:6 audit.sink", "must be one of file, kafka, both"),
+        ("  kafka:\n    topik: x\n", "c.yaml:7 audit.kafka.topik", "unknown key 'topik'"),
         ("  kafka:\n    topic: a/b\n", "audit.kafka.topic", "not a legal Kafka topic name"),
         ("  kafka:\n    replication_factor: 0\n", "audit.kafka.replication_factor", "-1"),
         ("  kafka:\n    compression: brotli\n", "audit.kafka.compression", "one of none"),
@@ -370,7 +370,9 @@ def test_the_producer_reaches_the_upstream_as_the_proxy_does(tmp_path: Path) -> 
         "kafkaguard",
         "s3cret",
     )
-    plain = audit_connection(parse(BASE + "upstream:\n  bootstrap_servers: [b:9092]\n").upstream)
+    plain = audit_connection(
+        parse(BASE.replace("{embedded: true}", "{bootstrap_servers: [b:9092]}")).upstream
+    )
     assert plain["security.protocol"] == "PLAINTEXT" and "sasl.password" not in plain
 
 

@@ -9,6 +9,10 @@ to parse free text and guess where a traceback ends. Its keys are stable:
     ISO 8601 in UTC with milliseconds, e.g. ``2024-05-01T12:00:00.123Z``.
 ``level``, ``logger``, ``message``
     The level name, the logger's name and the formatted message.
+``pid``, ``worker``
+    The process id, and the index of the worker process that wrote the line (``workers``,
+    kafkaguard/proxy/app/workers.py; 0 for a single process, ``null`` for the supervisor):
+    with ``workers: N`` the lines of the N processes can be told apart.
 ``listener``, ``connection_id``, ``client_address``, ``principal``
     Strings, present when the call site passed them, e.g.
     ``log.info("...", extra={"listener": name, "client_address": peer})``; absent otherwise.
@@ -21,12 +25,16 @@ can neither start a forged line nor break a line-oriented shipper.
 
 :func:`configure_logging` is the single entry point: ``kafkaguard run`` calls it at start,
 and a config reload may call it again to change the level or format of the running process.
+:func:`console` writes the few lines ``kafkaguard run`` prints whatever the level (the
+bootstrap address, a failed start) in the same format, so that with ``json`` every line the
+process writes parses.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from typing import Final, TextIO
@@ -37,6 +45,15 @@ TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
 """The ``text`` line, unchanged from the ``logging.basicConfig`` call it replaces."""
 CONTEXT_KEYS: Final = ("listener", "connection_id", "client_address", "principal")
 """``extra=`` attributes copied into a JSON line when a record has them."""
+SUPERVISOR: Final = None
+"""The ``worker`` of the supervisor process's lines."""
+_worker: int | None = 0
+
+
+def set_worker(index: int | None) -> None:
+    """This process's ``worker`` in JSON lines: its index, or :data:`SUPERVISOR`."""
+    global _worker
+    _worker = index
 
 
 class JsonFormatter(logging.Formatter):
@@ -47,11 +64,13 @@ class JsonFormatter(logging.Formatter):
     default_msec_format = "%s.%03dZ"
 
     def format(self, record: logging.LogRecord) -> str:
-        document: dict[str, str] = {
+        document: dict[str, str | int | None] = {
             "time": self.formatTime(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
+            "pid": os.getpid(),
+            "worker": _worker,
         }
         for key in CONTEXT_KEYS:
             value = getattr(record, key, None)
@@ -102,3 +121,12 @@ def configure_logging(level: str, fmt: str) -> None:
     handler.setFormatter(formatter)
     root.setLevel(level)
     logging.captureWarnings(fmt == JSON)
+
+
+def console(message: str, fmt: str, *, level: int = logging.INFO, error: bool = False) -> None:
+    """A line for the operator whatever the log level, on stdout (``error``: stderr): the text
+    itself, or with ``json`` a JSON line of logger ``kafkaguard`` (module docstring)."""
+    if fmt == JSON:
+        record = logging.LogRecord("kafkaguard", level, __file__, 0, message, None, None)
+        message = JsonFormatter().format(record)
+    print(message, file=sys.stderr if error else sys.stdout, flush=True)

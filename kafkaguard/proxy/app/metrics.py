@@ -28,6 +28,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from kafkaguard import version
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.protocol import codec
@@ -205,7 +206,7 @@ class ProxyCollector(Collector):
         yield InfoMetricFamily(
             "kafkaguard_build",
             "kafkaguard version and Python runtime.",
-            value={"version": _version(), "python": sys.version.split()[0]},
+            value={"version": version(), "python": sys.version.split()[0]},
         )
         if self._not_ready is not None:
             failing = self._not_ready()
@@ -417,12 +418,3 @@ class ProxyCollector(Collector):
             if tls.not_after is not None:
                 expiry.add_metric([listener.config.name], tls.not_after - now)
         yield from (expiry, reloads)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("kafkaguard")
-    except PackageNotFoundError:
-        return "unknown"

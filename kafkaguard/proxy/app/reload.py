@@ -186,7 +186,7 @@ def _upstream(
     running: UpstreamConfig, new: UpstreamConfig, *, embedded: bool
 ) -> tuple[UpstreamConfig, list[str]]:
     """``upstream:`` is never reloaded: (the running one, the settings that changed)."""
-    if embedded and not new.bootstrap_servers:  # still the embedded broker of kafkaguard demo
+    if embedded and new.embedded:  # still the embedded broker of kafkaguard demo
         new = replace(new, bootstrap_servers=running.bootstrap_servers)
     changed = _changed(running, new, "upstream.")
     return running, changed
@@ -218,7 +218,7 @@ def plan_reload(
 
     ``reconfigurable_authorizer``: the authorizer can take a new ``authorizer:`` section
     (``StandardAuthorizer.reconfigure``); ``embedded_upstream``: the proxy runs in front of
-    the embedded broker of ``kafkaguard demo`` (a file without ``upstream.bootstrap_servers``)."""
+    the embedded broker of ``kafkaguard demo`` (``upstream.embedded: true``)."""
     upstream, restart = _upstream(running.upstream, new.upstream, embedded=embedded_upstream)
     limits, applied, later = _limits(running.limits, new.limits)
     restart += later

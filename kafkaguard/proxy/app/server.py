@@ -107,7 +107,7 @@ class ProxyServer:
     ) -> None:
         """``config_path``: the file a reload re-reads (default: the file ``config`` was loaded
         from, none for a config built in code); ``embedded_upstream``: ``config.upstream`` is
-        the embedded broker ``kafkaguard run`` started for a file without one; ``worker``: this
+        the embedded broker ``kafkaguard run`` started for ``upstream.embedded``; ``worker``: this
         process's index among ``workers`` (kafkaguard/proxy/app/workers.py)."""
         self.config = config
         if config_path is None and not config.source.startswith("<"):  # "<defaults>", "<string>"

@@ -21,13 +21,19 @@ from typing import Any
 
 import pytest
 
-from kafkaguard.proxy.app.log_format import TEXT_FORMAT, JsonFormatter, configure_logging
+from kafkaguard.proxy.app.log_format import (
+    SUPERVISOR,
+    TEXT_FORMAT,
+    JsonFormatter,
+    configure_logging,
+    set_worker,
+)
 from kafkaguard.tansu import TansuBroker, free_base, free_port
 from tests.support.proxy_fixture import TANSU_NODE_ID
 from tests.support.raw_client import RawKafkaClient
 
 ISO_UTC_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-BASE_KEYS = {"time", "level", "logger", "message"}
+BASE_KEYS = {"time", "level", "logger", "message", "pid", "worker"}
 
 
 def _record(msg: str, *args: object, exc: bool = False, **extra: object) -> logging.LogRecord:
@@ -81,6 +87,8 @@ def test_connection_fields_come_from_extra_and_are_strings() -> None:
         "level": "WARNING",
         "logger": "kafkaguard.proxy",
         "message": "closed",
+        "pid": os.getpid(),
+        "worker": 0,
         "listener": "SASL_SSL",
         "connection_id": "17",
         "client_address": "10.0.0.1:51234",
@@ -89,6 +97,16 @@ def test_connection_fields_come_from_extra_and_are_strings() -> None:
     # Absent or None: the key is left out, not written as null.
     partial = _line(_record("closed", listener="PLAINTEXT", principal=None))
     assert set(partial) == BASE_KEYS | {"listener"}
+
+
+def test_worker_index_tells_the_processes_of_workers_apart() -> None:
+    try:
+        set_worker(3)
+        assert _line(_record("serving"))["worker"] == 3
+        set_worker(SUPERVISOR)
+        assert _line(_record("starting 4 workers"))["worker"] is None
+    finally:
+        set_worker(0)
 
 
 def test_newlines_and_tracebacks_stay_on_one_line() -> None:
@@ -250,9 +268,13 @@ def test_run_with_json_logging_writes_only_json_lines_to_stderr(
     lines = err.read_text(encoding="utf-8").splitlines()
     documents = [json.loads(line) for line in lines]
     assert len(documents) >= 3, lines
-    for document in documents:
+    # stdout too: the bootstrap line is a JSON line (a log pipeline reads both streams).
+    (bootstrap,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert bootstrap["message"] == f"kafkaguard listener PLAINTEXT: bootstrap 127.0.0.1:{port}"
+    for document in [*documents, bootstrap]:
         assert set(document) >= BASE_KEYS, document
         assert ISO_UTC_MS.fullmatch(document["time"]), document
+        assert (document["pid"], document["worker"]) == (process.pid, 0), document
     messages = [(d["level"], d["logger"], d["message"]) for d in documents]
     assert ("INFO", "kafkaguard") in {(level, logger) for level, logger, _ in messages}
     assert any(m.startswith("event loop: ") for _, _, m in messages), messages

@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,9 +187,10 @@ def test_a_listener_override_is_named_once_per_listener() -> None:
 
 def test_the_embedded_broker_of_the_demo_is_no_upstream_change() -> None:
     without = RUNNING.replace(
-        "  bootstrap_servers: ['127.0.0.1:9092']\n", "  connect_timeout_s: 10\n"
+        "  bootstrap_servers: ['127.0.0.1:9092']\n", "  embedded: true\n  connect_timeout_s: 10\n"
     )
-    running = _parse(RUNNING)  # as kafkaguard run substitutes the embedded broker's address
+    parsed = _parse(RUNNING)  # as kafkaguard run substitutes the embedded broker's address:
+    running = replace(parsed, upstream=replace(parsed.upstream, embedded=True))
     assert plan_reload(running, _parse(without), embedded_upstream=True).restart_needed == ()
     assert plan_reload(running, _parse(without)).restart_needed == ("upstream.bootstrap_servers",)
 
@@ -638,7 +639,10 @@ def test_sighup_switches_the_log_format(run_proxy: Any, tansu: TansuBroker, tmp_
 
 def test_reload_refuses_a_process_that_is_not_kafkaguard(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text("listeners:\n  - name: PLAINTEXT\n    port: 19092\n", encoding="utf-8")
+    config.write_text(
+        "upstream: {embedded: true}\nlisteners:\n  - name: PLAINTEXT\n    port: 19092\n",
+        encoding="utf-8",
+    )
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         done = kafkaguard("reload", "--config", str(config), "--pid", str(sleeper.pid))

@@ -180,7 +180,11 @@ UPSTREAM = "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n"
         ("3", "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n", 3),
         ("0", "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n", "must be auto or 1 to 256"),
         ("true", "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n", "must be auto or 1 to 256"),
-        ("2", "", "needs upstream.bootstrap_servers"),  # the embedded broker is one process's
+        (
+            "2",
+            "upstream: {embedded: true}\n",
+            "needs upstream.bootstrap_servers",
+        ),  # the embedded broker is one process's
     ],
 )
 def test_workers_setting(setting: str, upstream: str, expected: int | str) -> None:
