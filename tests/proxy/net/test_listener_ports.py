@@ -375,6 +375,7 @@ def _example_with_map() -> tuple[str, dict[int, int]]:
 
 def test_example_map_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text, mapped = _example_with_map()
+    (tmp_path / "acls.yaml").write_text(format_acl_text([]), encoding="utf-8")  # opened by check
     code, err = _check(tmp_path, text, capsys)
     assert (code, err) == (0, "")
     config = load_config(tmp_path / "config.yaml")
