@@ -48,8 +48,8 @@ from kafkaguard.audit.spark.hours import (
     run_directories,
     summary,
 )
-from kafkaguard.audit.spark.schema import AUDIT_SCHEMA, COMPACTED_SCHEMA, EVENT_TIME, FIELD_NAMES
-from kafkaguard.audit.spark.source import is_valid, with_event_time
+from kafkaguard.audit.spark.schema import COMPACTED_SCHEMA, EVENT_TIME, FIELD_NAMES, READ_SCHEMA
+from kafkaguard.audit.spark.source import is_valid, normalized, with_event_time
 
 
 def _hour_label(day: Column, hour: Column) -> Column:
@@ -70,8 +70,8 @@ def _json_part(
     spark: SparkSession, input_dir: Path, files: list[Path], observed: Observation
 ) -> DataFrame:
     """The valid records of ``files``, counting the lines and the bad ones on the way."""
-    raw = (
-        spark.read.schema(AUDIT_SCHEMA)
+    raw = normalized(
+        spark.read.schema(READ_SCHEMA)
         .option("basePath", str(input_dir))
         .option("mode", "PERMISSIVE")
         .json([str(f) for f in files])

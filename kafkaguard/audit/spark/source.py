@@ -29,10 +29,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, IntegerType, StringType
 
+from kafkaguard.audit.events import CLOUDEVENTS_SOURCE_PREFIX, CLOUDEVENTS_TYPE, MODE_EXTENSION
 from kafkaguard.audit.spark.schema import (
-    AUDIT_SCHEMA,
+    CLOUDEVENT_FIELDS,
     COMPACTED_SCHEMA,
     EVENT_TIME,
+    FIELD_NAMES,
+    READ_SCHEMA,
     RECORD_COLUMNS,
     SCHEMA_VERSION,
 )
@@ -116,6 +119,70 @@ def _and(conditions: list[Column]) -> Column | None:
     for condition in conditions[1:]:
         combined = combined & condition
     return combined
+
+
+def _kafka_name(pascal: Column) -> Column:
+    """``IdempotentWrite`` -> ``IDEMPOTENT_WRITE``: the CloudEvents record's operation and
+    resource type (``SecurityUtils`` spelling) as the Kafka enum names of schema version 1."""
+    return F.upper(F.regexp_replace(pascal, "([a-z0-9])([A-Z])", "$1_$2"))
+
+
+def _cloudevent_columns() -> dict[str, Column]:
+    """Each field of schema version 1 as read from a CloudEvents line (docs/audit.md,
+    "CloudEvents format"); a line of another CloudEvents ``type`` gets a null
+    ``schema_version`` and is dropped as invalid."""
+    data = F.col("data")
+    ours = data.getField("kafkaguard")
+    authz = data.getField("authorizationInfo")
+    granted = authz.getField("granted")
+    columns: dict[str, Column] = {
+        name: ours.getField(name)
+        for name in (
+            "kind",
+            "window_end",
+            "count",
+            "security_protocol",
+            "api_key",
+            "api_version",
+            "would_deny",
+            "reason",
+            "implied",
+            "acl",
+        )
+    }
+    source_pattern = "^" + re.escape(CLOUDEVENTS_SOURCE_PREFIX) + "(.*)$"
+    columns |= {
+        "schema_version": F.when(
+            F.col("type") == CLOUDEVENTS_TYPE, ours.getField("schema_version")
+        ),
+        "time": F.col("time"),
+        "mode": F.col(MODE_EXTENSION),
+        "listener": F.try_url_decode(F.regexp_extract(F.col("source"), source_pattern, 1)),
+        "principal": data.getField("authenticationInfo").getField("principal"),
+        "client_host": data.getField("requestMetadata").getField("client_address"),
+        "client_id": data.getField("request").getField("client_id"),
+        "api_name": F.regexp_replace(data.getField("methodName"), r"^kafka\.", ""),
+        "correlation_id": data.getField("request").getField("correlation_id").try_cast("int"),
+        "operation": _kafka_name(authz.getField("operation")),
+        "resource_type": _kafka_name(authz.getField("resourceType")),
+        "pattern_type": authz.getField("patternType"),
+        "resource_name": authz.getField("resourceName"),
+        "result": F.when(granted, F.lit("ALLOWED")).when(~granted, F.lit("DENIED")),
+    }
+    return columns
+
+
+def normalized(df: DataFrame) -> DataFrame:
+    """Lines parsed with :data:`READ_SCHEMA` (either format) as schema version 1's columns,
+    in order, followed by ``df``'s other columns (``date``/``hour``)."""
+    cloudevent = F.col("specversion").isNotNull()
+    from_cloudevent = _cloudevent_columns()
+    ours = [
+        F.when(cloudevent, from_cloudevent[name]).otherwise(F.col(name)).alias(name)
+        for name in FIELD_NAMES
+    ]
+    dropped = {*FIELD_NAMES, *(f.name for f in CLOUDEVENT_FIELDS)}
+    return df.select(*ours, *(c for c in df.columns if c not in dropped))
 
 
 def with_event_time(df: DataFrame) -> DataFrame:
@@ -217,8 +284,8 @@ def _json_records(
     spark: SparkSession, path: str, window: TimeRange, skip: frozenset[int]
 ) -> DataFrame | None:
     """The valid JSON records under ``path`` outside the ``skip`` hours (None: nothing left)."""
-    df = (
-        spark.read.schema(AUDIT_SCHEMA)
+    df = normalized(
+        spark.read.schema(READ_SCHEMA)
         .option("basePath", path)
         .option("pathGlobFilter", "*.jsonl")
         .option("mode", "PERMISSIVE")
@@ -283,19 +350,20 @@ def _host_port(text: str) -> bool:
 
 
 def parse_audit_values(values: DataFrame) -> DataFrame:
-    """The valid records in ``values``' ``value`` column (one audit line each, as bytes or
-    text), with the columns of :data:`RECORD_COLUMNS`: ``date`` and ``hour`` are those of
-    ``event_time`` (UTC), the directory a file writer would have put the line in.
+    """The valid records in ``values``' ``value`` column (one audit line each, in either
+    format, as bytes or text), with the columns of :data:`RECORD_COLUMNS`: ``date`` and
+    ``hour`` are those of ``event_time`` (UTC), the directory a file writer would have put
+    the line in.
 
     ``from_json`` parses a malformed line to nulls, as the file reader's PERMISSIVE mode does,
     and :func:`valid_records` drops it.
     """
     parsed = values.select(
-        F.from_json(F.col("value").cast(StringType()), AUDIT_SCHEMA, {"mode": "PERMISSIVE"}).alias(
+        F.from_json(F.col("value").cast(StringType()), READ_SCHEMA, {"mode": "PERMISSIVE"}).alias(
             "r"
         )
     ).select("r.*")
-    records = valid_records(parsed)
+    records = valid_records(normalized(parsed))
     return (
         records.withColumn("date", F.to_date(F.col(EVENT_TIME)))
         .withColumn("hour", F.hour(F.col(EVENT_TIME)))
