@@ -7,7 +7,9 @@ compacted yet with **one** Spark job and writes it, partitioned by ``date``/``ho
 staging directory under the output. Each staged hour gets its marker and is moved into
 place with one rename; readers (:func:`.source.read_audit`) take the hours present from
 Parquet and the others from JSON. Runs are incremental (compacted hours are skipped) and
-idempotent (a second run finds nothing to do); a crash leaves a staging directory that the
+idempotent (a second run finds nothing to do); then the hourly facts ``propose`` and
+``report`` read are written for every compacted hour that lacks current ones (:mod:`.facts`).
+A crash leaves a staging directory that the
 next run deletes, and the hours it had not moved are compacted again.
 
 The Parquet holds the records :func:`.source.valid_records` keeps, ``event_time`` included
@@ -32,6 +34,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from kafkaguard.audit.spark.facts import write_facts
 from kafkaguard.audit.spark.hours import (
     DEFAULT_GRACE_S,
     MARKER,
@@ -178,4 +181,8 @@ def compact(
         clean_up(output)
         plan = plan_compaction(input_dir, output, at, grace)
         outcome = execute(session, input_dir, output, plan)
-        return summary(plan, outcome, output, grace)
+        lines = summary(plan, outcome, output, grace)
+        written = write_facts(session, output)
+        if written:
+            lines.append(f"hourly facts (for propose and report) of {written} hours written")
+        return lines

@@ -412,11 +412,17 @@ def _compact(session: _Session, args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+FACT_JOBS = frozenset({"report", "propose"})
+"""Jobs that only sum counts per hour: they read the hourly facts ``compact`` wrote where
+present (:mod:`.facts`), the records elsewhere."""
+
+
 def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.facts import read_facts
     from kafkaguard.audit.spark.source import read_audit
 
     spark = session.get()
-    events = read_audit(
+    events = (read_facts if args.job in FACT_JOBS else read_audit)(
         spark,
         args.input,
         _window(args),

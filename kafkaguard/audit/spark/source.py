@@ -27,7 +27,7 @@ from typing import Final
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, IntegerType, StringType
+from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType
 
 from kafkaguard.audit.events import CLOUDEVENTS_SOURCE_PREFIX, CLOUDEVENTS_TYPE, MODE_EXTENSION
 from kafkaguard.audit.spark.schema import (
@@ -306,6 +306,17 @@ def _json_records(
     return valid_records(_pruned(df, window)).select(*RECORD_COLUMNS)
 
 
+_RECORD_SCHEMA: Final = StructType(
+    [
+        *COMPACTED_SCHEMA.fields[:-1],
+        StructField("date", DateType()),
+        StructField("hour", IntegerType()),
+        COMPACTED_SCHEMA[EVENT_TIME],
+    ]
+)
+"""The columns :func:`read_audit` returns (:data:`RECORD_COLUMNS`), typed."""
+
+
 def is_kafka_input(path: str) -> bool:
     return path.startswith(KAFKA_SCHEME)
 
@@ -403,6 +414,7 @@ def read_audit(
     compacted: str | None = None,
     json_only: bool = False,
     kafka_options: Mapping[str, str] | None = None,
+    skip_hours: frozenset[int] = frozenset(),
 ) -> DataFrame:
     """The valid records under ``path`` (a local path or any Hadoop URI) inside ``window``.
 
@@ -412,6 +424,8 @@ def read_audit(
         json_only: ignore compacted Parquet (to compare it with the JSON it came from).
         kafka_options: the consumer's settings when ``path`` is ``kafka://...``
             (:func:`kafka_records`); the session needs Spark's Kafka source (``session.py``).
+        skip_hours: hours (:func:`hour_number`) not to read, whatever their form (the
+            caller has them otherwise: :func:`.facts.read_facts`).
 
     The partition predicate is applied before anything else so that it reaches the file scan
     as ``PartitionFilters`` (see ``bench/analyze_bench.py`` for the plan). The Parquet is
@@ -424,10 +438,16 @@ def read_audit(
     if "://" not in path and not Path(path).is_dir():
         raise ValueError(f"{path}: no such audit directory")
     stored = None if json_only else read_compacted(spark, compacted or compacted_path(path))
-    parts = [_json_records(spark, path, window, stored.hours if stored else frozenset())]
-    if stored is not None:
-        parts.insert(0, _pruned(stored.records, window))
+    skip = (stored.hours if stored else frozenset()) | skip_hours
+    parts = [_json_records(spark, path, window, skip)]
+    if stored is not None and not stored.hours <= skip_hours:
+        kept = stored.records
+        if stored.hours & skip_hours:
+            kept = kept.where(~_hour_number_column().isin(sorted(stored.hours & skip_hours)))
+        parts.insert(0, _pruned(kept, window))
     present = [p for p in parts if p is not None]
+    if not present:  # every hour skipped
+        return spark.createDataFrame([], _RECORD_SCHEMA)
     df = present[0] if len(present) == 1 else present[0].unionByName(present[1])
     exact = window.time_filter()
     return df.where(exact) if exact is not None else df
