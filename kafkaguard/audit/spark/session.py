@@ -178,6 +178,30 @@ def kafka_settings(conf: Mapping[str, str]) -> dict[str, str]:
     return {"spark.jars": ",".join([*jars, *kafka_jars()])}
 
 
+CONNECT_SCHEME: Final = "sc://"
+
+
+def build_remote_session(url: str, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark Connect client session (``--remote sc://host:port``, PySpark 4's client).
+
+    The server (a ``start-connect-server.sh`` kept running, or a cluster's) is already warm:
+    the job pays no JVM start, no JIT warm-up and no session start, only the round trips of
+    its plans. Only session settings apply (UTC, as in :func:`build_session`, and ``--conf``);
+    the server's own settings (memory, master, jars such as Spark's Kafka source) are its
+    operator's. Paths are read by the server: it must see the audit directory.
+    """
+    if not url.startswith(CONNECT_SCHEME):
+        raise ValueError(f"--remote must be a Spark Connect URL, {CONNECT_SCHEME}host:port")
+    builder = SparkSession.builder.remote(url)
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
+    } | dict(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
 def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
