@@ -513,6 +513,8 @@ def _descendants(pid: int) -> list[int]:
     """``pid`` and every process under it."""
     children: dict[int, list[int]] = {}
     for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
         try:
             parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):

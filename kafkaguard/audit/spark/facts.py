@@ -3,8 +3,9 @@
 Theory of operation: ``propose`` (observed grants, enforced refusals) and ``report`` (the
 hourly cube) only ever sum ``count`` and take the first and last time per group of a few
 columns, within an hour. :data:`FACT_KEYS` holds every column either groups by, so one row
-per (hour, :data:`FACT_KEYS`) with the summed ``count``, the number of ``records``, and the
-first and last ``event_time`` (a *fact*) gives both jobs exactly the results the records give.
+per (hour, :data:`FACT_KEYS`) with the summed ``count``, the number of ``records``, the
+first and last ``event_time`` and the smallest client address (a *fact*) gives both jobs
+exactly the results the records give.
 A raw record is a fact of its own (:func:`to_facts`): the jobs take facts, from wherever.
 
 ``analyze compact`` writes the facts of every compacted hour (:func:`write_facts`) under
@@ -25,13 +26,13 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from kafkaguard.audit.spark.hours import MARKER, TMP_PREFIX, Hour, commit
 from kafkaguard.audit.spark.schema import AUDIT_SCHEMA, COMPACTED_SCHEMA, EVENT_TIME
@@ -39,6 +40,7 @@ from kafkaguard.audit.spark.source import (
     TimeRange,
     compacted_path,
     hour_number,
+    hour_number_column,
     is_kafka_input,
     read_audit,
 )
@@ -46,7 +48,6 @@ from kafkaguard.audit.spark.source import (
 FACTS_DIR: Final = "_facts"
 FACT_KEYS: Final = (
     "principal",
-    "client_host",
     "listener",
     "security_protocol",
     "operation",
@@ -56,11 +57,15 @@ FACT_KEYS: Final = (
     "would_deny",
     "reason",
 )
-"""Every column ``propose`` and ``report`` group or filter by (besides the hour)."""
+"""Every column ``propose`` and ``report`` group or filter by (besides the hour), except the
+client's address: a principal connects from many (every client instance, every pod), and
+keeping it would keep nearly every record. ``propose`` only needs its smallest
+(``sample_host``); ``propose --hosts exact`` reads the records."""
 FACTS_SCHEMA: Final = StructType(
     [
         StructField("hour_start", TimestampType()),
         *(AUDIT_SCHEMA[name] for name in FACT_KEYS),
+        StructField("sample_host", StringType()),
         StructField("count", LongType()),
         StructField("records", LongType()),
         StructField("first_seen", TimestampType()),
@@ -77,6 +82,7 @@ def to_facts(events: DataFrame) -> DataFrame:
     return events.select(
         F.date_trunc("hour", F.col(EVENT_TIME)).alias("hour_start"),
         *FACT_KEYS,
+        F.col("client_host").alias("sample_host"),
         F.col("count").cast(LongType()).alias("count"),
         F.lit(1).cast(LongType()).alias("records"),
         F.col(EVENT_TIME).alias("first_seen"),
@@ -87,6 +93,7 @@ def to_facts(events: DataFrame) -> DataFrame:
 def summed(facts: DataFrame) -> DataFrame:
     """One fact per hour and distinct :data:`FACT_KEYS`."""
     return facts.groupBy("hour_start", *FACT_KEYS).agg(
+        F.min("sample_host").alias("sample_host"),
         F.sum("count").alias("count"),
         F.sum("records").alias("records"),
         F.min("first_seen").alias("first_seen"),
@@ -139,11 +146,7 @@ def write_facts(session: Callable[[], SparkSession], output: Path) -> int:
         with_data = [h for h in stale if any((output / h.relative).glob("*.parquet"))]
         if with_data:
             spark = session()
-            records = (
-                spark.read.schema(COMPACTED_SCHEMA)
-                .option("basePath", str(output))
-                .parquet(*(str(output / h.relative) for h in with_data))
-            )
+            records = _hours_of(spark, COMPACTED_SCHEMA, output, with_data)
             facts = summed(to_facts(records)).select(
                 *FACT_COLUMNS,
                 F.date_format("hour_start", "yyyy-MM-dd").alias("date"),
@@ -161,12 +164,33 @@ def write_facts(session: Callable[[], SparkSession], output: Path) -> int:
         shutil.rmtree(replaced, ignore_errors=True)
 
 
+def _hours_of(spark: SparkSession, schema: StructType, root: Path, hours: list[Hour]) -> DataFrame:
+    """The Parquet of ``hours`` under ``root``: one root listed on the driver and a partition
+    filter (naming each hour's directory would make Spark list them with a job of its own,
+    seconds in a fresh process)."""
+    numbers = sorted(hour_number(date.fromisoformat(h.date), h.hour) for h in hours)
+    df = spark.read.schema(schema).option("basePath", str(root)).parquet(str(root))
+    return df.where(hour_number_column().isin(numbers))
+
+
 def _inside(hour: Hour, window: TimeRange) -> bool:
     end = datetime.fromtimestamp(hour.end, UTC)
     start = datetime.fromtimestamp(hour.end - 3600, UTC)
     return (window.since is None or window.since <= start) and (
         window.until is None or end <= window.until
     )
+
+
+def fact_hours(
+    path: str, window: TimeRange, *, compacted: str | None = None, json_only: bool = False
+) -> tuple[Path, list[Hour]] | None:
+    """Where the facts are and the hours :func:`read_facts` takes from them: current, and
+    wholly inside ``window`` (None: no local compacted directory)."""
+    location = compacted or (None if is_kafka_input(path) else compacted_path(path))
+    if json_only or location is None or "://" in location:
+        return None
+    output = Path(location)
+    return output, sorted(h for h in current_facts(output) if _inside(h, window))
 
 
 def read_facts(
@@ -179,15 +203,11 @@ def read_facts(
     kafka_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The facts of the window: stored ones for the compacted hours wholly inside it whose
-    facts are current, :func:`to_facts` of the records for everything else (arguments as
-    :func:`.source.read_audit`'s)."""
+    facts are current (:func:`fact_hours`), :func:`to_facts` of the records for everything
+    else (arguments as :func:`.source.read_audit`'s)."""
     window = window or TimeRange()
-    location = compacted or (None if is_kafka_input(path) else compacted_path(path))
-    stored: list[Hour] = []
-    if not json_only and location is not None and "://" not in location:
-        output = Path(location)
-        stored = sorted(h for h in current_facts(output) if _inside(h, window))
-    skip = frozenset(hour_number(datetime.fromisoformat(h.date).date(), h.hour) for h in stored)
+    found = fact_hours(path, window, compacted=compacted, json_only=json_only)
+    output, stored = found if found is not None else (Path(), [])
     records = to_facts(
         read_audit(
             spark,
@@ -196,16 +216,10 @@ def read_facts(
             compacted=compacted,
             json_only=json_only,
             kafka_options=kafka_options,
-            skip_hours=skip,
+            skip_hours=frozenset(hour_number(date.fromisoformat(h.date), h.hour) for h in stored),
         )
     )
-    with_data = [h for h in stored if any((output / FACTS_DIR / h.relative).glob("*.parquet"))]
-    if not with_data:
+    if not stored:
         return records
-    facts = (
-        spark.read.schema(FACTS_SCHEMA)
-        .option("basePath", str(output / FACTS_DIR))
-        .parquet(*(str(output / FACTS_DIR / h.relative) for h in with_data))
-        .select(*FACT_COLUMNS)
-    )
+    facts = _hours_of(spark, FACTS_SCHEMA, output / FACTS_DIR, stored).select(*FACT_COLUMNS)
     return facts.unionByName(records)

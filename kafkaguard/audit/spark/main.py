@@ -431,7 +431,7 @@ def _compact(session: _Session, args: argparse.Namespace, out: Out) -> int:
 
 FACT_JOBS = frozenset({"report", "propose"})
 """Jobs that only sum counts per hour: they read the hourly facts ``compact`` wrote where
-present (:mod:`.facts`), the records elsewhere."""
+present (:mod:`.facts`), the records elsewhere (``propose --hosts exact``: the records)."""
 
 
 def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
@@ -439,7 +439,8 @@ def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
     from kafkaguard.audit.spark.source import read_audit
 
     spark = session.get()
-    events = (read_facts if args.job in FACT_JOBS else read_audit)(
+    facts = args.job in FACT_JOBS and getattr(args, "hosts", None) != "exact"
+    events = (read_facts if facts else read_audit)(
         spark,
         args.input,
         _window(args),

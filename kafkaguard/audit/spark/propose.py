@@ -45,25 +45,30 @@ GRANT_KEYS = ("principal", "host", "operation", "resource_type", "resource_name"
 
 
 def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFrame:
-    """Distinct proposable accesses with their decision counts, from records or hourly facts
-    (:mod:`.facts`).
+    """Distinct proposable accesses with their decision counts, from records or, unless
+    ``exact_hosts``, hourly facts (:mod:`.facts`: they keep no client address but the
+    smallest).
 
     Columns: principal, host (``*`` unless ``exact_hosts``), operation, resource_type,
     resource_name, decisions, would_deny, deny_acl (bool), sample_host, first_seen, last_seen.
     """
-    proposable = to_facts(events).where(
+    if exact_hosts:
+        rows = to_facts(events).withColumn("host", F.col("sample_host"))
+        if "client_host" not in events.columns:
+            raise ValueError("exact hosts need the records: hourly facts keep no client address")
+    else:
+        rows = to_facts(events).withColumn("host", F.lit(WILDCARD_HOST))
+    proposable = rows.where(
         ((F.col("result") == "ALLOWED") & (F.coalesce(F.col("reason"), F.lit("")) != "SuperUser"))
         | F.col("would_deny")
     )
-    host = F.col("client_host") if exact_hosts else F.lit(WILDCARD_HOST)
     return (
-        proposable.withColumn("host", host)
-        .groupBy(*GRANT_KEYS)
+        proposable.groupBy(*GRANT_KEYS)
         .agg(
             F.sum("count").alias("decisions"),
             F.sum(F.when(F.col("would_deny"), F.col("count")).otherwise(0)).alias("would_deny"),
             F.max(F.col("would_deny") & (F.col("reason") == "DenyAcl")).alias("deny_acl"),
-            F.min("client_host").alias("sample_host"),
+            F.min("sample_host").alias("sample_host"),
             F.min("first_seen").alias("first_seen"),
             F.max("last_seen").alias("last_seen"),
         )

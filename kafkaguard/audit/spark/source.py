@@ -226,7 +226,8 @@ def hour_number(day: date, hour: int) -> int:
     return (day - _EPOCH_DAY).days * 24 + hour
 
 
-def _hour_number_column() -> Column:
+def hour_number_column() -> Column:
+    """:func:`hour_number` of the ``date``/``hour`` partition columns."""
     return F.datediff(F.col("date"), _lit_date(_EPOCH_DAY)) * 24 + F.col("hour")
 
 
@@ -302,7 +303,7 @@ def _json_records(
         if present and present <= skip:
             return None
         if present & skip:  # a partition filter: the compacted hours' files are never opened
-            df = df.where(~_hour_number_column().isin(sorted(present & skip)))
+            df = df.where(~hour_number_column().isin(sorted(present & skip)))
     return valid_records(_pruned(df, window)).select(*RECORD_COLUMNS)
 
 
@@ -443,7 +444,7 @@ def read_audit(
     if stored is not None and not stored.hours <= skip_hours:
         kept = stored.records
         if stored.hours & skip_hours:
-            kept = kept.where(~_hour_number_column().isin(sorted(stored.hours & skip_hours)))
+            kept = kept.where(~hour_number_column().isin(sorted(stored.hours & skip_hours)))
         parts.insert(0, _pruned(kept, window))
     present = [p for p in parts if p is not None]
     if not present:  # every hour skipped
