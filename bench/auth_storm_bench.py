@@ -190,8 +190,8 @@ def attack(port: int, connections: int, scenario: str) -> None:
 def serve_proxy(config_path: str, counters_path: str) -> None:
     import logging
 
+    from kafkaguard.proxy.app.server import ProxyServer, install_event_loop_policy
     from kafkaguard.proxy.config import load_config
-    from kafkaguard.proxy.server import ProxyServer, install_event_loop_policy
 
     config = load_config(Path(config_path))
     logging.basicConfig(level=config.log_level)

@@ -41,7 +41,7 @@ relay's port, ``metadata-rtt`` sends Metadata v4 (Kafka 4 removed v0-v3, KIP-896
 unrecorded warm-up round runs first (the JVM's JIT; ``--warmup-rounds``).
 
 ``--workers N`` adds the side ``kafkaguard-xN``: the same proxy with ``workers: N``
-(kafkaguard/proxy/workers.py); proxy CPU is then the whole process tree's.
+(kafkaguard/proxy/app/workers.py); proxy CPU is then the whole process tree's.
 
 ``--profile-proxy FILE`` runs the proxy under cProfile (``python -m cProfile -o FILE``); it is
 stopped with SIGINT so the profile is written. ``--kafkaguard-path DIR`` runs the proxy from

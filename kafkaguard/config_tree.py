@@ -8,10 +8,12 @@ typos fail at start rather than being silently ignored.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -32,23 +34,133 @@ class Where:
         return f"{self.file}:{self.line} {self.key}" if self.key else f"{self.file}:{self.line}"
 
 
-def _construct(node: yaml.Node, file: str) -> Any:
-    """Build plain Python values, wrapping every mapping so its keys keep their lines."""
+VARIABLE: Final = re.compile(r"\$\{([^}]*?):(([^}]*?):)?([^}]*?)\}")
+"""A config provider reference, Kafka's ``ConfigTransformer.DEFAULT_PATTERN``:
+``${provider:[path:]key}``."""
+PROVIDERS: Final = ("env", "file", "directory")
+"""Kafka's ``EnvVarConfigProvider`` (KIP-887), ``FileConfigProvider`` and
+``DirectoryConfigProvider`` (KIP-297, KIP-632), always enabled here."""
+
+
+def _properties(text: str) -> dict[str, str]:
+    """A ``java.util.Properties`` file as ``Properties.load`` reads it: ``#``/``!`` comments,
+    ``=``, ``:`` or white space between key and value, a trailing backslash continuing the
+    line, backslash escapes (``\\t``, ``\\n``, ``\\uXXXX``, any other character itself)."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f") if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:
+            pending += line[:-1]
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    result: dict[str, str] = {}
+    for line in logical:
+        match = re.match(r"((?:\\.|[^\\=:\s])*)\s*[=:]?\s*(.*)", line, re.DOTALL)
+        assert match is not None  # the pattern matches every string
+        result[_unescape(match.group(1))] = _unescape(match.group(2))
+    return result
+
+
+def _unescape(text: str) -> str:
+    named = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+    def one(match: re.Match[str]) -> str:
+        escaped = match.group(1)
+        if escaped.startswith("u") and len(escaped) == 5:
+            return chr(int(escaped[1:], 16))
+        return named.get(escaped, escaped)
+
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", one, text, flags=re.DOTALL)
+
+
+def _provide(provider: str, path: str | None, key: str, base_dir: Path) -> str:
+    """One reference's value; ``ValueError`` naming what is missing (never a value)."""
+    if provider == "env":
+        if path:
+            raise ValueError("${env:NAME} takes no path")
+        if key not in os.environ:
+            raise ValueError(f"environment variable {key} is not set")
+        return os.environ[key]
+    if provider not in ("file", "directory"):
+        raise ValueError(f"unknown config provider {provider!r} (one of {', '.join(PROVIDERS)})")
+    if not path:
+        raise ValueError(f"${{{provider}:path:key}} needs a path")
+    where = base_dir / path
+    try:
+        if provider == "directory":
+            # DirectoryConfigProvider: the key names a regular file of the directory (a mounted
+            # Kubernetes Secret), its whole content the value.
+            file = where / key
+            if Path(key).name != key or not file.is_file():
+                raise ValueError(f"{where} has no file {key!r}")
+            return file.read_text(encoding="utf-8")
+        values = _properties(where.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {where}: {exc.strerror}") from None
+    if key not in values:
+        raise ValueError(f"{where} has no key {key!r}")
+    return values[key]
+
+
+class ResolvedValue(str):
+    """A string value with config provider references, resolved: its ``repr`` (what error
+    messages quote, "got ...") is the value as written, so a secret never reaches a message
+    or a log line."""
+
+    written: str
+
+    def __new__(cls, value: str, written: str) -> ResolvedValue:
+        resolved = super().__new__(cls, value)
+        resolved.written = written
+        return resolved
+
+    def __repr__(self) -> str:
+        return repr(self.written)
+
+
+def resolve_variables(text: str, base_dir: Path) -> str:
+    """Replace every ``${provider:[path:]key}`` in a string value, as Kafka's
+    ``ConfigTransformer`` does; a relative path is relative to ``base_dir`` (the config file's
+    directory). Unlike Kafka, a reference that cannot be resolved is an error, not left as
+    written: a secret missing from the environment must stop the start (fail closed)."""
+
+    def one(match: re.Match[str]) -> str:
+        return _provide(match.group(1), match.group(3), match.group(4), base_dir)
+
+    return VARIABLE.sub(one, text)
+
+
+def _construct(node: yaml.Node, file: str, base_dir: Path) -> Any:
+    """Build plain Python values, wrapping every mapping so its keys keep their lines; string
+    values have their config provider references resolved (:func:`resolve_variables`)."""
     if isinstance(node, yaml.MappingNode):
         values: dict[str, Any] = {}
         lines: dict[str, int] = {}
         for key_node, value_node in node.value:
-            key = str(_construct(key_node, file))
+            key = str(_construct(key_node, file, base_dir))
             if key in values:
                 raise ConfigError(f"{file}:{key_node.start_mark.line + 1} duplicate key {key!r}")
-            values[key] = _construct(value_node, file)
+            values[key] = _construct(value_node, file, base_dir)
             lines[key] = value_node.start_mark.line + 1
         return _Mapping(values, lines, node.start_mark.line + 1)
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, file) for item in node.value]
-    return yaml.SafeLoader(  # scalar: let SafeLoader apply YAML 1.1 typing rules
+        return [_construct(item, file, base_dir) for item in node.value]
+    value = yaml.SafeLoader(  # scalar: let SafeLoader apply YAML 1.1 typing rules
         ""
     ).construct_object(node, deep=True)
+    if isinstance(value, str) and "${" in value:
+        try:
+            return ResolvedValue(resolve_variables(value, base_dir), value)
+        except ValueError as exc:
+            raise ConfigError(f"{file}:{node.start_mark.line + 1} {exc}") from None
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,14 +192,18 @@ class ConfigSection:
         return cls(_Mapping({}, {}, 0), file, prefix)
 
     @classmethod
-    def from_text(cls, text: str, file: str = "<string>") -> ConfigSection:
+    def from_text(
+        cls, text: str, file: str = "<string>", base_dir: Path | None = None
+    ) -> ConfigSection:
+        """``base_dir``: where relative paths of ``${file:…}``/``${directory:…}`` references
+        start (default: the working directory)."""
         try:
             node = yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
         if node is None:
             return cls.empty(file)
-        value = _construct(node, file)
+        value = _construct(node, file, base_dir or Path.cwd())
         if not isinstance(value, _Mapping):
             raise ConfigError(f"{file}:1 the top level must be a mapping")
         return cls(value, file, "")
@@ -99,7 +215,7 @@ class ConfigSection:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-        return cls.from_text(text, str(path))
+        return cls.from_text(text, str(path), path.resolve().parent)
 
     # -- positions -------------------------------------------------------------------------
     def where(self, key: str = "") -> Where:

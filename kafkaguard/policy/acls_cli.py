@@ -3,7 +3,7 @@
 Same options, same expansion of ``--producer``/``--consumer``/``--idempotent``, same output
 lines, but it edits the configured store directly (the file store; a running proxy picks the
 change up within ``poll_interval_s``) instead of talking to a broker. Wired into
-``kafkaguard/cli.py`` via :func:`add_arguments` and :func:`run`; standalone:
+``kafkaguard/cli/__init__.py`` via :func:`add_arguments` and :func:`run`; standalone:
 ``python -m kafkaguard.policy.acls_cli --acl-file acls.yaml --list``.
 
 The options and what they mean (filters, entries, Kafka's checks) are

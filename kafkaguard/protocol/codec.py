@@ -234,7 +234,7 @@ _ZERO_UUID: Final = uuid.UUID(int=0)
 def _zero_topic_ids(body: Any) -> Any:
     """kio reads an all-zero uuid as ``None``; Kafka reads ``Uuid.ZERO_UUID`` (which the broker
     answers UNKNOWN_TOPIC_ID). A Produce request's topic ids are read as Kafka reads them, so
-    that the decode agrees with :func:`~kafkaguard.protocol.skim.skim_produce_request` (the
+    that the decode agrees with :func:`~kafkaguard.protocol.skim.produce.skim_produce_request` (the
     skim's topics are matched against the decode's when a request is split)."""
     topics = body.topic_data
     if all(topic.topic_id is not None for topic in topics):

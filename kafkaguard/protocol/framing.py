@@ -63,7 +63,7 @@ class FrameBuffer:
     def take_partial(self) -> tuple[list[bytes | memoryview], int]:
         """Hand over the incomplete frame (its size known): the chunks received so far and how
         many bytes are still to come. The buffer forgets it (cut-through, see
-        :mod:`kafkaguard.proxy.connection`)."""
+        :mod:`kafkaguard.proxy.net.connection`)."""
         chunks, remaining = self._chunks, self._need - self._have
         self._chunks, self._have, self._need = [], 0, 0
         return chunks, remaining

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame
-from kafkaguard.protocol.skim import NodeEndpointsTail
+from kafkaguard.protocol.skim.tails import NodeEndpointsTail
 
 ResponseTransform = Callable[[Frame], Frame]
 """Turns the broker's response frame into the frame the client receives."""

@@ -8,6 +8,7 @@ key; keep the two in step.
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +32,10 @@ from kafkaguard.certs.tls import (
 from kafkaguard.config_tree import REQUIRED, ConfigError, ConfigSection
 from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from kafkaguard.proxy.edge.sni import NODE_ID_PLACEHOLDER, SniRouting, dns_name
 from kafkaguard.proxy.sasl.client import UpstreamSaslConfig, parse_upstream_sasl_config
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, parse_sasl_config
-from kafkaguard.proxy.sni import NODE_ID_PLACEHOLDER, SniRouting, dns_name
-from kafkaguard.proxy.workers import worker_count
+from kafkaguard.proxy.sasl.executor import AUTHENTICATION_QUEUE_SIZE, AUTHENTICATION_THREADS
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_SECURITY_PROTOCOLS: Final = ("SSL", "SASL_SSL")
@@ -113,12 +114,12 @@ class ListenerConfig:
     proxy_protocol: str = "off"
     """``off`` | ``v1`` | ``v2`` | ``any``: every connection must start with a PROXY protocol
     header of that version (``any``: either), whose client address then stands for the
-    connection everywhere (kafkaguard/proxy/proxy_protocol.py)."""
+    connection everywhere (kafkaguard/proxy/edge/proxy_protocol.py)."""
     proxy_protocol_trusted_cidrs: tuple[IPNetwork, ...] = ()
     """Who may send that header (the load balancers); connections from elsewhere are closed
     at accept. Required unless ``proxy_protocol`` is ``off``."""
     sni: SniRouting | None = None
-    """``routing: sni`` (kafkaguard/proxy/sni.py): every broker on :attr:`port`, picked by the
+    """``routing: sni`` (kafkaguard/proxy/edge/sni.py): every broker on :attr:`port`, picked by the
     TLS server name; None: ``routing: ports``, one port per broker (:attr:`broker_ports`)."""
 
     @property
@@ -145,12 +146,16 @@ class ListenerConfig:
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...]
-    """Empty: no upstream configured, ``kafkaguard run`` starts the embedded demo broker."""
+    """Empty only with :attr:`embedded`."""
     connect_timeout_s: float = 10.0
     ssl: UpstreamTlsConfig | None = None
     """``upstream.ssl:`` (TLS from the proxy to the brokers), None for plaintext."""
     sasl: UpstreamSaslConfig | None = None
     """``upstream.sasl:`` (the proxy authenticates to the brokers), None for none."""
+    embedded: bool = False
+    """``upstream.embedded: true``: ``kafkaguard run`` starts the in-memory Tansu broker of
+    ``kafkaguard demo`` (every write is lost at exit). Opt-in only: a file without an upstream
+    is an error, never a proxy that silently loses writes."""
 
 
 INT_MAX: Final = 2**31 - 1
@@ -180,11 +185,11 @@ class LimitsConfig:
     """``max.connection.creation.rate``: new connections per second on the listener."""
     authentication_timeout_ms: int = 10_000
     """A connection that has not completed TLS and SASL by then is closed."""
-    authentication_threads: int = 1
+    authentication_threads: int = AUTHENTICATION_THREADS
     """Worker threads checking PLAIN passwords (PBKDF2) off the event loop, for all
     listeners: a storm of attempts never takes more than this many cores. SCRAM's proof and
     OAUTHBEARER's signature cost microseconds and are checked inline."""
-    authentication_queue_size: int = 32
+    authentication_queue_size: int = AUTHENTICATION_QUEUE_SIZE
     """Attempts waiting for an authentication thread; beyond it new attempts are refused at
     once (SASL_AUTHENTICATION_FAILED)."""
 
@@ -205,7 +210,7 @@ class AdminConfig:
     max_connections: int = 64
     """Open admin connections at most: idle or slow clients cannot exhaust the process. One
     more closes the connection waiting longest for a request, or is answered 503 when every
-    connection is being answered (counted; kafkaguard/proxy/admin.py, ``ConnectionSlots``)."""
+    connection is being answered (counted; kafkaguard/proxy/app/admin.py, ``ConnectionSlots``)."""
     request_timeout_ms: int = 5_000
     """A request's line and headers must arrive within this (from the connection's accept, or
     from a kept-alive request's first byte), and its answer be taken within it again; else the
@@ -222,7 +227,7 @@ class AdminConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    """``metrics:``: what ``/metrics`` exposes (kafkaguard/proxy/metrics.py)."""
+    """``metrics:``: what ``/metrics`` exposes (kafkaguard/proxy/app/metrics.py)."""
 
     per_principal: bool = False
     """Add a ``principal`` label to authorization decisions (bounded by ``max_principals``)."""
@@ -256,7 +261,7 @@ class ProxyConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The ``audit:`` section (kafkaguard/audit/config.py)."""
     workers: int = 1
-    """Proxy processes sharing each listening port (kafkaguard/proxy/workers.py)."""
+    """Proxy processes sharing each listening port (kafkaguard/proxy/app/workers.py)."""
     source: str = "<defaults>"
     base_dir: Path = field(default_factory=Path.cwd)
     section: ConfigSection | None = None
@@ -687,6 +692,25 @@ def _workers(root: ConfigSection, *, embedded: bool) -> int:
     return count
 
 
+def _embedded(root: ConfigSection, up: ConfigSection, servers: tuple[HostPort, ...]) -> bool:
+    """``upstream.embedded``: the in-memory demo broker, only when asked for by name (fail
+    safe: a production file missing its upstream must not start a proxy that loses writes)."""
+    embedded: bool = up.get_bool("embedded", False)
+    if embedded and servers:
+        raise up.error("embedded", "excludes bootstrap_servers (pick one upstream)")
+    if embedded and ("ssl" in up or "sasl" in up):
+        raise up.error("embedded", "takes no ssl or sasl (the demo broker is plaintext)")
+    if not embedded and not servers:
+        fix = (
+            "give the brokers to proxy, e.g. bootstrap_servers: ['kafka-1:9092'], or "
+            "embedded: true for the in-memory demo broker (every write lost at exit)"
+        )
+        if "upstream" not in root:
+            raise root.error("upstream", f"is required: {fix}")
+        raise up.error("bootstrap_servers", f"is required: {fix}")
+    return embedded
+
+
 def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
     limits = parse_limits(root.section("limits"))
     sections = root.sections("listeners")
@@ -700,6 +724,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     servers = tuple(
         parse_host_port(s, up, "bootstrap_servers") for s in up.str_list("bootstrap_servers", [])
     )
+    embedded = _embedded(root, up, servers)
     # --- upstream TLS and SASL (kafkaguard/certs/tls.py, kafkaguard/proxy/sasl/client.py) ---
     up_tls: UpstreamTlsConfig | None = None
     if "ssl" in up:
@@ -709,7 +734,11 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         up_sasl = parse_upstream_sasl_config(up.section("sasl"), base_dir or Path.cwd())
     # --- end upstream TLS and SASL ---
     upstream = UpstreamConfig(
-        servers, up.get_float("connect_timeout_s", 10.0), ssl=up_tls, sasl=up_sasl
+        servers,
+        up.get_float("connect_timeout_s", 10.0),
+        ssl=up_tls,
+        sasl=up_sasl,
+        embedded=embedded,
     )
     up.reject_unknown()
     logging_section = root.section("logging")
@@ -725,7 +754,7 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
     )
     metrics_section.reject_unknown()
     shutdown_timeout_ms = root.get_int("shutdown_timeout_ms", 30_000, minimum=0)
-    workers = _workers(root, embedded=not servers)
+    workers = _workers(root, embedded=embedded)
     policy = parse_policy_config(root)
     # --- enforcement mode and audit trail (kafkaguard/audit) ---
     enforcement = root.choice("enforcement", ENFORCEMENT_MODES, ENFORCE)
@@ -754,6 +783,15 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
 def load_config(path: str | Path) -> ProxyConfig:
     path = Path(path)
     return parse_config(ConfigSection.from_file(path), path.resolve().parent)
+
+
+def worker_count(setting: int | str) -> int:
+    """``workers``: a count, or ``auto``: the cores this process may run on."""
+    if setting == "auto":
+        if hasattr(os, "sched_getaffinity"):
+            return len(os.sched_getaffinity(0))
+        return os.cpu_count() or 1
+    return int(setting)
 
 
 __all__ = ["ConfigError", "ProxyConfig", "load_config", "parse_config"]

@@ -4,7 +4,7 @@ The principal starts as ``User:ANONYMOUS`` (Kafka's PLAINTEXT principal) and is 
 listener authenticates the client (TLS client certificate or SASL).
 
 The client address is the socket's peer, or on a ``proxy_protocol`` listener the client the
-load balancer's PROXY protocol header names (kafkaguard/proxy/proxy_protocol.py): what the
+load balancer's PROXY protocol header names (kafkaguard/proxy/edge/proxy_protocol.py): what the
 authorizer matches ACL hosts against, what audit events and SASL failure throttling key on.
 """
 
@@ -32,7 +32,7 @@ class Session:
     authority: str | None = None
     """The host name the client asked the load balancer for (its TLS SNI), from a PROXY
     protocol v2 PP2_TYPE_AUTHORITY TLV; nothing is decided on it (``routing: sni`` reads
-    the ClientHello itself, kafkaguard/proxy/sni.py)."""
+    the ClientHello itself, kafkaguard/proxy/edge/sni.py)."""
     client_host: str = field(init=False)
     """The address as Java prints it (ACL host matching and audit lines)."""
 

@@ -41,9 +41,9 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.acl_file_format import parse_acl_text
+from kafkaguard.proxy.app.metrics import ProxyCollector
+from kafkaguard.proxy.app.server import ProxyServer, audit_connection
 from kafkaguard.proxy.config import BrokerPorts, HostPort, ProxyConfig, parse_config
-from kafkaguard.proxy.metrics import ProxyCollector
-from kafkaguard.proxy.server import ProxyServer, audit_connection
 from kafkaguard.tansu import TansuBroker, free_base
 from tests.support.audit_topic import decisions_in, read_topic, restart_kafka
 from tests.support.kafka_broker import KafkaBroker, require_kafka, start_kafka
@@ -343,7 +343,7 @@ def _run_through_a_restart(broker: KafkaBroker, tmp_path: Path) -> None:
 
 # -- configuration -------------------------------------------------------------------------------
 
-BASE = "listeners:\n  - name: A\n    port: 9999\n"
+BASE = "upstream: {embedded: true}\nlisteners:\n  - name: A\n    port: 9999\n"
 
 
 def parse(text: str) -> ProxyConfig:
@@ -382,8 +382,8 @@ def test_sink_and_kafka_keys() -> None:
 @pytest.mark.parametrize(
     ("text", "where", "message"),
     [
-        ("  sink: topic\n", "c.yaml:5 audit.sink", "must be one of file, kafka, both"),
-        ("  kafka:\n    topik: x\n", "c.yaml:6 audit.kafka.topik", "unknown key 'topik'"),
+        ("  sink: topic\n", "c.yaml:6 audit.sink", "must be one of file, kafka, both"),
+        ("  kafka:\n    topik: x\n", "c.yaml:7 audit.kafka.topik", "unknown key 'topik'"),
         ("  kafka:\n    topic: a/b\n", "audit.kafka.topic", "not a legal Kafka topic name"),
         ("  kafka:\n    replication_factor: 0\n", "audit.kafka.replication_factor", "-1"),
         ("  kafka:\n    compression: brotli\n", "audit.kafka.compression", "one of none"),
@@ -418,7 +418,9 @@ def test_the_producer_reaches_the_upstream_as_the_proxy_does(tmp_path: Path) -> 
         "kafkaguard",
         "s3cret",
     )
-    plain = audit_connection(parse(BASE + "upstream:\n  bootstrap_servers: [b:9092]\n").upstream)
+    plain = audit_connection(
+        parse(BASE.replace("{embedded: true}", "{bootstrap_servers: [b:9092]}")).upstream
+    )
     assert plain["security.protocol"] == "PLAINTEXT" and "sasl.password" not in plain
 
 

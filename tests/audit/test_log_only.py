@@ -227,7 +227,7 @@ def test_listener_override_global_log_only_one_listener_enforce(
 
 # -- configuration -------------------------------------------------------------------------------
 
-BASE = "listeners:\n  - name: A\n    port: 9999\n"
+BASE = "upstream: {embedded: true}\nlisteners:\n  - name: A\n    port: 9999\n"
 
 
 def parse(text: str) -> ProxyConfig:
@@ -240,7 +240,7 @@ def test_enforcement_and_audit_keys() -> None:
         dir=Path("/etc/kafkaguard/audit")
     )
     config = parse(
-        "enforcement: log_only\n"
+        "enforcement: log_only\nupstream: {embedded: true}\n"
         "listeners:\n  - name: A\n    port: 9999\n"
         "  - name: B\n    port: 9998\n    enforcement: enforce\n"
         "audit:\n  enabled: true\n  dir: /var/log/kg\n  max_file_bytes: 1000\n"

@@ -294,7 +294,7 @@ def test_example_config_ssl_listener_parses() -> None:
 
 
 def test_upstream_ssl_is_parsed(tmp_path: Path) -> None:
-    """Wired since upstream TLS exists (tests/proxy/test_upstream_security.py)."""
+    """Wired since upstream TLS exists (tests/proxy/net/test_upstream_security.py)."""
     text = "upstream: {bootstrap_servers: ['127.0.0.1:9092'], ssl: {ca_file: ca.pem}}\n"
     text += "listeners: [{name: P, port: 9192}]\n"
     config = parse_config(ConfigSection.from_text(text, "c.yaml"), tmp_path)

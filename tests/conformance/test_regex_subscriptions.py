@@ -3,7 +3,7 @@
 
 Kafka's coordinator resolves the regex against its topics and keeps those the member may
 DESCRIBE (``TopicRegexResolver``); kafkaguard resolves it itself and sends the broker behind it
-topic names (``kafkaguard/proxy/handlers/regex_subscriptions.py``). Request by request the
+topic names (``kafkaguard/proxy/handlers/support/regex_subscriptions.py``). Request by request the
 answers must be Kafka's — including INVALID_REGULAR_EXPRESSION (128) and its message for a
 regex RE2/J refuses — and a real consumer (confluent-kafka, ``group.protocol=consumer``) must be
 assigned the same topics on both sides: the matching ones it may DESCRIBE, one created later

@@ -1,7 +1,7 @@
 """Responses the proxy rewrites, read by Apache Kafka 4.3.1's own readers (a client's view).
 
 The broker's answer goes through the handler's rewrite exactly as the exchange applies it
-(``exchange.response_transform``); Kafka reads both the broker's bytes and the bytes the
+(``dispatch.response_transform``); Kafka reads both the broker's bytes and the bytes the
 client receives, and the two readings must differ only where the proxy meant them to: every
 broker address replaced by the proxy's (``docs/design.md#clients-never-see-a-broker-address``).
 """
@@ -14,9 +14,9 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.header import peek_request_header
-from kafkaguard.proxy.exchange import response_transform
-from kafkaguard.proxy.handlers.base import Forward
-from kafkaguard.proxy.handlers.responses import entity
+from kafkaguard.proxy.core.dispatch import response_transform
+from kafkaguard.proxy.handlers.support.base import Forward
+from kafkaguard.proxy.handlers.support.responses import entity
 from tests.support.exchange_driver import Driver, to_broker, to_client
 from tests.support.fuzz import differential
 from tests.support.fuzz.frames import record_batch

@@ -1,6 +1,6 @@
 """``StandardAuthorizer.reconfigure``: a configuration reload swaps super users,
 allow-everyone, the per-listener overrides and ``host_cidr`` for the next decision, keeping the
-ACLs (kafkaguard/proxy/reload.py)."""
+ACLs (kafkaguard/proxy/app/reload.py)."""
 
 from __future__ import annotations
 

@@ -280,6 +280,7 @@ def test_zookeeper_store_loaded_once(
     connect = zookeeper.connect  # type: ignore[attr-defined]
     config = tmp_path / "config.yaml"
     config.write_text(
+        "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n"
         "listeners:\n  - name: EXTERNAL\n    port: 19999\n"
         f"acl_store:\n  type: zookeeper\n  connect: '{connect}'\n  chroot: {chroot}\n",
         encoding="utf-8",

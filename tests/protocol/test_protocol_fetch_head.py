@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.errors import MalformedFrame
-from kafkaguard.protocol.skim import (
+from kafkaguard.protocol.skim.tails import (
     FIRST_SKIMMABLE_VERSION,
     NodeEndpointsTail,
     fetch_response_head,

@@ -19,7 +19,9 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.errors import MalformedFrame
 from kafkaguard.protocol.header import peek_request_header
-from kafkaguard.protocol.skim import (
+from kafkaguard.protocol.skim.produce import skim_produce_request
+from kafkaguard.protocol.skim.share import skim_share_response
+from kafkaguard.protocol.skim.tails import (
     FIRST_SKIMMABLE_VERSION,
     LAST_PRODUCE_RESPONSE_VERSION,
     LAST_SKIMMABLE_VERSION,
@@ -31,10 +33,8 @@ from kafkaguard.protocol.skim import (
     fetch_response_tail,
     fit_tail,
     produce_response_tail,
-    skim_produce_request,
-    skim_share_response,
 )
-from kafkaguard.proxy.handlers.authz import topic_key
+from kafkaguard.proxy.handlers.support.authz import topic_key
 
 VERSIONS = range(FIRST_SKIMMABLE_VERSION, LAST_SKIMMABLE_VERSION + 1)
 

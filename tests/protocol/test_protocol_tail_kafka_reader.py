@@ -15,7 +15,7 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.protocol.skim import NodeEndpointsTail
+from kafkaguard.protocol.skim.tails import NodeEndpointsTail
 from tests.support.kafka_broker import require_kafka
 
 READER = """

@@ -15,7 +15,7 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES, frame
-from kafkaguard.proxy.server import ProxyServer
+from kafkaguard.proxy.app.server import ProxyServer
 from tests.support.fake_broker import (
     Action,
     FakeBroker,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from kafkaguard.proxy.server import ProxyServer
+from kafkaguard.proxy.app.server import ProxyServer
 from tests.support.proxy_fixture import SESSION_TIMEOUT_MS, RunningProxy, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

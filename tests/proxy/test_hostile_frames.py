@@ -19,8 +19,8 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.base import Forward
-from kafkaguard.proxy.server import ProxyServer
+from kafkaguard.proxy.app.server import ProxyServer
+from kafkaguard.proxy.handlers.support.base import Forward
 from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
 from tests.support.handler_harness import HandlerHarness, acl
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts
-from kafkaguard.proxy.server import ProxyServer
 from kafkaguard.tansu import free_base
 from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
 

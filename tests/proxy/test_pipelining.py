@@ -21,8 +21,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import LimitsConfig
-from kafkaguard.proxy.server import ProxyServer
 from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
 from tests.support.proxy_fixture import unique_name
 

@@ -13,8 +13,8 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.protocol.skim import skim_share_response
-from kafkaguard.proxy.handlers.base import Forward
+from kafkaguard.protocol.skim.share import skim_share_response
+from kafkaguard.proxy.handlers.support.base import Forward
 from tests.support.entities import item, resp
 from tests.support.handler_harness import HandlerHarness, acl
 

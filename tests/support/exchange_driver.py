@@ -1,4 +1,4 @@
-"""Drive :class:`kafkaguard.proxy.exchange.Exchange` in memory, as h11's tests drive its
+"""Drive :class:`kafkaguard.proxy.core.exchange.Exchange` in memory, as h11's tests drive its
 ``Connection``: bytes in, commands out, no sockets and no event loop.
 
 The exchange gets real parts: a :class:`StandardAuthorizer` with the given ACLs, an
@@ -18,18 +18,12 @@ from kafkaguard.policy.model import AclBinding, KafkaPrincipal
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.framing import Frame
-from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.config import HostPort, LimitsConfig
-from kafkaguard.proxy.context import ConnectionContext
-from kafkaguard.proxy.exchange import (
-    Await,
-    CloseConnection,
-    Command,
-    Exchange,
-    SendBroker,
-    SendClient,
-)
+from kafkaguard.proxy.core.commands import Await, CloseConnection, Command, SendBroker, SendClient
+from kafkaguard.proxy.core.context import ConnectionContext
+from kafkaguard.proxy.core.exchange import Exchange
 from kafkaguard.proxy.log_limit import RateLimitedLog
+from kafkaguard.proxy.net.cluster import UpstreamCluster
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator, SaslServer
 from kafkaguard.proxy.sasl.config import SaslListenerConfig

@@ -27,8 +27,8 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import FrameBuffer, frame
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_correlation_id, peek_request_header
+from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts, HostPort, LimitsConfig
-from kafkaguard.proxy.server import ProxyServer
 from kafkaguard.tansu import free_base
 from tests.support.handler_harness import described_topics
 from tests.support.proxy_fixture import proxy_config

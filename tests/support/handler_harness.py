@@ -1,7 +1,7 @@
 """Drive handlers without sockets: a real StandardAuthorizer, real kio messages, no mocks.
 
 ``HandlerHarness.send(body)`` encodes a kio request exactly as a client would, runs it through
-the exchange core's request step (``exchange.handle_request``: registry, version gate,
+the exchange core's request step (``dispatch.handle_request``: registry, version gate,
 decoding, the handler) with a real :class:`StandardAuthorizer` holding the given ACLs, and
 returns the verdict; ``complete(verdict, broker_response)`` runs the broker's encoded response
 through the core's ``response_transform``, as the exchange does. ``checks`` records every
@@ -43,9 +43,9 @@ from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
-from kafkaguard.proxy.exchange import handle_request, response_transform
+from kafkaguard.proxy.core.dispatch import handle_request, response_transform
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     AskFirst,
     ConnectionState,
     Forward,
@@ -53,7 +53,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import entity
+from kafkaguard.proxy.handlers.support.responses import entity
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
 from kafkaguard.proxy.session import Session
 

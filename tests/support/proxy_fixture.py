@@ -17,6 +17,7 @@ from typing import Any
 
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclBinding
+from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import (
     BrokerPorts,
     HostPort,
@@ -25,7 +26,6 @@ from kafkaguard.proxy.config import (
     ProxyConfig,
     UpstreamConfig,
 )
-from kafkaguard.proxy.server import ProxyServer
 from kafkaguard.tansu import NODE_ID, free_base, free_port
 
 ALLOW_ALL = PolicyConfig(authorizer=AuthorizerConfig(super_users=frozenset({"User:ANONYMOUS"})))

@@ -49,8 +49,8 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import CLUSTER, is_allowed
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, is_allowed
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Close,
     HandlerContext,

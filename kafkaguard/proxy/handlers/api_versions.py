@@ -33,7 +33,7 @@ from kafkaguard.protocol.codec import (
     response_schema,
 )
 from kafkaguard.protocol.header import RequestHeaderInfo
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Forward,
     HandlerContext,
@@ -41,7 +41,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import convert
+from kafkaguard.proxy.handlers.support.responses import convert
 
 _ALL_FEATURES_VERSION = 4
 """ApiVersionsResponse v0-3 leave out supported features whose minimum version is 0."""

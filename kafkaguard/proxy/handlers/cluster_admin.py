@@ -30,9 +30,9 @@ from kafkaguard.policy.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import rewrite_describe_cluster_brokers
-from kafkaguard.proxy.handlers.authz import CLUSTER, is_allowed
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.addresses import rewrite_describe_cluster_brokers
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, is_allowed
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Forward,
@@ -41,7 +41,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, partition_errors
+from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, partition_errors
 
 _DENIED = ErrorCode.cluster_authorization_failed
 

@@ -22,8 +22,8 @@ from typing import Any
 from kafkaguard.policy.model import AclOperation, ResourcePattern
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import CLUSTER, duplicates, group, is_allowed, topic
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, duplicates, group, is_allowed, topic
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     AskFirst,
@@ -34,7 +34,7 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import ERROR_MESSAGES, entity, merge_rewrite, split
+from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, entity, merge_rewrite, split
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 _DELETE_OP = 1  # AlterConfigOp.OpType.DELETE: the only incremental op whose value may be null

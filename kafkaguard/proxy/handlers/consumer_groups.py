@@ -13,14 +13,15 @@ from typing import Any, ClassVar
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.proxy.handlers.groups import GroupGateHandler
+from kafkaguard.proxy.handlers.support.authz import (
     authorized_operations_rewrite,
     filter_authorized,
     first_seen,
     group,
     is_allowed,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Forward,
@@ -29,9 +30,8 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
-from kafkaguard.proxy.handlers.regex_subscriptions import heartbeat_verdict
-from kafkaguard.proxy.handlers.responses import chain, response_type, split, whole_error
+from kafkaguard.proxy.handlers.support.regex_subscriptions import heartbeat_verdict
+from kafkaguard.proxy.handlers.support.responses import chain, response_type, split, whole_error
 
 
 class SubscribedTopicsGateHandler(GroupGateHandler):

@@ -29,7 +29,13 @@ from typing import Any, Final
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.base import ApiHandler, HandlerContext, Request, Respond, Verdict
+from kafkaguard.proxy.handlers.support.base import (
+    ApiHandler,
+    HandlerContext,
+    Request,
+    Respond,
+    Verdict,
+)
 
 ERROR_TIMESTAMP: Final = datetime.fromtimestamp(0, UTC) - timedelta(milliseconds=1)
 """``DelegationTokenManager.ErrorTimestamp`` (−1 ms since the epoch)."""

@@ -28,7 +28,7 @@ request that reaches it.** A mirror follows the broker, never the client (``Fetc
   request the broker refuses (a wrong epoch, INVALID_FETCH_SESSION_EPOCH 71, leaves Kafka's
   session unchanged) cannot take a partition out of the proxy's checks while the broker keeps
   serving it, nor can pipelined requests or a lost answer. The top-level fields are read by a
-  skim of the response's first bytes (:func:`~kafkaguard.protocol.skim.fetch_response_head`);
+  skim of the response's first bytes (:func:`~kafkaguard.protocol.skim.tails.fetch_response_head`);
   records are never decoded.
 * Any other answer drops the mirror: FETCH_SESSION_ID_NOT_FOUND (70: the broker evicted the
   session), any other top-level error, or no session id (the broker closed a session that
@@ -75,19 +75,19 @@ from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.inflight import ResponseTransform
-from kafkaguard.protocol.skim import (
+from kafkaguard.protocol.skim.tails import (
     FetchHead,
     NodeEndpointsTail,
     fetch_response_has_node_endpoints,
 )
-from kafkaguard.proxy.handlers.addresses import (
+from kafkaguard.proxy.handlers.support.addresses import (
     allowed_forward,
     node_endpoints_rewrite,
     node_endpoints_transform,
 )
-from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Forward,
     HandlerContext,
@@ -97,7 +97,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
     remember_newest,
 )
-from kafkaguard.proxy.handlers.responses import chain, split
+from kafkaguard.proxy.handlers.support.responses import chain, split
 
 INITIAL_EPOCH: Final = 0
 """``FetchMetadata.INITIAL_EPOCH``: a full fetch that opens a session."""

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import coordinators_rewrite
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.proxy.handlers.support.addresses import coordinators_rewrite
+from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     authorized_operations_rewrite,
     filter_authorized,
@@ -23,7 +23,7 @@ from kafkaguard.proxy.handlers.authz import (
     is_allowed,
     transactional_id,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Forward,
@@ -32,7 +32,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.responses import (
     entity,
     merge_rewrite,
     response_type,

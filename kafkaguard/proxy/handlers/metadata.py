@@ -37,8 +37,8 @@ from typing import Any
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.addresses import rewrite_metadata_brokers
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.proxy.handlers.support.addresses import rewrite_metadata_brokers
+from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     INTERNAL_TOPICS,
     filter_authorized,
@@ -46,7 +46,7 @@ from kafkaguard.proxy.handlers.authz import (
     is_allowed,
     topic,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     AskFirst,
     Forward,
@@ -55,7 +55,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import convert, entity, merge_in_request_order
+from kafkaguard.proxy.handlers.support.responses import convert, entity, merge_in_request_order
 
 ZERO_UUID = uuid.UUID(int=0)
 NOT_REQUESTED = -2147483648

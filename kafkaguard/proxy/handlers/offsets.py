@@ -20,8 +20,9 @@ from uuid import UUID
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.proxy.handlers.groups import GroupGateHandler
+from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import (
     TopicKey,
     authorize_topics,
     drop_denied_topics,
@@ -29,7 +30,7 @@ from kafkaguard.proxy.handlers.authz import (
     is_allowed,
     topic_key,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Forward,
@@ -38,9 +39,8 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
-from kafkaguard.proxy.handlers.offset_merge import builder_merge, errors_last
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.offset_merge import builder_merge, errors_last
+from kafkaguard.proxy.handlers.support.responses import (
     BrokerMismatch,
     entity,
     merge_rewrite,

@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import CLUSTER, filter_authorized, is_allowed, topic
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, filter_authorized, is_allowed, topic
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     HandlerContext,
@@ -35,7 +35,7 @@ from kafkaguard.proxy.handlers.base import (
     ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     merge_in_request_order,
     merge_rewrite,

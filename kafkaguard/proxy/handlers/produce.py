@@ -16,8 +16,8 @@ when an acks=0 produce fails. Allowed ``acks=0`` requests take no reply slot.
 Whether a batch is transactional is read from the batch header's attributes (bit 4) only;
 records are never decoded (``docs/design.md#forwarded-untouched``). The request itself is not
 decoded either: a skim reads the transactional id, ``acks``, topics and partitions
-(:func:`~kafkaguard.protocol.skim.skim_produce_request`), and an allowed request goes up as the
-client's bytes; only a partly denied one is decoded, to be split. The response's
+(:func:`~kafkaguard.protocol.skim.produce.skim_produce_request`), and an allowed request goes
+up as the client's bytes; only a partly denied one is decoded, to be split. The response's
 ``node_endpoints`` (v10+) are rewritten in its raw tail.
 """
 
@@ -32,10 +32,10 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
-from kafkaguard.protocol.skim import skim_produce_request
-from kafkaguard.proxy.handlers.addresses import allowed_forward, node_endpoints_rewrite
-from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.protocol.skim.produce import skim_produce_request
+from kafkaguard.proxy.handlers.support.addresses import allowed_forward, node_endpoints_rewrite
+from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import (
     TopicKey,
     authorize_topics,
     is_allowed,
@@ -43,7 +43,7 @@ from kafkaguard.proxy.handlers.authz import (
     topic_key,
     transactional_id,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Close,
     Forward,
@@ -52,7 +52,7 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.responses import (
     merge_in_request_order,
     merge_rewrite,
     partition_errors,

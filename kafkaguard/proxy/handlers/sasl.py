@@ -36,7 +36,7 @@ from typing import Any
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     HandlerContext,
     Request,

@@ -16,14 +16,14 @@ from typing import Any
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import TopicKey
-from kafkaguard.proxy.handlers.base import ApiHandler, HandlerContext, Request, Verdict
 from kafkaguard.proxy.handlers.consumer_groups import (
     DescribedGroupsHandler,
     SubscribedTopicsGateHandler,
 )
 from kafkaguard.proxy.handlers.offsets import GroupTopicsHandler, authorize_group_offsets
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.authz import TopicKey
+from kafkaguard.proxy.handlers.support.base import ApiHandler, HandlerContext, Request, Verdict
+from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
     response_type,

@@ -59,8 +59,8 @@ need only the partitions they name and are served. Responses are always checked:
 entries are kept only for partitions authorized in this request (anything else the broker's
 session might hold is dropped), and ``NodeEndpoints`` carries broker addresses
 (``docs/design.md#clients-never-see-a-broker-address``). A skim of the raw response
-(:func:`~kafkaguard.protocol.skim.skim_share_response`) reads its partitions and whether it has
-``NodeEndpoints``: when every entry is allowed, nothing is to be merged in and there are no
+(:func:`~kafkaguard.protocol.skim.share.skim_share_response`) reads its partitions and whether
+it has ``NodeEndpoints``: when every entry is allowed, nothing is to be merged in and there are no
 endpoints, the broker's bytes go on undecoded (records included); otherwise it is decoded and
 completed. Session errors (122, 123, 133) and
 every other top-level error reach the client as the broker gave them.
@@ -79,11 +79,11 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.inflight import ResponseTransform
-from kafkaguard.protocol.skim import skim_share_response
-from kafkaguard.proxy.handlers.addresses import rewrite_node_addresses
-from kafkaguard.proxy.handlers.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.authz import authorize_topics, group, is_allowed
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.protocol.skim.share import skim_share_response
+from kafkaguard.proxy.handlers.support.addresses import rewrite_node_addresses
+from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import authorize_topics, group, is_allowed
+from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     Close,
     Forward,
@@ -94,7 +94,7 @@ from kafkaguard.proxy.handlers.base import (
     Verdict,
     remember_newest,
 )
-from kafkaguard.proxy.handlers.responses import entity, response_type, whole_error
+from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
 SharePartition = tuple[UUID, int]
 """A partition as share requests name it: topic id and index."""

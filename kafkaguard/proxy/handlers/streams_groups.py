@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from kafkaguard.proxy.handlers.base import ApiHandler
 from kafkaguard.proxy.handlers.consumer_groups import DescribedGroupsHandler
+from kafkaguard.proxy.handlers.support.base import ApiHandler
 
 
 class StreamsGroupDescribeHandler(DescribedGroupsHandler):

@@ -9,7 +9,13 @@ a recorded decision; neither response carries a broker address or topic data.
 
 from __future__ import annotations
 
-from kafkaguard.proxy.handlers.base import FORWARD, ApiHandler, HandlerContext, Request, Verdict
+from kafkaguard.proxy.handlers.support.base import (
+    FORWARD,
+    ApiHandler,
+    HandlerContext,
+    Request,
+    Verdict,
+)
 
 
 class _NoCheckHandler(ApiHandler):

@@ -16,15 +16,15 @@ from uuid import UUID
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.ask import ask_which_exist, listed_topic_ids
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.proxy.handlers.support.ask import ask_which_exist, listed_topic_ids
+from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     duplicates,
     filter_authorized,
     first_seen,
     is_allowed,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Forward,
@@ -32,7 +32,7 @@ from kafkaguard.proxy.handlers.base import (
     Request,
     Verdict,
 )
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
     merge_in_request_order,

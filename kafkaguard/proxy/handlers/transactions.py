@@ -15,7 +15,7 @@ from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.authz import (
+from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     INTERNAL_TOPICS,
     authorize_topics,
@@ -25,7 +25,7 @@ from kafkaguard.proxy.handlers.authz import (
     topic,
     transactional_id,
 )
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Forward,
@@ -34,8 +34,8 @@ from kafkaguard.proxy.handlers.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.offset_merge import builder_merge
-from kafkaguard.proxy.handlers.responses import (
+from kafkaguard.proxy.handlers.support.offset_merge import builder_merge
+from kafkaguard.proxy.handlers.support.responses import (
     entity,
     merge_in_request_order,
     partition_errors,

@@ -40,7 +40,6 @@ from typing import Final
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.principal_mapping import KerberosShortNamer, NoMatchingRuleError
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.config import LimitsConfig
 from kafkaguard.proxy.sasl import oauthbearer, plain, scram
 from kafkaguard.proxy.sasl.config import OAuthBearerConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import (
@@ -48,7 +47,11 @@ from kafkaguard.proxy.sasl.credentials import (
     FileCredentialStore,
     LiveCredentialStore,
 )
-from kafkaguard.proxy.sasl.executor import AuthExecutor, executor_for
+from kafkaguard.proxy.sasl.executor import (
+    AUTHENTICATION_QUEUE_SIZE,
+    AUTHENTICATION_THREADS,
+    AuthExecutor,
+)
 from kafkaguard.proxy.sasl.mechanism import (
     Challenge,
     Failure,
@@ -127,7 +130,7 @@ class SaslServer:
         executor: AuthExecutor | None = None,
     ) -> None:
         self.config = config
-        self.executor = executor or executor_for(LimitsConfig())
+        self.executor = executor or AuthExecutor(AUTHENTICATION_THREADS, AUTHENTICATION_QUEUE_SIZE)
         """Runs ``blocking`` steps (password hashes); shared by every listener of the
         process (:mod:`kafkaguard.proxy.sasl.executor`)."""
         self.mechanisms = config.enabled_mechanisms

@@ -15,7 +15,7 @@ Sans-I/O, in three layers:
   any client request is written to it (the client's requests wait in the connection's
   backlog), so those ids cannot collide with a client's;
 * the asyncio shells: :func:`authenticate_stream` (the startup probe) and
-  ``UpstreamConnection.authenticate`` in :mod:`kafkaguard.proxy.connection`.
+  ``UpstreamConnection.authenticate`` in :mod:`kafkaguard.proxy.net.connection`.
 
 A rejection raises :class:`UpstreamAuthenticationError` with the broker's error code and
 message; the connection it happened on is closed (never used unauthenticated).

@@ -11,7 +11,8 @@ File format (written by ``kafkaguard users add``; mode 0600; never plaintext pas
 Per user, the mechanism → credential map is exactly the ``config`` object Kafka keeps in
 ZooKeeper at ``/config/users/<name>`` (``{"version":1,"config":{"SCRAM-SHA-512":"salt=…"}}``),
 and :mod:`kafkaguard.proxy.sasl.zookeeper_credentials` serves SCRAM from there (lookups stay
-synchronous; :func:`build_credential_store` picks the store a listener configures).
+synchronous; :func:`kafkaguard.proxy.sasl.stores.build_credential_store` picks the store a
+listener configures).
 
 The file is re-read when its modification time changes (checked at most once per second, on
 lookup); an invalid new version is logged and the previous credentials stay in force.
@@ -26,15 +27,12 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.scram import CredentialFormatError, ScramCredential
-
-if TYPE_CHECKING:
-    from kafkaguard.proxy.sasl.config import SaslListenerConfig
 
 log = logging.getLogger("kafkaguard.sasl")
 
@@ -57,28 +55,6 @@ class LiveCredentialStore(CredentialStore, Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
-
-
-def build_credential_store(config: SaslListenerConfig) -> CredentialStore | None:
-    """The store of a SASL listener: the credentials file, and for ``scram_credentials:
-    zookeeper`` a ZooKeeper store for SCRAM that asks the file (if any) for PLAIN."""
-    file_store = (
-        FileCredentialStore(config.credentials_file)
-        if config.credentials_file is not None
-        else None
-    )
-    if config.scram_credentials != "zookeeper" or config.zookeeper is None:
-        return file_store
-    from kafkaguard.proxy.sasl.zookeeper_credentials import ZooKeeperCredentialStore
-
-    zk = config.zookeeper
-    return ZooKeeperCredentialStore(
-        zk.connect,
-        chroot=zk.chroot,
-        digest_auth_file=zk.digest_auth_file,
-        session_timeout_s=zk.session_timeout_s,
-        plain_store=file_store,
-    )
 
 
 def validate_users(users: Any, where: str) -> dict[str, dict[str, str]]:

@@ -17,7 +17,7 @@ per-address failure window (``FailureThrottle``) limits guessing, not only CPU.
 
 Who owns it: the proxy creates one per process from its top-level ``limits`` and closes it
 after its listeners (:meth:`AuthExecutor.close`). A :class:`SaslServer` built without one
-(tests, tools) gets its own, sized by ``LimitsConfig``'s defaults.
+(tests, tools) gets its own, sized by the defaults below (``LimitsConfig``'s).
 """
 
 from __future__ import annotations
@@ -26,11 +26,24 @@ import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
-
-from kafkaguard.proxy.config import LimitsConfig
+from typing import Any, Final, Protocol, TypeVar
 
 _T = TypeVar("_T")
+
+AUTHENTICATION_THREADS: Final = 1
+"""Default of ``limits.authentication_threads``."""
+AUTHENTICATION_QUEUE_SIZE: Final = 32
+"""Default of ``limits.authentication_queue_size``."""
+
+
+class AuthenticationLimits(Protocol):
+    """The two ``limits`` that size the executor (``LimitsConfig``, which imports this
+    package's configuration, not the other way round)."""
+
+    @property
+    def authentication_threads(self) -> int: ...
+    @property
+    def authentication_queue_size(self) -> int: ...
 
 
 class AuthExecutorBusy(Exception):
@@ -114,6 +127,6 @@ class AuthExecutor:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def executor_for(limits: LimitsConfig) -> AuthExecutor:
+def executor_for(limits: AuthenticationLimits) -> AuthExecutor:
     """The executor ``limits`` describe (``authentication_threads``/``_queue_size``)."""
     return AuthExecutor(limits.authentication_threads, limits.authentication_queue_size)

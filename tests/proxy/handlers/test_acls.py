@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from kafkaguard.policy.model import AclBindingFilter
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers.base import Close, Respond, RespondLater, Verdict
+from kafkaguard.proxy.handlers.support.base import Close, Respond, RespondLater, Verdict
 from tests.support.handler_harness import HandlerHarness, acl
 
 ADMIN = "User:admin"

@@ -16,9 +16,9 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_request_header
-from kafkaguard.proxy.cluster import UpstreamCluster
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.base import Forward, HandlerContext, Request, Respond
+from kafkaguard.proxy.handlers.support.base import Forward, HandlerContext, Request, Respond
+from kafkaguard.proxy.net.cluster import UpstreamCluster
 
 VERSIONS = codec.codec_versions(18)
 NEWEST = VERSIONS.stop - 1

@@ -13,7 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.support.base import Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"

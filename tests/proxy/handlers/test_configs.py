@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as iac_req
 from kio.schema.incremental_alter_configs.v1 import response as iac_resp
 
-from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
+from kafkaguard.proxy.handlers.support.base import AskFirst, Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
+from kafkaguard.proxy.handlers.support.base import AskFirst, Forward, Respond
 from tests.support.entities import MIN_OPS, item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.base import FORWARD, AskFirst, Forward, Respond, Verdict
-from kafkaguard.proxy.handlers.regex_subscriptions import (
+from kafkaguard.proxy.handlers.support.base import FORWARD, AskFirst, Forward, Respond, Verdict
+from kafkaguard.proxy.handlers.support.regex_subscriptions import (
     INVALID_PLACEHOLDER,
     LIST_INTERVAL_S,
     MAX_MEMBERS_PER_CONNECTION,

@@ -9,8 +9,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers.base import Respond
 from kafkaguard.proxy.handlers.delegation_tokens import ERROR_TIMESTAMP
+from kafkaguard.proxy.handlers.support.base import Respond
 from tests.support.handler_harness import HandlerHarness
 
 NOT_ALLOWED = ErrorCode.delegation_token_request_not_allowed

@@ -20,7 +20,7 @@ from kio.schema.fetch.v16 import response as resp16
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import fetch
-from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
+from kafkaguard.proxy.handlers.support.base import AskFirst, Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 READ_A = acl("User:alice", "READ", "TOPIC", "a")

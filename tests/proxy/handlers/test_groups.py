@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.support.base import Forward, Respond
 from tests.support.entities import MIN_OPS, item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 

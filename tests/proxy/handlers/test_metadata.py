@@ -17,7 +17,7 @@ from kio.schema.metadata.v10 import response as resp10
 from kio.schema.metadata.v12 import request as req12
 from kio.schema.metadata.v12 import response as resp12
 
-from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond
+from kafkaguard.proxy.handlers.support.base import AskFirst, Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 ZERO = uuid.UUID(int=0)

@@ -32,7 +32,7 @@ from kafkaguard.policy.authorizer import SecurityProtocol
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import MalformedFrame, ProtocolError
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.base import (
+from kafkaguard.proxy.handlers.support.base import (
     AskFirst,
     Close,
     Forward,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers.base import Forward, Respond
-from kafkaguard.proxy.handlers.responses import BrokerMismatch
+from kafkaguard.proxy.handlers.support.base import Forward, Respond
+from kafkaguard.proxy.handlers.support.responses import BrokerMismatch
 from tests.support.entities import item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 

@@ -16,8 +16,8 @@ from kio.schema.list_offsets.v11 import response as lo_resp
 from kio.schema.offset_for_leader_epoch.v4 import request as ole_req
 from kio.schema.offset_for_leader_epoch.v4 import response as ole_resp
 
-from kafkaguard.proxy.handlers.base import Forward, Respond
 from kafkaguard.proxy.handlers.partitions import topic_name_error
+from kafkaguard.proxy.handlers.support.base import Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 

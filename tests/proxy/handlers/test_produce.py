@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as req9
 from kio.schema.produce.v9 import response as resp9
 
-from kafkaguard.proxy.handlers.base import Close, Forward, Respond
 from kafkaguard.proxy.handlers.produce import has_transactional_batches
+from kafkaguard.proxy.handlers.support.base import Close, Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.base import ApiHandler, Close, Forward
+from kafkaguard.proxy.handlers.support.base import ApiHandler, Close, Forward
 from tests.support.handler_harness import HandlerHarness
 
 AUTHORIZED = frozenset(
@@ -40,7 +40,7 @@ REFUSED = BROKER_INTERNAL
 ALL_KEYS = range(93)
 
 # A handler defined in base.py would be the generic forward-everything ApiHandler itself.
-_TRANSITIONAL_MODULES = {"kafkaguard.proxy.handlers.base"}
+_TRANSITIONAL_MODULES = {"kafkaguard.proxy.handlers.support.base"}
 
 
 def _param(key: int) -> Any:

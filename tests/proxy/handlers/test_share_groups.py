@@ -6,7 +6,7 @@ from typing import Any
 
 from kafkaguard.protocol import codec
 from kafkaguard.proxy.handlers import share_groups, share_sessions
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.support.base import Forward, Respond
 from tests.support.entities import item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 

@@ -13,7 +13,7 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers import REGISTRY, share_sessions
-from kafkaguard.proxy.handlers.base import AskFirst, Close, Forward, Respond
+from kafkaguard.proxy.handlers.support.base import AskFirst, Close, Forward, Respond
 from tests.support.entities import item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers.base import Forward
+from kafkaguard.proxy.handlers.support.base import Forward
 from tests.support.entities import item, req, resp
 from tests.support.handler_harness import HandlerHarness, acl
 

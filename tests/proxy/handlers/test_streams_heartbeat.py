@@ -8,8 +8,8 @@ from typing import Any
 from uuid import uuid4
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers.base import AskFirst, Forward, Respond, Verdict
 from kafkaguard.proxy.handlers.streams_heartbeat import summarize
+from kafkaguard.proxy.handlers.support.base import AskFirst, Forward, Respond, Verdict
 from tests.support.entities import req
 from tests.support.handler_harness import HandlerHarness, acl
 

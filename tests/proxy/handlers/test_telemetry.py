@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from kafkaguard.protocol import codec
-from kafkaguard.proxy.handlers.base import Forward
+from kafkaguard.proxy.handlers.support.base import Forward
 from tests.support.handler_harness import HandlerHarness
 
 

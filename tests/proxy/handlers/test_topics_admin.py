@@ -17,7 +17,7 @@ from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.delete_topics.v6 import response as dt_resp
 from kio.schema.errors import ErrorCode
 
-from kafkaguard.proxy.handlers.base import FORWARD, AskFirst, Forward, Respond
+from kafkaguard.proxy.handlers.support.base import FORWARD, AskFirst, Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"

@@ -21,7 +21,7 @@ from kio.schema.list_transactions.v1 import response as lt_resp
 from kio.schema.txn_offset_commit.v3 import request as toc_req
 from kio.schema.txn_offset_commit.v3 import response as toc_resp
 
-from kafkaguard.proxy.handlers.base import Forward, Respond
+from kafkaguard.proxy.handlers.support.base import Forward, Respond
 from tests.support.handler_harness import HandlerHarness, acl
 
 ALICE = "User:alice"

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.authenticator import SaslServer
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.proxy.sasl.executor import AuthExecutor
-from kafkaguard.proxy.server import ProxyServer
 from kafkaguard.tansu import free_base
 from tests.support.fake_broker import FakeBroker, RawClient, request, wait_until
 from tests.support.proxy_fixture import proxy_config

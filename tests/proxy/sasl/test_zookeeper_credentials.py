@@ -22,11 +22,11 @@ import pytest
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
-from kafkaguard.proxy.sasl import cli as users_cli
+from kafkaguard.proxy.app import users_cli
 from kafkaguard.proxy.sasl import scram
 from kafkaguard.proxy.sasl.config import SaslListenerConfig, SaslZooKeeperConfig, parse_sasl_config
-from kafkaguard.proxy.sasl.credentials import build_credential_store
 from kafkaguard.proxy.sasl.scram import ScramCredential
+from kafkaguard.proxy.sasl.stores import build_credential_store
 from kafkaguard.proxy.sasl.zookeeper_credentials import (
     ZkUserConfigClient,
     ZooKeeperCredentialError,

@@ -1,6 +1,6 @@
 """The parser differential: every request frame read by the proxy's real path and by Kafka's.
 
-The proxy's side is what the exchange runs (:func:`kafkaguard.proxy.exchange.handle_request`):
+The proxy's side is what the exchange runs (:func:`kafkaguard.proxy.core.dispatch.handle_request`):
 the header peek, the registry and version gate, the handler's ``read_request`` (kio's decode
 behind :func:`kafkaguard.protocol.guard.check_frame`, or the Produce skim) and the handler's
 decision, with a real ``StandardAuthorizer`` that records every action it is asked about
@@ -34,10 +34,10 @@ from typing import Any, Final, TypeVar
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import MalformedFrame, ProtocolError
 from kafkaguard.protocol.header import peek_correlation_id, peek_request_header
-from kafkaguard.protocol.skim import IdTopicSkim, ProduceRequestSkim
+from kafkaguard.protocol.skim.produce import IdTopicSkim, ProduceRequestSkim
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.ask import decide
-from kafkaguard.proxy.handlers.base import Close, Request
+from kafkaguard.proxy.handlers.support.ask import decide
+from kafkaguard.proxy.handlers.support.base import Close, Request
 from tests.support.fuzz.frames import FrameGenerator, ResponseGenerator, plausible
 from tests.support.handler_harness import HandlerHarness, acl
 from tests.support.kafka_referee import KafkaReferee

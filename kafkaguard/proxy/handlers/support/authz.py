@@ -1,0 +1,176 @@
+"""Helpers every enforcing handler uses: resources, single checks, filtering by name.
+
+They mirror ``AuthHelper`` in Kafka's broker (``authorize``, ``filterByAuthorized``,
+``authorizedOperations``) so each handler reads like the corresponding ``KafkaApis.handleXxx``.
+Building what the proxy answers for denied items is :mod:`responses`' part.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+from uuid import UUID
+
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
+from kafkaguard.policy.model import (
+    CLUSTER_NAME,
+    AclOperation,
+    ResourcePattern,
+    ResourceType,
+)
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.support.base import HandlerContext, Request
+
+CLUSTER = ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME)
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+"""``Topic.isInternal``."""
+
+TopicKey = str | UUID
+"""A topic as a request names it: its name, or its id in the id-keyed versions."""
+
+_T = TypeVar("_T")
+
+
+def topic(name: str) -> ResourcePattern:
+    return ResourcePattern(ResourceType.TOPIC, name)
+
+
+def group(name: str) -> ResourcePattern:
+    return ResourcePattern(ResourceType.GROUP, name)
+
+
+def transactional_id(name: str) -> ResourcePattern:
+    return ResourcePattern(ResourceType.TRANSACTIONAL_ID, name)
+
+
+def is_allowed(
+    ctx: HandlerContext,
+    request: Request,
+    operation: AclOperation,
+    resource: ResourcePattern,
+    *,
+    log_if_allowed: bool = True,
+    log_if_denied: bool = True,
+) -> bool:
+    """``AuthHelper.authorize`` for one resource."""
+    action = Action(operation, resource, 1, log_if_allowed, log_if_denied)
+    return ctx.authorize(request, [action])[0] is AuthorizationResult.ALLOWED
+
+
+def filter_authorized(
+    ctx: HandlerContext,
+    request: Request,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    names: Iterable[str],
+    *,
+    log_if_allowed: bool = True,
+    log_if_denied: bool = True,
+) -> set[str]:
+    """``AuthHelper.filterByAuthorized``: one action per distinct name, whose reference count
+    is how many request items named it; returns the allowed names."""
+    counts = Counter(names)
+    if not counts:
+        return set()
+    actions = [
+        Action(
+            operation, ResourcePattern(resource_type, name), count, log_if_allowed, log_if_denied
+        )
+        for name, count in counts.items()
+    ]
+    results = ctx.authorize(request, actions)
+    return {
+        action.resource_pattern.name
+        for action, result in zip(actions, results, strict=True)
+        if result is AuthorizationResult.ALLOWED
+    }
+
+
+def duplicates(names: Iterable[_T]) -> set[_T]:
+    """The items named more than once."""
+    return {name for name, count in Counter(names).items() if count > 1}
+
+
+def first_seen(names: Iterable[_T]) -> list[_T]:
+    """The distinct items, in the order they first appear."""
+    return list(dict.fromkeys(names))
+
+
+def topic_key(entry: Any) -> TopicKey:
+    """A request/response topic's identity: its name, or its id in the id-keyed versions."""
+    for field in ("name", "topic_name"):
+        if hasattr(entry, field):
+            return str(getattr(entry, field))
+    topic_id: UUID = entry.topic_id
+    return topic_id
+
+
+def authorize_topics(
+    ctx: HandlerContext,
+    request: Request,
+    operation: AclOperation,
+    keys: Iterable[TopicKey],
+) -> dict[TopicKey, ErrorCode]:
+    """``filterByAuthorized`` over the topics named by ``keys`` (one reference per key, so
+    duplicates count); returns the denied keys and their code: 29, or 100 for an id the proxy
+    cannot name (checked before authorization, as the broker resolves ids first)."""
+    keys = list(keys)
+    names = {k: (k if isinstance(k, str) else ctx.topic_name(k)) for k in keys}
+    allowed = filter_authorized(
+        ctx,
+        request,
+        operation,
+        ResourceType.TOPIC,
+        [name for k in keys if (name := names[k]) is not None],
+    )
+    denied: dict[TopicKey, ErrorCode] = {}
+    for key, name in names.items():
+        if name is None:
+            denied[key] = ErrorCode.unknown_topic_id
+        elif name not in allowed:
+            denied[key] = ErrorCode.topic_authorization_failed
+    return denied
+
+
+def drop_denied_topics(
+    ctx: HandlerContext, request: Request, operation: AclOperation, field: str = "topics"
+) -> Callable[[Any], Any]:
+    """A rewrite of an entry whose ``field`` lists topics: keep only the topics the principal
+    may ``operation``, without an error (Kafka's "list everything" forms filter silently)."""
+
+    def keep(holder: Any) -> Any:
+        topics = getattr(holder, field)
+        if not topics:
+            return holder
+        denied = authorize_topics(ctx, request, operation, map(topic_key, topics))
+        if not denied:
+            return holder
+        return codec.replace(
+            holder, **{field: tuple(t for t in topics if topic_key(t) not in denied)}
+        )
+
+    return keep
+
+
+def authorized_operations_rewrite(
+    request: Request, ctx: HandlerContext, field: str = "groups"
+) -> Callable[[Any], Any]:
+    """KIP-430 (``AuthHelper.authorizedOperations``) for described groups: the broker behind
+    the proxy has no authorizer, so every group returned with NONE gets the proxy's bitfield;
+    others keep the broker's value (the "omitted" sentinel)."""
+
+    def fill(response: Any) -> Any:
+        groups = tuple(
+            codec.replace(
+                g, authorized_operations=ctx.authorized_operations(request, group(g.group_id))
+            )
+            if g.error_code == ErrorCode.none
+            else g
+            for g in getattr(response, field)
+        )
+        return codec.replace(response, **{field: groups})
+
+    return fill

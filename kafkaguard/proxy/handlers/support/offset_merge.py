@@ -1,0 +1,117 @@
+"""Where the proxy's denied entries go in offset responses: Kafka's own order, per API.
+
+Kafka does not answer offset APIs in request order, and clients never rely on the order; the
+proxy still reproduces it, so its answers are the broker's answers entry for entry:
+
+* OffsetCommit, OffsetDelete, TxnOffsetCommit build their answer with a response *builder*
+  (``OffsetCommitResponse.TopicNameBuilder``, ``OffsetDeleteResponse.Builder``,
+  ``TxnOffsetCommitResponse.Builder``): the entries ``KafkaApis`` rejects itself (denied
+  topics, unknown topics or ids, missing partitions) are added in request order, one topic entry
+  per topic key (``getOrCreate``); then the coordinator's result is merged in — its partitions
+  appended to an existing entry of the same topic, its other topics after.
+  :func:`builder_merge` replays that over the broker's answer: the broker's own rejections
+  (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID) take their request position among the
+  proxy's denials, the coordinator's results follow.
+* OffsetFetch (``fetchOffsetsForGroup``) lists the coordinator's topics first, then one error
+  entry per rejected request topic, in request order: :func:`errors_last`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.handlers.support.authz import TopicKey, topic_key
+from kafkaguard.proxy.handlers.support.base import ResponseRewrite
+
+REJECTED_BEFORE_COORDINATOR = frozenset(
+    {ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id}
+)
+"""Partition errors ``KafkaApis`` sets itself before calling the coordinator."""
+
+
+def _key_field(topic_type: type[Any]) -> str:
+    fields = topic_type.__dataclass_fields__
+    return next(f for f in ("name", "topic_id") if f in fields)
+
+
+def builder_merge(
+    topic_type: type[Any],
+    request_topics: Sequence[Any],
+    denied: dict[TopicKey, ErrorCode],
+    partition_indexes: Callable[[Any], Iterable[int]],
+    *,
+    field: str = "topics",
+    **partition_values: Any,
+) -> ResponseRewrite:
+    """A rewrite putting the proxy's ``denied`` topics (their code on every requested
+    partition) into the broker's answer the way Kafka's response builder orders them. Broker
+    entries for topics that were not sent (denied, or never requested) are dropped."""
+    partition_type = codec.nested_type(topic_type, "partitions")
+    key_field = _key_field(topic_type)
+    requested = [(topic_key(t), list(partition_indexes(t))) for t in request_topics]
+    sent = {key for key, _ in requested if key not in denied}
+
+    def merge(response: Any) -> Any:
+        broker = [t for t in getattr(response, field) if topic_key(t) in sent]
+        rejected = {
+            (topic_key(t), int(p.partition_index)): p
+            for t in broker
+            for p in t.partitions
+            if p.error_code in REJECTED_BEFORE_COORDINATOR
+        }
+        built: dict[TopicKey, list[Any]] = {}
+        placed: set[tuple[TopicKey, int]] = set()
+        for key, indexes in requested:
+            for index in indexes:
+                if key in denied:
+                    built.setdefault(key, []).append(
+                        codec.make_entity(
+                            partition_type,
+                            denied[key],
+                            partition_index=index,
+                            **partition_values,
+                        )
+                    )
+                elif (key, index) in rejected and (key, index) not in placed:
+                    built.setdefault(key, []).append(rejected[(key, index)])
+                    placed.add((key, index))
+        templates: dict[TopicKey, Any] = {}
+        for t in broker:
+            key = topic_key(t)
+            templates.setdefault(key, t)
+            for p in t.partitions:
+                if (key, int(p.partition_index)) not in placed:
+                    built.setdefault(key, []).append(p)
+        topics = tuple(
+            codec.replace(templates[key], partitions=tuple(parts))
+            if key in templates
+            else codec.make_entity(
+                topic_type, ErrorCode.none, **{key_field: key, "partitions": tuple(parts)}
+            )
+            for key, parts in built.items()
+        )
+        return codec.replace(response, **{field: topics})
+
+    return merge
+
+
+def errors_last(
+    request_topics: Sequence[Any],
+    denied_entries: dict[int, Any],
+    sent_keys: Iterable[TopicKey],
+    *,
+    field: str = "topics",
+) -> Callable[[Any], Any]:
+    """A rewrite of an OffsetFetch topic holder (response or group): the broker's topics for
+    ``sent_keys`` first, then ``denied_entries`` (request position → entry) in request order."""
+    sent = set(sent_keys)
+    errors = tuple(denied_entries[i] for i in range(len(request_topics)) if i in denied_entries)
+
+    def merge(holder: Any) -> Any:
+        broker = tuple(t for t in getattr(holder, field) if topic_key(t) in sent)
+        return codec.replace(holder, **{field: broker + errors})
+
+    return merge
