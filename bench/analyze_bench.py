@@ -35,6 +35,15 @@ the report's cube with its main roll-ups, on the same compacted Parquet and on t
 lines (validated as :func:`kafkaguard.audit.spark.source.valid_records` does), and the first
 round checks that DuckDB's rows equal Spark's.
 
+``--cold`` (issue 29) runs every job as users run it instead: each a fresh ``kafkaguard
+analyze`` process (``python -m kafkaguard analyze ...``), cold JVM included: ``compact``
+(records and hourly facts), then ``propose``, ``report --html``, ``unused`` and ``whatif`` on
+the compacted trail with the hourly facts, then ``propose`` and ``report`` again without them
+(the facts directory removed: the compacted records are read). Wall time from the process's
+start to its exit; peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python),
+polled while it runs. With ``--duckdb`` the reference computes the same tables from the raw
+JSON lines, once.
+
 Peak memory: the kernel's high-water mark of resident memory (``VmHWM`` in
 ``/proc/<pid>/status``) of the driver JVM (the Python process's ``java`` child; in local mode
 it is the executor too) and of the Python process (where DuckDB runs), reset before each job
@@ -48,6 +57,7 @@ import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -499,6 +509,109 @@ def _size(files: list[Path]) -> str:
     return f"{len(files)} files, {sum(p.stat().st_size for p in files) / 1e9:.2f} GB"
 
 
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(proc.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, ()))
+    return found
+
+
+def _hwm_mib(pid: int) -> tuple[bool, int]:
+    """(is it a JVM, its VmHWM in MiB); (False, 0) once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        java = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"java")
+    except OSError:
+        return False, 0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return java, int(line.split()[1]) // 1024
+    return java, 0
+
+
+def cold_job(*argv: str) -> tuple[float, int, int, list[str]]:
+    """One fresh ``kafkaguard analyze`` process: seconds, peak RSS of its JVM and of its
+    Python (MiB), and what it printed."""
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    began = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kafkaguard", "analyze", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    jvm = python = 0
+    while proc.poll() is None:
+        for pid in _descendants(proc.pid):
+            java, hwm = _hwm_mib(pid)
+            if java:
+                jvm = max(jvm, hwm)
+            elif pid == proc.pid:
+                python = max(python, hwm)
+        time.sleep(0.2)
+    seconds = time.perf_counter() - began
+    printed = (proc.stdout.read() if proc.stdout else "").splitlines()
+    if proc.returncode != 0:
+        raise RuntimeError(f"analyze {' '.join(argv)} failed: {printed[-5:]}")
+    return seconds, jvm, python, printed
+
+
+COLD_ACLS = """\
+acls:
+  - {principal: "User:*", operation: READ, permission: ALLOW, resource_type: TOPIC,
+     pattern_type: PREFIXED, name: "t"}
+  - {principal: "User:*", operation: READ, permission: ALLOW, resource_type: GROUP,
+     pattern_type: PREFIXED, name: "g"}
+"""
+
+
+def cold(data: Path, out: Path, events: int, duck: bool) -> None:
+    """``--cold``: every job a fresh process (module docstring)."""
+    compacted = out / "compacted"
+    acls = out / "acls.yaml"
+    acls.write_text(COLD_ACLS, encoding="utf-8")
+    common = ("--input", str(data), "--compacted", str(compacted))
+
+    def show(label: str, result: tuple[float, int, int, list[str]], rate: bool = False) -> None:
+        seconds, jvm, python, _ = result
+        extra = f"  {events / seconds:>10,.0f} events/s" if rate else ""
+        print(f"{label:<34} {seconds:7.1f} s{extra}; peak RSS JVM {jvm} MiB, Python {python} MiB")
+
+    show(
+        "compact (records + facts)",
+        cold_job("compact", "--input", str(data), "--output", str(compacted), "--grace", "0"),
+        rate=True,
+    )
+    for label, argv in (
+        ("propose (facts)", ("propose", *common, "--acl-file", str(out / "p.yaml"))),
+        ("report --html (facts)", ("report", *common, "--html", str(out / "r.html"))),
+        ("unused", ("unused", *common, "--acls", str(acls))),
+        ("whatif", ("whatif", *common, "--acls", str(acls))),
+    ):
+        show(label, cold_job(*argv))
+    with_facts = (out / "p.yaml").read_text(encoding="utf-8")
+    shutil.rmtree(compacted / "_facts")
+    show("propose (records)", cold_job("propose", *common, "--acl-file", str(out / "q.yaml")))
+    show("report --html (records)", cold_job("report", *common, "--html", str(out / "s.html")))
+    assert (out / "q.yaml").read_text(encoding="utf-8") == with_facts
+    if duck:
+        grants_s, report_s, _ = duckdb_jobs(data, None)
+        print(f"DuckDB on the raw JSON: grants {grants_s:.1f} s, cube + roll-ups {report_s:.1f} s")
+
+
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=10_000_000)
@@ -514,6 +627,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--compacted", type=Path, help="reuse this compaction's output")
     parser.add_argument(
         "--parquet-only", action="store_true", help="skip the jobs over the JSON lines"
+    )
+    parser.add_argument(
+        "--cold", action="store_true", help="each job a fresh `kafkaguard analyze` process"
     )
     args = parser.parse_args()
     if args.duckdb:
@@ -544,6 +660,10 @@ def main() -> int:
             print(f"generated {args.events:,} records in {seconds:.1f} s into {data}")
         print(f"load average before the jobs: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
         print(f"input: {_size(list(data.rglob('*.jsonl')))}, {args.days} days")
+        if args.cold:
+            spark.stop()  # the jobs start their own
+            cold(data, out, args.events, args.duckdb)
+            return 0
         compacted = args.compacted or out / "compacted"
         if args.compacted is None:
             rss = PeakRss()

@@ -2,8 +2,9 @@
 
 :class:`AuditTrail` is the ``StandardAuthorizer`` decision listener the proxy installs when
 ``audit.enabled`` is true or a listener runs in ``log_only``. On the event loop it only
-filters (Kafka's ``logIfAllowed``/``logIfDenied``, unless ``include_unlogged``), counts per
-listener and hands the event to the :class:`~kafkaguard.audit.writer.AuditWriter` thread,
+filters (Kafka's ``logIfAllowed``/``logIfDenied``, unless ``include_unlogged``; then
+``audit.exclude`` and ``audit.include``), counts per listener (what it leaves out too) and
+hands the event to the :class:`~kafkaguard.audit.writer.AuditWriter` thread,
 which writes files, produces to the audit topic (``audit.sink``:
 :mod:`kafkaguard.audit.kafka_sink`), or both.
 Counters (decisions, denied, would-deny, dropped) are logged on ``kafkaguard.audit`` every
@@ -63,9 +64,22 @@ class ListenerCounters:
     """Denied decisions of a ``log_only`` listener: forwarded anyway."""
     dropped: int = 0
     """Events not handed to the writer because its queue was full."""
+    unlogged: int = 0
+    """Decisions Kafka does not log (``logIfAllowed``/``logIfDenied`` false: KIP-430
+    authorized-operations, all-topics Metadata filtering, cluster-level shortcuts with a
+    finer fallback), left out because ``include_unlogged`` is false."""
+    excluded: int = 0
+    """Decisions left out by ``audit.exclude`` or ``audit.include``."""
 
-    def snapshot(self) -> tuple[int, int, int, int]:
-        return (self.decisions, self.denied, self.would_deny, self.dropped)
+    def snapshot(self) -> tuple[int, int, int, int, int, int]:
+        return (
+            self.decisions,
+            self.denied,
+            self.would_deny,
+            self.dropped,
+            self.unlogged,
+            self.excluded,
+        )
 
 
 class AuditTrail:
@@ -94,14 +108,15 @@ class AuditTrail:
             if config.writes_topic:
                 if connection is None:
                     raise ValueError(f"audit.sink {config.sink} needs the upstream connection")
-                topic = AuditTopicSink(config.kafka, connection)
+                topic = AuditTopicSink(config.kafka, connection, record_format=config.topic_format)
             writer = AuditWriter(config, topic=topic)
         self.writer = writer
         self._log_unlogged = config.include_unlogged
+        self._filtered = bool(config.exclude or config.include)
         self._write_allowed = self.writer is not None and config.allowed != OFF
         self._write_denied = self.writer is not None and config.denied != OFF
         self._report_interval = report_interval_s
-        self._reported: dict[str, tuple[int, int, int, int]] = {}
+        self._reported: dict[str, tuple[int, int, int, int, int, int]] = {}
         self._last_drop_log = -math.inf
         self._task: asyncio.Task[None] | None = None
         self._started = False
@@ -134,20 +149,23 @@ class AuditTrail:
         counters = self.counters.get(context.listener_name)
         if counters is None:  # a context from outside the configured listeners
             counters = self.counters[context.listener_name] = ListenerCounters(ENFORCE)
-        if event.result is _ALLOWED:
-            if not (event.action.log_if_allowed or self._log_unlogged):
-                return
-            counters.decisions += 1
+        allowed = event.result is _ALLOWED
+        action = event.action
+        if not ((action.log_if_allowed if allowed else action.log_if_denied) or self._log_unlogged):
+            counters.unlogged += 1
+            return
+        if self._filtered and not self.config.written(event):
+            counters.excluded += 1
+            return
+        counters.decisions += 1
+        if allowed:
             if not self._write_allowed:
                 return
         else:
-            if not (event.action.log_if_denied or self._log_unlogged):
-                return
-            counters.decisions += 1
             counters.denied += 1
             if (
                 counters.mode == LOG_ONLY
-                and event.action.log_if_denied  # a probe or silent filter refuses nothing
+                and action.log_if_denied  # a probe or silent filter refuses nothing
                 and context.api_key not in ENFORCED_IN_LOG_ONLY
             ):
                 counters.would_deny += 1
@@ -209,11 +227,12 @@ class AuditTrail:
         """Log each listener's counters (only those that changed, unless ``final``)."""
         for name, counters in self.counters.items():
             current = counters.snapshot()
-            if current == self._reported.get(name, (0, 0, 0, 0)) and not (final and any(current)):
+            if current == self._reported.get(name, (0,) * 6) and not (final and any(current)):
                 continue
             self._reported[name] = current
             log.info(
-                "audit: listener %s (%s): %d decisions, %d denied, %d would-deny, %d dropped%s",
+                "audit: listener %s (%s): %d decisions, %d denied, %d would-deny, %d dropped, "
+                "%d unlogged, %d excluded%s",
                 name,
                 counters.mode,
                 *current,

@@ -12,11 +12,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from kafkaguard.config_tree import ConfigSection
+from kafkaguard.policy.audit_log import API_KEY_NAMES, DecisionEvent
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
-from kafkaguard.policy.model import ResourceType
+from kafkaguard.policy.model import AclOperation, PatternType, ResourceType
 
 ALLOWED = AuthorizationResult.ALLOWED
 DENIED = AuthorizationResult.DENIED
@@ -77,6 +78,11 @@ BOTH: Final = "both"
 SINKS: Final = (FILE, KAFKA, BOTH)
 """``audit.sink``: the hour-partitioned files, the audit topic, or both."""
 
+FORMAT_KAFKAGUARD: Final = "kafkaguard"
+FORMAT_CLOUDEVENTS: Final = "cloudevents"
+FORMATS: Final = (FORMAT_KAFKAGUARD, FORMAT_CLOUDEVENTS)
+"""``audit.format`` / ``audit.kafka.format`` (kafkaguard/audit/events.py owns both layouts)."""
+
 DEFAULT_AUDIT_TOPIC: Final = "_kafkaguard-audit"
 COMPRESSION_TYPES: Final = ("none", "gzip", "snappy", "lz4", "zstd")
 """The producer's ``compression.type`` values (Kafka's ``CompressionType``)."""
@@ -115,6 +121,49 @@ class AuditKafkaConfig:
     """KIP-98: a retry after a broker restart never writes a record twice (needs acks all)."""
     delivery_timeout_ms: int = 120_000
     """A record not acknowledged within this (a broker down longer) is counted as lost."""
+    format: str | None = None
+    """The topic's record format; None: ``audit.format``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRule:
+    """One ``audit.exclude`` or ``audit.include`` entry (Confluent's audit log
+    ``excluded_principals`` and routes): a decision matches when it matches every key given;
+    an absent key matches everything.
+
+    Resource names match like an ACL's pattern (``AclBinding`` semantics): ``LITERAL`` is the
+    exact name, ``*`` every name; ``PREFIXED`` a name starting with it.
+    """
+
+    principals: frozenset[str] | None = None
+    operations: frozenset[AclOperation] | None = None
+    resource_types: frozenset[ResourceType] | None = None
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.LITERAL
+    apis: frozenset[int] | None = None
+    """API keys (the rule names the APIs, e.g. ``Metadata``)."""
+    allowed: bool = True
+    """include routes: whether the route writes allowed decisions."""
+    denied: bool = True
+    """include routes: whether the route writes denied decisions."""
+
+    def matches(self, event: DecisionEvent) -> bool:
+        context, action = event.context, event.action
+        pattern = action.resource_pattern
+        if self.principals is not None and context.principal.text not in self.principals:
+            return False
+        if self.operations is not None and action.operation not in self.operations:
+            return False
+        if self.resource_types is not None and pattern.resource_type not in self.resource_types:
+            return False
+        if self.apis is not None and context.api_key not in self.apis:
+            return False
+        name = self.resource_name
+        if name is None or (self.pattern_type is PatternType.LITERAL and name == "*"):
+            return True
+        if self.pattern_type is PatternType.PREFIXED:
+            return pattern.name.startswith(name)
+        return pattern.name == name
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +182,13 @@ class AuditConfig:
     aggregate_window_seconds: float = 60.0
     include_unlogged: bool = False
     """Also audit decisions Kafka logs only at TRACE (KIP-430 probes, silent filtering)."""
+    format: str = FORMAT_KAFKAGUARD
+    """The files' record format (and the topic's, unless ``audit.kafka.format``)."""
+    exclude: tuple[AuditRule, ...] = ()
+    """Decisions matching one of these are not written (counted as ``excluded``)."""
+    include: tuple[AuditRule, ...] = ()
+    """Routes: when any is given, only decisions matching one (the first, for its
+    ``allowed``/``denied``) are written; the others are counted as ``excluded``."""
     sink: str = FILE
     """Where records go: ``file`` (under :attr:`dir`), ``kafka`` (the audit topic), ``both``."""
     kafka: AuditKafkaConfig = field(default_factory=AuditKafkaConfig)
@@ -146,6 +202,25 @@ class AuditConfig:
     def writes_topic(self) -> bool:
         """Whether records are produced to the audit topic."""
         return self.sink != FILE
+
+    @property
+    def topic_format(self) -> str:
+        """The audit topic's record format."""
+        return self.kafka.format or self.format
+
+    def written(self, event: DecisionEvent) -> bool:
+        """Whether :attr:`exclude` and :attr:`include` let ``event`` be written (Confluent's
+        order: an excluded principal is never logged, whatever the routes say)."""
+        for rule in self.exclude:
+            if rule.matches(event):
+                return False
+        if not self.include:
+            return True
+        allowed = event.result is ALLOWED
+        for rule in self.include:
+            if rule.matches(event):
+                return rule.allowed if allowed else rule.denied
+        return False
 
 
 def _volume(section: ConfigSection, key: str, default: str) -> str:
@@ -173,6 +248,9 @@ def parse_audit_config(section: ConfigSection, base_dir: Path | None = None) -> 
         raise section.error("aggregate_window_seconds", "must be > 0")
     include_unlogged = section.get_bool("include_unlogged", False)
     sink = section.choice("sink", SINKS, FILE)
+    record_format = section.choice("format", FORMATS, FORMAT_KAFKAGUARD)
+    exclude = tuple(parse_audit_rule(rule, route=False) for rule in section.sections("exclude"))
+    include = tuple(parse_audit_rule(rule, route=True) for rule in section.sections("include"))
     kafka = parse_audit_kafka_config(section.section("kafka"))
     section.reject_unknown()
     directory = Path(raw_dir)
@@ -188,9 +266,56 @@ def parse_audit_config(section: ConfigSection, base_dir: Path | None = None) -> 
         denied=denied,
         aggregate_window_seconds=window,
         include_unlogged=include_unlogged,
+        format=record_format,
+        exclude=exclude,
+        include=include,
         sink=sink,
         kafka=kafka,
     )
+
+
+_API_KEYS: Final = {name: key for key, name in enumerate(API_KEY_NAMES)}
+
+
+_E = TypeVar("_E", AclOperation, ResourceType)
+
+
+def _enum_set(section: ConfigSection, key: str, kind: type[_E]) -> frozenset[_E] | None:
+    names = section.str_list(key)
+    if names is None:
+        return None
+    try:
+        return frozenset(kind.parse(name) for name in names)
+    except ValueError as exc:
+        raise section.error(key, str(exc)) from None
+
+
+def parse_audit_rule(section: ConfigSection, *, route: bool) -> AuditRule:
+    """One ``audit.exclude`` entry, or with ``route`` one ``audit.include`` entry (which may
+    also say whether it writes ``allowed`` and ``denied`` decisions)."""
+    principals = section.str_list("principals")
+    apis = section.str_list("apis")
+    unknown = [name for name in apis or () if name not in _API_KEYS]
+    if unknown:
+        raise section.error("apis", f"unknown API {unknown[0]!r} (e.g. Metadata, Produce)")
+    pattern = section.choice("pattern_type", ("LITERAL", "PREFIXED"), "LITERAL")
+    resource_name = section.get_str("resource_name")
+    allowed = section.get_bool("allowed", True) if route else True
+    denied = section.get_bool("denied", True) if route else True
+    rule = AuditRule(
+        principals=None if principals is None else frozenset(principals),
+        operations=_enum_set(section, "operations", AclOperation),
+        resource_types=_enum_set(section, "resource_types", ResourceType),
+        resource_name=resource_name,
+        pattern_type=PatternType[pattern],
+        apis=None if apis is None else frozenset(_API_KEYS[name] for name in apis),
+        allowed=allowed,
+        denied=denied,
+    )
+    section.reject_unknown()
+    if rule == AuditRule(allowed=allowed, denied=denied):
+        raise section.error("", "names nothing to match (principals, operations, ...)")
+    return rule
 
 
 def _acks(section: ConfigSection) -> str:
@@ -221,6 +346,7 @@ def parse_audit_kafka_config(section: ConfigSection) -> AuditKafkaConfig:
     if idempotence and acks != "all":
         raise section.error("acks", "must be all with enable_idempotence: true (KIP-98)")
     timeout = section.get_int("delivery_timeout_ms", default.delivery_timeout_ms, minimum=1)
+    record_format = section.choice("format", FORMATS, None)
     section.reject_unknown()
     return AuditKafkaConfig(
         topic=topic,
@@ -232,4 +358,5 @@ def parse_audit_kafka_config(section: ConfigSection) -> AuditKafkaConfig:
         acks=acks,
         enable_idempotence=idempotence,
         delivery_timeout_ms=timeout,
+        format=record_format,
     )

@@ -26,17 +26,24 @@ Fields, in order (the JSON keys are exactly these)::
     acl            object|null  the deciding ACL (see :func:`kafkaguard.policy.explain.acl_json`)
 
 Adding a field is a schema change: bump :data:`SCHEMA_VERSION` and the Spark schema with it.
+
+``audit.format: cloudevents`` writes the same record as a CloudEvents 1.0 event in structured
+JSON mode, laid out like Confluent's audit log authorization event
+(:meth:`AuditEvent.to_cloudevent`; the mapping is in docs/audit.md): SIEM pipelines that parse
+Confluent's audit log read it as it is, and the Spark jobs read it back to the same fields.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Final, NamedTuple
+from urllib.parse import quote
 
-from kafkaguard.audit.config import LOG_ONLY
+from kafkaguard.audit.config import FORMAT_CLOUDEVENTS, LOG_ONLY
 from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason, api_name
 from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.explain import acl_json
@@ -45,6 +52,16 @@ from kafkaguard.policy.model import AclBinding, AclOperation, PatternType, Resou
 SCHEMA_VERSION: Final = 1
 KIND_DECISION: Final = "decision"
 KIND_AGGREGATE: Final = "aggregate"
+
+CLOUDEVENTS_TYPE: Final = "io.confluent.kafka.server/authorization"
+"""The ``type`` of Confluent's audit log authorization events."""
+CLOUDEVENTS_SOURCE_PREFIX: Final = "crn:///kafkaguard/listener="
+"""``source``: the kafkaguard listener that decided, as a CRN like Confluent's
+``crn:///kafka=<cluster id>`` (the listener name percent-encoded)."""
+CLOUDEVENTS_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
+"""The ``content-type`` header of a structured-mode event on Kafka (CloudEvents Kafka binding)."""
+MODE_EXTENSION: Final = "kafkaguardmode"
+"""The CloudEvents extension attribute carrying the dry-run mode (``enforce`` | ``log_only``)."""
 
 
 @dataclass(slots=True)
@@ -82,6 +99,76 @@ class AuditEvent:
 
     def to_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in FIELD_NAMES}
+
+    def to_cloudevent(self, event_id: str | None = None) -> dict[str, object]:
+        """The record as a CloudEvents 1.0 event laid out like Confluent's audit log
+        authorization event (docs/audit.md, "CloudEvents format"): Confluent's fields filled
+        from the decision, and what they have no place for under ``data.kafkaguard``, so the
+        Spark jobs read back every field of this record (:mod:`.spark.source`).
+
+        ``event_id``: the CloudEvents ``id`` (default: a random UUID, unique per source).
+        """
+        source = CLOUDEVENTS_SOURCE_PREFIX + quote(self.listener, safe="")
+        resource = f"{source}/{self.resource_type.lower()}={self.resource_name}"
+        authorization: dict[str, object] = {
+            "granted": self.result == "ALLOWED",
+            "operation": _pascal(self.operation),
+            "resourceType": _pascal(self.resource_type),
+            "resourceName": self.resource_name,
+            "patternType": self.pattern_type,
+        }
+        acl = self.acl
+        if self.reason == "SuperUser":
+            authorization["superUserAuthorization"] = True
+        elif acl is not None:
+            authorization["aclAuthorization"] = {
+                "permissionType": acl["permission_type"],
+                "host": acl["host"],
+            }
+        request: dict[str, object] = {}
+        if self.correlation_id is not None:
+            request["correlation_id"] = str(self.correlation_id)  # a string, as Confluent's
+        if self.client_id is not None:
+            request["client_id"] = self.client_id
+        return {
+            "specversion": "1.0",
+            "id": event_id if event_id is not None else str(uuid.uuid4()),
+            "source": source,
+            "type": CLOUDEVENTS_TYPE,
+            "datacontenttype": "application/json",
+            "subject": resource,
+            "time": self.time,
+            MODE_EXTENSION: self.mode,
+            "data": {
+                "serviceName": source,
+                "methodName": f"kafka.{self.api_name}",
+                "resourceName": resource,
+                "authenticationInfo": {"principal": self.principal},
+                "authorizationInfo": authorization,
+                "request": request,
+                "requestMetadata": {"client_address": self.client_host},
+                "kafkaguard": {
+                    "schema_version": self.schema_version,
+                    "kind": self.kind,
+                    "window_end": self.window_end,
+                    "count": self.count,
+                    "security_protocol": self.security_protocol,
+                    "api_key": self.api_key,
+                    "api_version": self.api_version,
+                    "would_deny": self.would_deny,
+                    "reason": self.reason,
+                    "implied": self.implied,
+                    "acl": None if acl is None else dict(acl),
+                },
+            },
+        }
+
+    def encode(self, record_format: str) -> bytes:
+        """The record in ``record_format`` (``audit.format``) as one line without its newline:
+        compact JSON, ASCII only."""
+        if record_format == FORMAT_CLOUDEVENTS:
+            return json.dumps(self.to_cloudevent(), separators=(",", ":")).encode()
+        return self.to_json().encode()
 
     def to_json(self) -> str:
         """The line without its newline: compact, keys in contract order, ASCII only (so
@@ -121,6 +208,12 @@ _BOOL: Final = {True: "true", False: "false"}
 
 def _nullable(value: str | None) -> str:
     return "null" if value is None else _quote(value)
+
+
+def _pascal(kafka_name: str) -> str:
+    """``IDEMPOTENT_WRITE`` -> ``IdempotentWrite``, as ``SecurityUtils.operationName`` and
+    ``resourceTypeName`` print operations and resource types (and Confluent's audit log)."""
+    return "".join(part.capitalize() for part in kafka_name.split("_"))
 
 
 FIELD_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in fields(AuditEvent))

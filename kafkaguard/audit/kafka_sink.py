@@ -49,7 +49,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin.NewTopic, typed here
 
-from kafkaguard.audit.config import AuditKafkaConfig
+from kafkaguard.audit.config import FORMAT_CLOUDEVENTS, FORMAT_KAFKAGUARD, AuditKafkaConfig
+from kafkaguard.audit.events import CLOUDEVENTS_CONTENT_TYPE
 
 log = logging.getLogger("kafkaguard.audit")
 
@@ -97,9 +98,12 @@ class AuditTopicSink:
         connection: Mapping[str, Any],
         *,
         create_timeout_s: float = CREATE_TIMEOUT_S,
+        record_format: str = FORMAT_KAFKAGUARD,
     ) -> None:
         """``connection``: librdkafka settings reaching the brokers (``bootstrap.servers``,
-        ``security.protocol``, ``ssl.*``, ``sasl.*``)."""
+        ``security.protocol``, ``ssl.*``, ``sasl.*``); ``record_format``: the records'
+        (``audit.kafka.format``, else ``audit.format``). CloudEvents go in structured mode,
+        with the CloudEvents Kafka binding's ``content-type`` header."""
         self.create_timeout_s = create_timeout_s
         if not connection.get("bootstrap.servers"):
             raise ValueError("the audit topic needs the upstream bootstrap servers")
@@ -121,6 +125,11 @@ class AuditTopicSink:
         self._last_drop_log = -math.inf
         self._last_error_log = -math.inf
         self._fatal = False
+        self._headers: list[tuple[str, bytes]] | None = (
+            [("content-type", CLOUDEVENTS_CONTENT_TYPE.encode())]
+            if record_format == FORMAT_CLOUDEVENTS
+            else None
+        )
 
     # -- lifecycle (the writer's start and close) --------------------------------------------
     def producer_settings(self) -> dict[str, Any]:
@@ -217,7 +226,7 @@ class AuditTopicSink:
     def send(self, value: bytes, principal: str, count: int) -> None:
         """Hand one record to the producer; a full queue drops it (counted), never waits."""
         try:
-            self._produce(self.topic, value, principal.encode())
+            self._produce(self.topic, value, principal.encode(), headers=self._headers)
         except BufferError:
             self.dropped += count
             now = time.monotonic()

@@ -21,8 +21,11 @@ closed at ``max_file_bytes``, after ``max_file_seconds``, and a few seconds afte
 ended (the grace lets events queued just before the hour boundary, and the aggregates of the
 window ending on it, still land in it; a later straggler gets a small file of its own).
 
+Each record is encoded in its sink's ``audit.format`` (kafkaguard's JSON or CloudEvents,
+:meth:`~kafkaguard.audit.events.AuditEvent.encode`), once per format.
+
 The audit topic (``audit.sink: kafka | both``): each formatted record, the same bytes as
-its file line without the newline, is also handed to
+its file line without the newline when both use one format, is also handed to
 :class:`~kafkaguard.audit.kafka_sink.AuditTopicSink` (or only to it, with no files). That
 hand-off never waits either: the producer's own bounded queue refuses a record when full
 (counted), and its delivery reports are served at each wake-up. The thread creates the
@@ -50,6 +53,7 @@ from typing import BinaryIO, Final, Protocol
 
 from kafkaguard.audit.config import AGGREGATE, INDIVIDUAL, AuditConfig
 from kafkaguard.audit.events import (
+    AuditEvent,
     DecisionKey,
     aggregate_record,
     decision_key,
@@ -243,6 +247,8 @@ class AuditWriter:
         self._clock = clock
         self._poll = poll_interval_s
         self._window = config.aggregate_window_seconds
+        self._file_format = config.format
+        self._topic_format = config.topic_format
         # (aggregate?, individual?) for allowed and for denied decisions
         self._allowed = (config.allowed == AGGREGATE, config.allowed == INDIVIDUAL)
         self._denied = (config.denied == AGGREGATE, config.denied == INDIVIDUAL)
@@ -364,15 +370,26 @@ class AuditWriter:
                     tally.count += 1
             elif individual:
                 try:
-                    line = decision_record(event, mode, at).to_json().encode()
+                    record = decision_record(event, mode, at)
                 except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
                     self._unformatted(1, exc)
                     continue
-                write(at, line, event.context.principal.text, 1)
+                write(at, record, event.context.principal.text, 1)
 
-    def _write(self, at: float, line: bytes, principal: str, count: int) -> None:
-        """One formatted record (without its newline) to the files and the topic; a failure
-        is counted per sink, in the decisions the record stands for."""
+    def _write(self, at: float, record: AuditEvent, principal: str, count: int) -> None:
+        """One record to the files and the topic, each in its format (the same bytes when
+        the formats are the same); a failure is counted per sink, in the decisions the
+        record stands for."""
+        try:
+            line = record.encode(self._file_format)
+            topic_line = (
+                line
+                if self._topic_format == self._file_format
+                else record.encode(self._topic_format)
+            )
+        except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
+            self._unformatted(count, exc)
+            return
         files = self.sink
         if files is not None:
             try:
@@ -383,7 +400,7 @@ class AuditWriter:
             else:
                 self.records += 1
         if self.topic is not None:
-            self.topic.send(line, principal, count)
+            self.topic.send(topic_line, principal, count)
 
     def _unformatted(self, count: int, exc: BaseException) -> None:
         if self.sink is not None:
@@ -412,11 +429,11 @@ class AuditWriter:
             end = min(end, max(now, start)) if final else end
             for key, count in counts.items():
                 try:
-                    line = aggregate_record(key, start, end, count).to_json().encode()
+                    record = aggregate_record(key, start, end, count)
                 except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
                     self._unformatted(count, exc)
                     continue
-                self._write(start, line, key.principal, count)
+                self._write(start, record, key.principal, count)
 
     def _finish(self) -> None:
         try:

@@ -153,6 +153,54 @@ def test_both_sinks_hold_the_same_records(tansu: TansuBroker, tmp_path: Path) ->
     }
 
 
+def test_cloudevents_on_the_topic_kafkaguard_lines_in_the_files(
+    tansu: TansuBroker, tmp_path: Path
+) -> None:
+    """``audit.kafka.format: cloudevents`` with ``sink: both``: the topic holds the same
+    records as the files, as structured-mode CloudEvents with the binding's header."""
+    audit_topic, topic = unique_name("audit"), unique_name("data")
+    config = audited_config(
+        tansu.address, tmp_path / "audit", "both", audit_topic, format="cloudevents"
+    )
+    running = start_proxy_thread(config)
+    try:
+        produce(running.bootstrap, topic, 2)
+    finally:
+        stop_proxy_thread(running)
+    records = read_topic(str(tansu.address), audit_topic)
+    lines = [json.loads(line) for line in trail_lines(tmp_path / "audit")]
+    assert len(records) == len(lines) > 2
+    events = [json.loads(r.value) for r in records]
+    assert {r.headers for r in records} == {
+        (("content-type", b"application/cloudevents+json; charset=UTF-8"),)
+    }
+    assert len({e["id"] for e in events}) == len(events)
+    as_read = Counter(
+        (
+            e["data"]["authenticationInfo"]["principal"],
+            e["data"]["methodName"],
+            e["data"]["authorizationInfo"]["resourceName"],
+            e["data"]["authorizationInfo"]["granted"],
+            e["kafkaguardmode"],
+            e["time"],
+        )
+        for e in events
+    )
+    assert as_read == Counter(
+        (
+            line["principal"],
+            f"kafka.{line['api_name']}",
+            line["resource_name"],
+            line["result"] == "ALLOWED",
+            line["mode"],
+            line["time"],
+        )
+        for line in lines
+    )
+    counts = sum(e["data"]["kafkaguard"]["count"] for e in events)
+    assert counts == sum(line["count"] for line in lines)
+
+
 def test_two_proxies_one_topic_holds_the_union_of_their_trails(
     tansu: TansuBroker, tmp_path: Path
 ) -> None:

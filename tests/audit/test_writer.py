@@ -371,7 +371,8 @@ async def test_periodic_report_logs_changed_counters(
     finally:
         await trail.close()
     lines = [r.getMessage() for r in caplog.records if "would-deny" in r.getMessage()]
-    assert (
-        lines[0] == "audit: listener A (log_only): 1 decisions, 1 denied, 1 would-deny, 0 dropped"
+    assert lines[0] == (
+        "audit: listener A (log_only): 1 decisions, 1 denied, 1 would-deny, 0 dropped, "
+        "0 unlogged, 0 excluded"
     )
     assert lines[-1].endswith("(totals at shutdown)")

@@ -12,6 +12,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from kafkaguard.audit.config import FORMAT_KAFKAGUARD
 from kafkaguard.audit.events import SCHEMA_VERSION, AuditEvent
 from kafkaguard.audit.writer import AuditFiles
 
@@ -68,14 +69,21 @@ def rec(
     )
 
 
-def write_audit(directory: Path, records: list[AuditEvent], *, junk: bool = True) -> Path:
-    """Write ``records`` as the writer would; with ``junk``, add what readers must ignore: a
+def write_audit(
+    directory: Path,
+    records: list[AuditEvent],
+    *,
+    junk: bool = True,
+    formats: tuple[str, ...] = (FORMAT_KAFKAGUARD,),
+) -> Path:
+    """Write ``records`` as the writer would, the i-th in ``formats[i % len(formats)]``
+    (``audit.format``; several make a mixed trail); with ``junk``, add what readers must ignore: a
     half-written ``.inprogress`` file and, in a closed file of the earliest hour,
     :data:`JUNK_LINES` bad lines (malformed, another schema version, a bad time, and a last
     line cut short without its newline)."""
     files = AuditFiles(directory, max_file_bytes=1 << 30, max_file_seconds=1e9)
-    for r in records:
-        files.write(epoch(r.time), (r.to_json() + "\n").encode())
+    for i, r in enumerate(records):
+        files.write(epoch(r.time), r.encode(formats[i % len(formats)]) + b"\n")
     files.close()
     if junk and records:
         hour = min(directory.glob("date=*/hour=*"))

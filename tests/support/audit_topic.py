@@ -37,6 +37,7 @@ class TopicRecord:
     offset: int
     key: bytes | None
     value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[TopicRecord]:
@@ -68,7 +69,8 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Topi
                 partition, offset, value = message.partition(), message.offset(), message.value()
                 if message.error() is not None or partition is None or offset is None:
                     continue
-                records.append(TopicRecord(partition, offset, message.key(), value or b""))
+                headers = tuple((k, v or b"") for k, v in message.headers() or ())
+                records.append(TopicRecord(partition, offset, message.key(), value or b"", headers))
                 positions[partition] = offset + 1
         return records
     finally:

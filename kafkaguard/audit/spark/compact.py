@@ -7,7 +7,9 @@ compacted yet with **one** Spark job and writes it, partitioned by ``date``/``ho
 staging directory under the output. Each staged hour gets its marker and is moved into
 place with one rename; readers (:func:`.source.read_audit`) take the hours present from
 Parquet and the others from JSON. Runs are incremental (compacted hours are skipped) and
-idempotent (a second run finds nothing to do); a crash leaves a staging directory that the
+idempotent (a second run finds nothing to do); then the hourly facts ``propose`` and
+``report`` read are written for every compacted hour that lacks current ones (:mod:`.facts`).
+A crash leaves a staging directory that the
 next run deletes, and the hours it had not moved are compacted again.
 
 The Parquet holds the records :func:`.source.valid_records` keeps, ``event_time`` included
@@ -32,6 +34,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from kafkaguard.audit.spark.facts import write_facts
 from kafkaguard.audit.spark.hours import (
     DEFAULT_GRACE_S,
     MARKER,
@@ -48,8 +51,8 @@ from kafkaguard.audit.spark.hours import (
     run_directories,
     summary,
 )
-from kafkaguard.audit.spark.schema import AUDIT_SCHEMA, COMPACTED_SCHEMA, EVENT_TIME, FIELD_NAMES
-from kafkaguard.audit.spark.source import is_valid, with_event_time
+from kafkaguard.audit.spark.schema import COMPACTED_SCHEMA, EVENT_TIME, FIELD_NAMES, READ_SCHEMA
+from kafkaguard.audit.spark.source import is_valid, normalized, with_event_time
 
 
 def _hour_label(day: Column, hour: Column) -> Column:
@@ -70,8 +73,8 @@ def _json_part(
     spark: SparkSession, input_dir: Path, files: list[Path], observed: Observation
 ) -> DataFrame:
     """The valid records of ``files``, counting the lines and the bad ones on the way."""
-    raw = (
-        spark.read.schema(AUDIT_SCHEMA)
+    raw = normalized(
+        spark.read.schema(READ_SCHEMA)
         .option("basePath", str(input_dir))
         .option("mode", "PERMISSIVE")
         .json([str(f) for f in files])
@@ -178,4 +181,8 @@ def compact(
         clean_up(output)
         plan = plan_compaction(input_dir, output, at, grace)
         outcome = execute(session, input_dir, output, plan)
-        return summary(plan, outcome, output, grace)
+        lines = summary(plan, outcome, output, grace)
+        written = write_facts(session, output)
+        if written:
+            lines.append(f"hourly facts (for propose and report) of {written} hours written")
+        return lines

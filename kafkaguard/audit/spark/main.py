@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if __package__ in (None, ""):  # pragma: no cover - run as a script by spark-submit
     # The script's own directory must not shadow anything; the checkout root provides
@@ -128,12 +128,24 @@ def _watch_arguments(watch: argparse.ArgumentParser) -> None:
 
 
 def _spark_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--master", help="Spark master (default local[*]; under spark-submit: its --master)"
+    )
+    where.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="a Spark Connect server to run on (kept warm: no start-up per job); not for"
+        f" {', '.join(sorted(NOT_ON_CONNECT))}",
     )
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting"
     )
+
+
+NOT_ON_CONNECT: Final = frozenset({"unused", "whatif", "watch"})
+"""Jobs that need the classic API (``unused``/``whatif`` replay on RDDs with a broadcast
+policy; ``watch`` runs its state on the driver): Spark Connect has neither."""
 
 
 def _compact_arguments(compact: argparse.ArgumentParser) -> None:
@@ -378,17 +390,22 @@ class _Session:
         conf: dict[str, str],
         *,
         kafka: bool = False,
+        remote: str | None = None,
     ):
         self._given, self._master, self._conf, self._kafka = given, master, conf, kafka
+        self._remote = remote
         self._built: SparkSession | None = None
 
     def get(self) -> SparkSession:
         if self._given is not None:
             return self._given
         if self._built is None:  # no JVM (no Java >= 17) fails here, as a PySparkException
-            from kafkaguard.audit.spark.session import build_session
+            from kafkaguard.audit.spark.session import build_remote_session, build_session
 
-            self._built = build_session(self._master, self._conf, kafka=self._kafka)
+            if self._remote is not None:
+                self._built = build_remote_session(self._remote, self._conf)
+            else:
+                self._built = build_session(self._master, self._conf, kafka=self._kafka)
         return self._built
 
     def close(self) -> None:
@@ -412,11 +429,18 @@ def _compact(session: _Session, args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+FACT_JOBS = frozenset({"report", "propose"})
+"""Jobs that only sum counts per hour: they read the hourly facts ``compact`` wrote where
+present (:mod:`.facts`), the records elsewhere (``propose --hosts exact``: the records)."""
+
+
 def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.facts import read_facts
     from kafkaguard.audit.spark.source import read_audit
 
     spark = session.get()
-    events = read_audit(
+    facts = args.job in FACT_JOBS and getattr(args, "hosts", None) != "exact"
+    events = (read_facts if facts else read_audit)(
         spark,
         args.input,
         _window(args),
@@ -483,6 +507,11 @@ def _arguments_error(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments, found before any JVM starts."""
     try:
         _conf(args.conf)
+        if args.remote is not None:
+            if args.job in NOT_ON_CONNECT:
+                raise ValueError(f"{args.job} needs --master (Spark Connect has no RDD API)")
+            if not args.remote.startswith("sc://"):
+                raise ValueError("--remote must be a Spark Connect URL, sc://host:port")
         if args.job not in ("compact", "watch"):
             _window(args)
         _kafka_input_error(args)
@@ -549,7 +578,9 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | 
     from kafkaguard.policy.stores.base import AclStoreError
 
     failures = (PySparkException, Py4JError, ConfigError, AclStoreError, ValueError, OSError)
-    session = _Session(spark, args.master, _conf(args.conf), kafka=_reads_kafka(args))
+    session = _Session(
+        spark, args.master, _conf(args.conf), kafka=_reads_kafka(args), remote=args.remote
+    )
     try:
         if args.job == "compact":
             return _compact(session, args, write)

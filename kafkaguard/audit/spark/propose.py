@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
+from kafkaguard.audit.spark.facts import to_facts
 from kafkaguard.audit.spark.proposal import (
     ObservedGrant,
     ProposedAcl,
@@ -44,35 +45,43 @@ GRANT_KEYS = ("principal", "host", "operation", "resource_type", "resource_name"
 
 
 def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFrame:
-    """Distinct proposable accesses with their decision counts.
+    """Distinct proposable accesses with their decision counts, from records or, unless
+    ``exact_hosts``, hourly facts (:mod:`.facts`: they keep no client address but the
+    smallest).
 
     Columns: principal, host (``*`` unless ``exact_hosts``), operation, resource_type,
     resource_name, decisions, would_deny, deny_acl (bool), sample_host, first_seen, last_seen.
     """
-    proposable = events.where(
+    if exact_hosts:
+        rows = to_facts(events).withColumn("host", F.col("sample_host"))
+        if "client_host" not in events.columns:
+            raise ValueError("exact hosts need the records: hourly facts keep no client address")
+    else:
+        rows = to_facts(events).withColumn("host", F.lit(WILDCARD_HOST))
+    proposable = rows.where(
         ((F.col("result") == "ALLOWED") & (F.coalesce(F.col("reason"), F.lit("")) != "SuperUser"))
         | F.col("would_deny")
     )
-    host = F.col("client_host") if exact_hosts else F.lit(WILDCARD_HOST)
     return (
-        proposable.withColumn("host", host)
-        .groupBy(*GRANT_KEYS)
+        proposable.groupBy(*GRANT_KEYS)
         .agg(
             F.sum("count").alias("decisions"),
             F.sum(F.when(F.col("would_deny"), F.col("count")).otherwise(0)).alias("would_deny"),
             F.max(F.col("would_deny") & (F.col("reason") == "DenyAcl")).alias("deny_acl"),
-            F.min("client_host").alias("sample_host"),
-            F.min("event_time").alias("first_seen"),
-            F.max("event_time").alias("last_seen"),
+            F.min("sample_host").alias("sample_host"),
+            F.min("first_seen").alias("first_seen"),
+            F.max("last_seen").alias("last_seen"),
         )
         .orderBy(*GRANT_KEYS)
     )
 
 
 def enforced_refusals(events: DataFrame) -> DataFrame:
-    """Distinct (principal, operation, resource) an enforcing listener refused."""
+    """Distinct (principal, operation, resource) an enforcing listener refused (from records
+    or hourly facts)."""
     return (
-        events.where((F.col("result") == "DENIED") & ~F.col("would_deny"))
+        to_facts(events)
+        .where((F.col("result") == "DENIED") & ~F.col("would_deny"))
         .select("principal", "operation", "resource_type", "resource_name")
         .distinct()
     )

@@ -45,7 +45,7 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kafkaguard.audit.spark.schema import EVENT_TIME
+from kafkaguard.audit.spark.facts import to_facts
 from kafkaguard.audit.spark.source import TimeRange
 
 CUBE_DIMENSIONS = (
@@ -74,14 +74,17 @@ def _outcome_sums() -> list[Column]:
 
 
 def hourly_cube(events: DataFrame) -> DataFrame:
-    """Decisions per hour and per (principal, listener, protocol, operation, resource)."""
-    return events.groupBy(
-        F.date_trunc("hour", F.col(EVENT_TIME)).alias("hour_start"), *CUBE_DIMENSIONS
-    ).agg(
-        *_outcome_sums(),
-        F.min(EVENT_TIME).alias("first_seen"),
-        F.max(EVENT_TIME).alias("last_seen"),
-        F.count(F.lit(1)).alias("records"),  # events read (:attr:`WindowSummary.records`)
+    """Decisions per hour and per (principal, listener, protocol, operation, resource), from
+    records or hourly facts (:mod:`.facts`)."""
+    return (
+        to_facts(events)
+        .groupBy("hour_start", *CUBE_DIMENSIONS)
+        .agg(
+            *_outcome_sums(),
+            F.min("first_seen").alias("first_seen"),
+            F.max("last_seen").alias("last_seen"),
+            F.sum("records").alias("records"),  # events read (:attr:`WindowSummary.records`)
+        )
     )
 
 

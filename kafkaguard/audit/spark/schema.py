@@ -70,6 +70,62 @@ AUDIT_SCHEMA = StructType([StructField(name, kind) for name, kind in _FIELDS])
 """What ``spark.read.schema(AUDIT_SCHEMA).json(dir)`` parses; every field nullable, so a
 malformed line becomes a row of nulls that :func:`.source.read_audit` drops."""
 
+_KAFKAGUARD_DATA = StructType(
+    [
+        StructField(name, kind)
+        for name, kind in _FIELDS
+        if name
+        in (
+            "schema_version",
+            "kind",
+            "window_end",
+            "count",
+            "security_protocol",
+            "api_key",
+            "api_version",
+            "would_deny",
+            "reason",
+            "implied",
+            "acl",
+        )
+    ]
+)
+
+
+def _struct(**fields: DataType) -> StructType:
+    return StructType([StructField(name, kind) for name, kind in fields.items()])
+
+
+CLOUDEVENT_FIELDS: tuple[StructField, ...] = (
+    StructField("specversion", StringType()),
+    StructField("type", StringType()),
+    StructField("source", StringType()),
+    StructField("kafkaguardmode", StringType()),
+    StructField(
+        "data",
+        _struct(
+            methodName=StringType(),
+            authenticationInfo=_struct(principal=StringType()),
+            authorizationInfo=_struct(
+                granted=BooleanType(),
+                operation=StringType(),
+                resourceType=StringType(),
+                resourceName=StringType(),
+                patternType=StringType(),
+            ),
+            request=_struct(correlation_id=StringType(), client_id=StringType()),
+            requestMetadata=_struct(client_address=StringType()),
+            kafkaguard=_KAFKAGUARD_DATA,
+        ),
+    ),
+)
+"""The fields of an ``audit.format: cloudevents`` line that the jobs read
+(``kafkaguard/audit/events.py``, ``AuditEvent.to_cloudevent``; ``time`` is shared)."""
+
+READ_SCHEMA = StructType([*AUDIT_SCHEMA.fields, *CLOUDEVENT_FIELDS])
+"""What the jobs parse each line with: either format, so a trail that mixes them is one
+read (:func:`.source.normalized` turns both into :data:`AUDIT_SCHEMA`'s columns)."""
+
 PARTITION_COLUMNS: tuple[str, str] = ("date", "hour")
 """Hive-style directory columns: ``date`` (DateType), ``hour`` (IntegerType)."""
 

@@ -6,7 +6,7 @@ master and deployment settings come from ``spark-submit`` and are not overridden
 
 Local mode is sized from the machine (cluster deployments keep their own settings): Spark's
 defaults are made for clusters — 200 shuffle partitions, i.e. 200 tasks per aggregation even
-for a few thousand rows on two cores, and a 1 GB driver that caches little of a week's trail.
+for a few thousand rows on two cores; the driver's heap is bounded (:data:`DRIVER_MEMORY_MAX_MB`).
 
 Reading the audit topic (``--input kafka://...``) needs Spark's Kafka source, which pyspark
 does not ship: its jars are resolved by Maven ahead of time into a cache directory
@@ -29,13 +29,17 @@ from pyspark.sql import SparkSession
 DEFAULT_MASTER = "local[*]"
 LOOPBACK = "127.0.0.1"
 DRIVER_MEMORY_SHARE: Final = 4
-"""A local run's JVM heap is a quarter of the machine's memory: the proxy (``compact`` runs
-on its host), the page cache that serves the trail and the Python workers share the rest."""
-DRIVER_MEMORY_MIN_MB: Final = 1024
-DRIVER_MEMORY_MAX_MB: Final = 8192
-"""Bounds of that share: below 1 GB the cached cube of a busy day spills to disk; above 8 GB
-a single box gains little (its cores, not its heap, limit a scan) and a bigger job belongs
-on a cluster or gets ``--conf spark.driver.memory``."""
+"""A local run's JVM heap is at most a quarter of the machine's memory: the proxy
+(``compact`` runs on its host), the page cache that serves the trail and the Python workers
+share the rest."""
+DRIVER_MEMORY_MIN_MB: Final = 512
+DRIVER_MEMORY_MAX_MB: Final = 1024
+"""Bounds of that share. 1 GB keeps a job's whole process within 1.5 GiB of resident memory
+at 10 million records (the JVM commits heap up to its maximum and never gives it back: with
+a quarter of 24 GB the same jobs peaked at 2.5 GiB for no gain in time, bench/RESULTS.md
+"Issue 16: analytics at scale"); ``propose`` and ``report`` read hourly facts, and Spark
+spills what does not fit. A bigger window or a job beyond one box gets
+``--conf spark.driver.memory=4g``, a cluster (``--master``) or Spark Connect (``--remote``)."""
 _CGROUP_LIMITS: Final = (
     Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
     Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1
@@ -90,10 +94,10 @@ def machine_memory_bytes() -> int:
 
 
 def driver_memory_mb(memory_bytes: int) -> int:
-    """A quarter of ``memory_bytes``, within [1 GB, 8 GB] (1 GB when it is unknown).
+    """A quarter of ``memory_bytes``, within [512 MB, 1 GB] (512 MB when it is unknown).
 
-    >>> driver_memory_mb(24 << 30), driver_memory_mb(2 << 30), driver_memory_mb(256 << 30)
-    (6144, 1024, 8192)
+    >>> driver_memory_mb(24 << 30), driver_memory_mb(3 << 30), driver_memory_mb(1 << 30)
+    (1024, 768, 512)
     """
     share = memory_bytes // DRIVER_MEMORY_SHARE // (1 << 20)
     return min(DRIVER_MEMORY_MAX_MB, max(DRIVER_MEMORY_MIN_MB, share))
@@ -176,6 +180,30 @@ def kafka_settings(conf: Mapping[str, str]) -> dict[str, str]:
         return {}
     jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
     return {"spark.jars": ",".join([*jars, *kafka_jars()])}
+
+
+CONNECT_SCHEME: Final = "sc://"
+
+
+def build_remote_session(url: str, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark Connect client session (``--remote sc://host:port``, PySpark 4's client).
+
+    The server (a ``start-connect-server.sh`` kept running, or a cluster's) is already warm:
+    the job pays no JVM start, no JIT warm-up and no session start, only the round trips of
+    its plans. Only session settings apply (UTC, as in :func:`build_session`, and ``--conf``);
+    the server's own settings (memory, master, jars such as Spark's Kafka source) are its
+    operator's. Paths are read by the server: it must see the audit directory.
+    """
+    if not url.startswith(CONNECT_SCHEME):
+        raise ValueError(f"--remote must be a Spark Connect URL, {CONNECT_SCHEME}host:port")
+    builder = SparkSession.builder.remote(url)
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
+    } | dict(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def build_session(

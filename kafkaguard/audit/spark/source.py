@@ -27,12 +27,15 @@ from typing import Final
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, IntegerType, StringType
+from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType
 
+from kafkaguard.audit.events import CLOUDEVENTS_SOURCE_PREFIX, CLOUDEVENTS_TYPE, MODE_EXTENSION
 from kafkaguard.audit.spark.schema import (
-    AUDIT_SCHEMA,
+    CLOUDEVENT_FIELDS,
     COMPACTED_SCHEMA,
     EVENT_TIME,
+    FIELD_NAMES,
+    READ_SCHEMA,
     RECORD_COLUMNS,
     SCHEMA_VERSION,
 )
@@ -118,6 +121,70 @@ def _and(conditions: list[Column]) -> Column | None:
     return combined
 
 
+def _kafka_name(pascal: Column) -> Column:
+    """``IdempotentWrite`` -> ``IDEMPOTENT_WRITE``: the CloudEvents record's operation and
+    resource type (``SecurityUtils`` spelling) as the Kafka enum names of schema version 1."""
+    return F.upper(F.regexp_replace(pascal, "([a-z0-9])([A-Z])", "$1_$2"))
+
+
+def _cloudevent_columns() -> dict[str, Column]:
+    """Each field of schema version 1 as read from a CloudEvents line (docs/audit.md,
+    "CloudEvents format"); a line of another CloudEvents ``type`` gets a null
+    ``schema_version`` and is dropped as invalid."""
+    data = F.col("data")
+    ours = data.getField("kafkaguard")
+    authz = data.getField("authorizationInfo")
+    granted = authz.getField("granted")
+    columns: dict[str, Column] = {
+        name: ours.getField(name)
+        for name in (
+            "kind",
+            "window_end",
+            "count",
+            "security_protocol",
+            "api_key",
+            "api_version",
+            "would_deny",
+            "reason",
+            "implied",
+            "acl",
+        )
+    }
+    source_pattern = "^" + re.escape(CLOUDEVENTS_SOURCE_PREFIX) + "(.*)$"
+    columns |= {
+        "schema_version": F.when(
+            F.col("type") == CLOUDEVENTS_TYPE, ours.getField("schema_version")
+        ),
+        "time": F.col("time"),
+        "mode": F.col(MODE_EXTENSION),
+        "listener": F.try_url_decode(F.regexp_extract(F.col("source"), source_pattern, 1)),
+        "principal": data.getField("authenticationInfo").getField("principal"),
+        "client_host": data.getField("requestMetadata").getField("client_address"),
+        "client_id": data.getField("request").getField("client_id"),
+        "api_name": F.regexp_replace(data.getField("methodName"), r"^kafka\.", ""),
+        "correlation_id": data.getField("request").getField("correlation_id").try_cast("int"),
+        "operation": _kafka_name(authz.getField("operation")),
+        "resource_type": _kafka_name(authz.getField("resourceType")),
+        "pattern_type": authz.getField("patternType"),
+        "resource_name": authz.getField("resourceName"),
+        "result": F.when(granted, F.lit("ALLOWED")).when(~granted, F.lit("DENIED")),
+    }
+    return columns
+
+
+def normalized(df: DataFrame) -> DataFrame:
+    """Lines parsed with :data:`READ_SCHEMA` (either format) as schema version 1's columns,
+    in order, followed by ``df``'s other columns (``date``/``hour``)."""
+    cloudevent = F.col("specversion").isNotNull()
+    from_cloudevent = _cloudevent_columns()
+    ours = [
+        F.when(cloudevent, from_cloudevent[name]).otherwise(F.col(name)).alias(name)
+        for name in FIELD_NAMES
+    ]
+    dropped = {*FIELD_NAMES, *(f.name for f in CLOUDEVENT_FIELDS)}
+    return df.select(*ours, *(c for c in df.columns if c not in dropped))
+
+
 def with_event_time(df: DataFrame) -> DataFrame:
     """Add ``event_time`` (null for an unparseable ``time``) and make ``would_deny`` total."""
     # try_to_timestamp: Spark 4 runs in ANSI mode, where a cast of one bad time fails the
@@ -159,7 +226,8 @@ def hour_number(day: date, hour: int) -> int:
     return (day - _EPOCH_DAY).days * 24 + hour
 
 
-def _hour_number_column() -> Column:
+def hour_number_column() -> Column:
+    """:func:`hour_number` of the ``date``/``hour`` partition columns."""
     return F.datediff(F.col("date"), _lit_date(_EPOCH_DAY)) * 24 + F.col("hour")
 
 
@@ -217,8 +285,8 @@ def _json_records(
     spark: SparkSession, path: str, window: TimeRange, skip: frozenset[int]
 ) -> DataFrame | None:
     """The valid JSON records under ``path`` outside the ``skip`` hours (None: nothing left)."""
-    df = (
-        spark.read.schema(AUDIT_SCHEMA)
+    df = normalized(
+        spark.read.schema(READ_SCHEMA)
         .option("basePath", path)
         .option("pathGlobFilter", "*.jsonl")
         .option("mode", "PERMISSIVE")
@@ -235,8 +303,19 @@ def _json_records(
         if present and present <= skip:
             return None
         if present & skip:  # a partition filter: the compacted hours' files are never opened
-            df = df.where(~_hour_number_column().isin(sorted(present & skip)))
+            df = df.where(~hour_number_column().isin(sorted(present & skip)))
     return valid_records(_pruned(df, window)).select(*RECORD_COLUMNS)
+
+
+_RECORD_SCHEMA: Final = StructType(
+    [
+        *COMPACTED_SCHEMA.fields[:-1],
+        StructField("date", DateType()),
+        StructField("hour", IntegerType()),
+        COMPACTED_SCHEMA[EVENT_TIME],
+    ]
+)
+"""The columns :func:`read_audit` returns (:data:`RECORD_COLUMNS`), typed."""
 
 
 def is_kafka_input(path: str) -> bool:
@@ -283,19 +362,20 @@ def _host_port(text: str) -> bool:
 
 
 def parse_audit_values(values: DataFrame) -> DataFrame:
-    """The valid records in ``values``' ``value`` column (one audit line each, as bytes or
-    text), with the columns of :data:`RECORD_COLUMNS`: ``date`` and ``hour`` are those of
-    ``event_time`` (UTC), the directory a file writer would have put the line in.
+    """The valid records in ``values``' ``value`` column (one audit line each, in either
+    format, as bytes or text), with the columns of :data:`RECORD_COLUMNS`: ``date`` and
+    ``hour`` are those of ``event_time`` (UTC), the directory a file writer would have put
+    the line in.
 
     ``from_json`` parses a malformed line to nulls, as the file reader's PERMISSIVE mode does,
     and :func:`valid_records` drops it.
     """
     parsed = values.select(
-        F.from_json(F.col("value").cast(StringType()), AUDIT_SCHEMA, {"mode": "PERMISSIVE"}).alias(
+        F.from_json(F.col("value").cast(StringType()), READ_SCHEMA, {"mode": "PERMISSIVE"}).alias(
             "r"
         )
     ).select("r.*")
-    records = valid_records(parsed)
+    records = valid_records(normalized(parsed))
     return (
         records.withColumn("date", F.to_date(F.col(EVENT_TIME)))
         .withColumn("hour", F.hour(F.col(EVENT_TIME)))
@@ -335,6 +415,7 @@ def read_audit(
     compacted: str | None = None,
     json_only: bool = False,
     kafka_options: Mapping[str, str] | None = None,
+    skip_hours: frozenset[int] = frozenset(),
 ) -> DataFrame:
     """The valid records under ``path`` (a local path or any Hadoop URI) inside ``window``.
 
@@ -344,6 +425,8 @@ def read_audit(
         json_only: ignore compacted Parquet (to compare it with the JSON it came from).
         kafka_options: the consumer's settings when ``path`` is ``kafka://...``
             (:func:`kafka_records`); the session needs Spark's Kafka source (``session.py``).
+        skip_hours: hours (:func:`hour_number`) not to read, whatever their form (the
+            caller has them otherwise: :func:`.facts.read_facts`).
 
     The partition predicate is applied before anything else so that it reaches the file scan
     as ``PartitionFilters`` (see ``bench/analyze_bench.py`` for the plan). The Parquet is
@@ -356,10 +439,16 @@ def read_audit(
     if "://" not in path and not Path(path).is_dir():
         raise ValueError(f"{path}: no such audit directory")
     stored = None if json_only else read_compacted(spark, compacted or compacted_path(path))
-    parts = [_json_records(spark, path, window, stored.hours if stored else frozenset())]
-    if stored is not None:
-        parts.insert(0, _pruned(stored.records, window))
+    skip = (stored.hours if stored else frozenset()) | skip_hours
+    parts = [_json_records(spark, path, window, skip)]
+    if stored is not None and not stored.hours <= skip_hours:
+        kept = stored.records
+        if stored.hours & skip_hours:
+            kept = kept.where(~hour_number_column().isin(sorted(stored.hours & skip_hours)))
+        parts.insert(0, _pruned(kept, window))
     present = [p for p in parts if p is not None]
+    if not present:  # every hour skipped
+        return spark.createDataFrame([], _RECORD_SCHEMA)
     df = present[0] if len(present) == 1 else present[0].unionByName(present[1])
     exact = window.time_filter()
     return df.where(exact) if exact is not None else df

@@ -198,10 +198,10 @@ def test_local_mode_is_sized_from_the_machine(
     monkeypatch.setattr(session, "machine_memory_bytes", lambda: 64 << 30)
     settings = session.local_settings("local[3]")
     assert settings["spark.sql.shuffle.partitions"] == "6"
-    assert settings["spark.driver.memory"] == "8192m"  # a quarter, at most 8 GB
+    assert settings["spark.driver.memory"] == "1024m"  # a quarter, at most 1 GB
     assert settings["spark.ui.enabled"] == "false"
     assert "spark.driver.memory" not in session.local_settings("local[3]", jvm_running=True)
     monkeypatch.setattr(session.os, "cpu_count", lambda: 5)
     assert session.local_settings("local[*]")["spark.sql.shuffle.partitions"] == "10"
     monkeypatch.setattr(session, "machine_memory_bytes", lambda: 0)  # unknown: the minimum
-    assert session.local_settings("local")["spark.driver.memory"] == "1024m"
+    assert session.local_settings("local")["spark.driver.memory"] == "512m"

@@ -149,7 +149,8 @@ def test_every_job_gives_the_json_results_from_compacted_hours(
         "not closed yet (ended less than 900 s ago or changed since): 1 hour: 2026-11-22T13"
         in lines
     )
-    assert "ignored 1 .jsonl.inprogress file in closed hours" in lines[-1]
+    assert "ignored 1 .jsonl.inprogress file in closed hours" in lines[-2]
+    assert lines[-1] == "hourly facts (for propose and report) of 3 hours written"
     assert not (out / Hour("2026-11-22", 13).relative).exists()
     marker = Marker.read(out / Hour("2026-11-22", 10).relative / MARKER)
     assert marker is not None and marker.records == 3

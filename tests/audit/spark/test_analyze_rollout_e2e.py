@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -29,7 +30,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from pyspark.sql import SparkSession
 
 from kafkaguard import cli
-from kafkaguard.audit.config import AuditConfig
+from kafkaguard.audit.config import FORMAT_CLOUDEVENTS, AuditConfig, AuditRule
 from kafkaguard.audit.spark import main as analyze_main
 from kafkaguard.audit.spark.source import read_audit
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
@@ -112,8 +113,9 @@ def workload(bootstrap: str, topic: str, group: str) -> Outcome:
 
 
 @pytest.fixture
-def rollout(tansu: TansuBroker, tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
-    """``run(enforcement, acl_text)``: one proxy run of the workload; returns its audit dir."""
+def rollout(tansu: TansuBroker, tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """``run(enforcement, acl_text, **audit)``: one proxy run of the workload, with
+    ``AuditConfig`` settings ``audit``; returns its audit dir."""
     credentials = tmp_path / "users.yaml"
     write_users_file(
         credentials,
@@ -132,7 +134,7 @@ def rollout(tansu: TansuBroker, tmp_path: Path) -> Iterator[Callable[[str, str],
         f.result(15)
     runs: list[int] = []
 
-    def run(enforcement: str, acl_text: str) -> Path:
+    def run(enforcement: str, acl_text: str, **audit: Any) -> Path:
         runs.append(len(runs) + 1)
         acl_file = tmp_path / f"acls-{runs[-1]}.yaml"
         acl_file.write_text(acl_text, encoding="utf-8")
@@ -142,7 +144,9 @@ def rollout(tansu: TansuBroker, tmp_path: Path) -> Iterator[Callable[[str, str],
             policy=PolicyConfig(AuthorizerConfig(), AclStoreConfig(type="file", path=acl_file)),
         )  # fmt: skip
         config = dataclasses.replace(
-            config, enforcement=enforcement, audit=AuditConfig(enabled=True, dir=audit_dir)
+            config,
+            enforcement=enforcement,
+            audit=AuditConfig(enabled=True, dir=audit_dir, **audit),
         )
         proxy = start_proxy_thread(config)
         try:
@@ -190,7 +194,7 @@ def predicted(spark: SparkSession, out: Path, *, column: str, value: str) -> dic
 
 @pytest.mark.timeout(600)
 def test_log_only_propose_enforce_whatif(
-    spark: SparkSession, rollout: Callable[[str, str], Path], tmp_path: Path
+    spark: SparkSession, rollout: Callable[..., Path], tmp_path: Path
 ) -> None:
     topic, group = rollout.names  # type: ignore[attr-defined]
     outcomes = rollout.outcomes  # type: ignore[attr-defined]
@@ -242,3 +246,38 @@ def test_log_only_propose_enforce_whatif(
     window3 = rollout("enforce", reduced.read_text(encoding="utf-8"))
     assert outcomes[3] == {"alice": "ok", "bob": "ok", "carol": "TOPIC_AUTHORIZATION_FAILED"}
     assert denied(spark, window3) == breaks  # the same requests, the same count
+
+
+def _proposal(spark: SparkSession, window: Path, out: Path) -> set[Tuple]:
+    analyze(spark, "propose", "--input", str(window), "--acl-file", str(out))
+    return {
+        (b.entry.principal, b.entry.operation.name, b.pattern.resource_type.name, b.pattern.name)
+        for b in read_acl_file(out)[0]
+    }
+
+
+@pytest.mark.timeout(600)
+def test_exclusions_and_cloudevents_give_the_same_proposal(
+    spark: SparkSession, rollout: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The rollout loop's first step with the noise of metadata lookups excluded and the trail
+    in CloudEvents: fewer records, the same proposal (their DESCRIBEs are implied by the
+    READ/WRITE proposed), and Kafka's unlogged checks are not in either trail."""
+    plain = rollout("log_only", "acls: []\n")
+    quiet = rollout(
+        "log_only",
+        "acls: []\n",
+        format=FORMAT_CLOUDEVENTS,
+        exclude=(AuditRule(apis=frozenset({3, 10})),),  # Metadata, FindCoordinator
+    )
+    outcomes = rollout.outcomes  # type: ignore[attr-defined]
+    assert outcomes[1] == outcomes[2] == {"alice": "ok", "bob": "ok", "carol": "ok"}
+    apis = {r.api_name for r in read_audit(spark, str(plain)).select("api_name").collect()}
+    kept = {r.api_name for r in read_audit(spark, str(quiet)).select("api_name").collect()}
+    assert {"Metadata", "FindCoordinator"} <= apis
+    assert not kept & {"Metadata", "FindCoordinator"}
+    assert {"Produce", "JoinGroup", "DescribeConfigs"} <= kept
+    assert '"specversion":"1.0"' in next(quiet.rglob("*.jsonl")).read_text(encoding="utf-8")
+    expected = _proposal(spark, plain, tmp_path / "plain.yaml")
+    assert len(expected) == 4
+    assert _proposal(spark, quiet, tmp_path / "quiet.yaml") == expected

@@ -1,0 +1,103 @@
+"""Hourly facts (``analyze compact`` pre-aggregates for ``propose`` and ``report``): the
+same results as the records, written incrementally and idempotently, read only when current.
+
+(``test_analyze_compact.py`` runs every job from JSON and from compacted hours with facts.)
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from kafkaguard.audit.spark.facts import FACTS_DIR, fact_hours, read_facts, to_facts
+from kafkaguard.audit.spark.hours import MARKER, Hour
+from kafkaguard.audit.spark.propose import observed_grants
+from kafkaguard.audit.spark.report import build_report
+from kafkaguard.audit.spark.source import TimeRange, parse_time, read_audit
+from tests.audit.spark.test_analyze_compact import GRACE, NOW, TRAIL, T, _compact, _trail
+from tests.support.analyze_data import rec, set_mtimes
+
+pytestmark = pytest.mark.spark
+
+HOURS = [Hour("2026-11-22", h) for h in (10, 11, 12)]
+
+
+def _from_facts(spark: SparkSession, trail: Path, window: TimeRange) -> set[str]:
+    """The hours a read takes from facts (the results are compared with the records')."""
+    found = fact_hours(str(trail), window)
+    return {h.relative for h in found[1]} if found else set()
+
+
+def _same_results(spark: SparkSession, trail: Path, window: TimeRange) -> None:
+    facts = read_facts(spark, str(trail), window)
+    records = read_audit(spark, str(trail), window, json_only=True)
+    assertDataFrameEqual(observed_grants(facts), observed_grants(records))
+    with pytest.raises(ValueError, match="exact hosts need the records"):
+        observed_grants(facts, exact_hosts=True)
+    ours, theirs = build_report(facts, window), build_report(records, window)
+    assert ours.summary == theirs.summary
+    for name, table in ours.tables.items():
+        assertDataFrameEqual(table, theirs.tables[name])
+
+
+def test_facts_are_read_where_current_and_give_the_records_results(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    trail = _trail(tmp_path / "audit")
+    lines = _compact(spark, trail)
+    assert lines[-1] == "hourly facts (for propose and report) of 3 hours written"
+    out = trail / "_compacted"
+    for hour in HOURS:  # each hour's facts carry its marker
+        marker = (out / hour.relative / MARKER).read_text(encoding="utf-8")
+        assert (out / FACTS_DIR / hour.relative / MARKER).read_text(encoding="utf-8") == marker
+    whole = TimeRange()
+    assert _from_facts(spark, trail, whole) == {h.relative for h in HOURS}
+    cut = TimeRange(parse_time("2026-11-22T10:30Z"), parse_time("2026-11-22T12:00:01Z"))
+    assert _from_facts(spark, trail, cut) == {HOURS[1].relative}  # 10 and 12: cut by it
+    assert _from_facts(spark, trail, TimeRange(until=parse_time("2026-11-22T12:00Z"))) == {
+        HOURS[0].relative,
+        HOURS[1].relative,
+    }
+    for window in (whole, cut):
+        _same_results(spark, trail, window)
+    # Hour 11's records gone (its JSON and its Parquet): its facts still answer.
+    for part in [
+        *(out / HOURS[1].relative).glob("*.parquet"),
+        *(trail / HOURS[1].relative).glob("*.jsonl"),
+    ]:
+        part.unlink()
+    hour_11 = "hour_start = '2026-11-22 11:00:00'"
+    assert read_facts(spark, str(trail)).where(hour_11).count() > 0
+    assert to_facts(read_audit(spark, str(trail))).where(hour_11).count() == 0
+    # Idempotent: a second run writes nothing, and says nothing about facts.
+    assert not any("hourly facts" in line for line in _compact(spark, trail))
+
+
+def test_a_merged_hour_gets_new_facts_and_missing_facts_are_backfilled(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    trail = _trail(tmp_path / "audit", TRAIL[:3], junk=False)  # hour 10 only
+    _compact(spark, trail)
+    hour = trail / HOURS[0].relative
+    late = rec(T.format("10:59:59"), "User:late", "READ", "TOPIC", "orders", count=5)
+    (hour / "audit-20261122T131500-9-1.jsonl").write_text(late.to_json() + "\n")
+    set_mtimes(hour, NOW)
+    # Until the hour is merged, its facts stay current: the late file is read by no job.
+    assert _from_facts(spark, trail, TimeRange()) == {HOURS[0].relative}
+    lines = _compact(spark, trail, NOW + 2 * GRACE)
+    assert lines[-1] == "hourly facts (for propose and report) of 1 hours written"
+    grants = observed_grants(read_facts(spark, str(trail)))
+    totals = grants.groupBy("principal").sum("decisions").collect()
+    assert {r[0]: r[1] for r in totals} == {"User:app": 8, "User:late": 5}
+    _same_results(spark, trail, TimeRange())
+
+    shutil.rmtree(trail / "_compacted" / FACTS_DIR)  # compacted before facts existed
+    assert _from_facts(spark, trail, TimeRange()) == set()
+    _same_results(spark, trail, TimeRange())
+    lines = _compact(spark, trail, NOW + 3 * GRACE)
+    assert lines[-1] == "hourly facts (for propose and report) of 1 hours written"
+    assert _from_facts(spark, trail, TimeRange()) == {HOURS[0].relative}
