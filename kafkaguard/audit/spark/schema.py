@@ -8,6 +8,8 @@ the record; Spark discovers them from the ``date=YYYY-MM-DD/hour=HH`` directorie
 
 from __future__ import annotations
 
+from typing import Final
+
 from pyspark.sql.types import (
     BooleanType,
     DataType,
@@ -70,24 +72,26 @@ AUDIT_SCHEMA = StructType([StructField(name, kind) for name, kind in _FIELDS])
 """What ``spark.read.schema(AUDIT_SCHEMA).json(dir)`` parses; every field nullable, so a
 malformed line becomes a row of nulls that :func:`.source.read_audit` drops."""
 
+KAFKAGUARD_ONLY_FIELDS: Final = (
+    "kind",
+    "window_end",
+    "count",
+    "security_protocol",
+    "api_key",
+    "api_version",
+    "would_deny",
+    "reason",
+    "implied",
+    "acl",
+)
+"""Fields of schema version 1 that Confluent's authorization event has no place for: a
+CloudEvents record carries them under ``data.kafkaguard`` (docs/audit.md)."""
+
 _KAFKAGUARD_DATA = StructType(
     [
         StructField(name, kind)
         for name, kind in _FIELDS
-        if name
-        in (
-            "schema_version",
-            "kind",
-            "window_end",
-            "count",
-            "security_protocol",
-            "api_key",
-            "api_version",
-            "would_deny",
-            "reason",
-            "implied",
-            "acl",
-        )
+        if name == "schema_version" or name in KAFKAGUARD_ONLY_FIELDS
     ]
 )
 

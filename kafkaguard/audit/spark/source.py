@@ -35,6 +35,7 @@ from kafkaguard.audit.spark.schema import (
     COMPACTED_SCHEMA,
     EVENT_TIME,
     FIELD_NAMES,
+    KAFKAGUARD_ONLY_FIELDS,
     READ_SCHEMA,
     RECORD_COLUMNS,
     SCHEMA_VERSION,
@@ -135,21 +136,7 @@ def _cloudevent_columns() -> dict[str, Column]:
     ours = data.getField("kafkaguard")
     authz = data.getField("authorizationInfo")
     granted = authz.getField("granted")
-    columns: dict[str, Column] = {
-        name: ours.getField(name)
-        for name in (
-            "kind",
-            "window_end",
-            "count",
-            "security_protocol",
-            "api_key",
-            "api_version",
-            "would_deny",
-            "reason",
-            "implied",
-            "acl",
-        )
-    }
+    columns: dict[str, Column] = {name: ours.getField(name) for name in KAFKAGUARD_ONLY_FIELDS}
     source_pattern = "^" + re.escape(CLOUDEVENTS_SOURCE_PREFIX) + "(.*)$"
     columns |= {
         "schema_version": F.when(
