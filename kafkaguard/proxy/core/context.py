@@ -30,6 +30,7 @@ from kafkaguard.policy.authorizer import (
     RequestContext,
     operations_bitfield,
 )
+from kafkaguard.policy.internal_topics import InternalTopicGuard, InternalTopics
 from kafkaguard.policy.model import (
     SUPPORTED_OPERATIONS,
     AclBinding,
@@ -130,7 +131,12 @@ class ConnectionContext:
         self.connection_id = connection_id
         """Kafka's ``Selector`` connection id: ``local:port-peer:port-index``."""
         self.connection_state = ConnectionState()
-        self._authorizer = authorizer
+        self._authorizer = (
+            authorizer
+            if isinstance(authorizer, InternalTopicGuard)
+            else InternalTopicGuard(authorizer, InternalTopics())
+        )
+        """Every question passes the internal-topics rule (``_kafkaguard-*`` at least)."""
         self._cluster = cluster
         self._nodes = nodes
         self._enforcement = enforcement
@@ -186,6 +192,9 @@ class ConnectionContext:
         if self._dry_run(request):  # as if allowed: every operation the resource supports
             operations = set(SUPPORTED_OPERATIONS.get(resource.resource_type, ()))
         return operations_bitfield(operations)
+
+    def internal_topic(self, request: Request, name: str) -> bool:
+        return self._authorizer.refused(self._request_context(request), name)
 
     # -- ACL administration ------------------------------------------------------------------
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
