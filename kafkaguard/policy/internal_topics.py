@@ -82,6 +82,23 @@ class InternalTopicGuard:
         cluster authorize every topic without naming one): is ``topic`` still out of reach?"""
         return self.rules.refused(context, topic)
 
+    def refusing(
+        self,
+        context: RequestContext,
+        actions: Sequence[Action],
+        results: Sequence[AuthorizationResult],
+    ) -> list[AuthorizationResult]:
+        """``results`` (``enforcement: log_only``'s "as if allowed") with the refusals of this
+        rule kept: it is not a policy being tried out, and holds in every mode."""
+        rules = self.rules
+        return [
+            _DENIED
+            if action.resource_pattern.resource_type is _TOPIC
+            and rules.refused(context, action.resource_pattern.name)
+            else result
+            for action, result in zip(actions, results, strict=True)
+        ]
+
     def start(self, listeners: Sequence[str]) -> Mapping[str, Awaitable[None]]:
         return self.inner.start(listeners)
 

@@ -57,7 +57,8 @@ KAFKA_NODE_ID = 1
 SUPER_USER = "User:ANONYMOUS"
 """Every PLAINTEXT client; ``ALLOW_ALL`` makes it a super user."""
 
-StartProxy = Callable[[PolicyConfig], RunningProxy]
+StartProxy = Callable[..., RunningProxy]
+"""``start(policy, enforcement="enforce")``."""
 
 
 @dataclasses.dataclass
@@ -86,14 +87,16 @@ def start(upstream: Upstream, audit_topic: str) -> Iterator[StartProxy]:
     started: list[RunningProxy] = []
     host, port = upstream.bootstrap.rsplit(":", 1)
 
-    def run(policy: PolicyConfig) -> RunningProxy:
+    def run(policy: PolicyConfig, enforcement: str = "enforce") -> RunningProxy:
         config = proxy_config(
             HostPort(host, int(port)),
             broker_ports=BrokerPorts(free_base([upstream.node_id]), {}),
             policy=policy,
         )
         audit = AuditConfig(kafka=AuditKafkaConfig(topic=audit_topic))
-        running = start_proxy_thread(dataclasses.replace(config, audit=audit))
+        running = start_proxy_thread(
+            dataclasses.replace(config, audit=audit, enforcement=enforcement)
+        )
         started.append(running)
         return running
 
@@ -275,6 +278,24 @@ def test_a_principal_named_for_the_internal_topics_may_use_them(
             assert produce_codes(client, 9, name) == [ErrorCode.none]
             assert fetch_codes(client, 12, name) == [(ErrorCode.none, True)]
             assert list_offsets_codes(client, name) == [ErrorCode.none]
+
+
+def test_log_only_enforcement_still_refuses_the_internal_topics(
+    start: StartProxy, internal: dict[str, UUID]
+) -> None:
+    """``enforcement: log_only`` handles denied requests as if allowed, but this rule is not a
+    policy being tried out: the proxy's topics stay refused."""
+    proxy = start(PolicyConfig(), "log_only")  # no ACLs, no super user
+    ordinary = unique_name("ordinary")
+    with raw(proxy) as client:
+        assert metadata(client, list(internal)) == dict.fromkeys(
+            internal, ErrorCode.topic_authorization_failed
+        )
+        for name in internal:
+            assert produce_codes(client, 9, name) == [ErrorCode.invalid_topic_exception]
+            assert list_offsets_codes(client, name) == [ErrorCode.topic_authorization_failed]
+        # another topic is not refused (a missing one: the broker's own answer)
+        assert metadata(client, [ordinary])[ordinary] != ErrorCode.topic_authorization_failed
 
 
 def test_the_setting_is_read_from_the_authorizer_section() -> None:
