@@ -60,6 +60,7 @@ from kafkaguard.policy.stores.acl_file_format import (
     sort_key,
 )
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot
+from kafkaguard.policy.stores.file import FileAclStore
 
 STRIMZI_API_VERSIONS = ("kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2")
 _LEGACY_OPERATION = "kafka.strimzi.io/v1beta2"
@@ -473,8 +474,9 @@ def _target(args: argparse.Namespace) -> AclTarget:
         if store.type == "memory":
             raise UsageError(f"{args.config}: acl_store.type is 'memory'; nothing to apply to")
         store = replace(store, poll_interval_s=0.0)  # one read, no poller
-    elif args.acl_file:
-        store = AclStoreConfig(type="file", path=Path(args.acl_file), poll_interval_s=0.0)
+    elif args.acl_file:  # created when missing (not by a dry run), as ``acls --add`` does
+        path = Path(args.acl_file)
+        return FileAclStore(path, poll_interval_s=0.0, create_if_missing=not args.dry_run)
     else:
         store = AclStoreConfig(
             type="zookeeper",

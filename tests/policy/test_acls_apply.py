@@ -135,6 +135,13 @@ def test_a_strimzi_file_applied_twice_to_the_file_store(users: Path, acl_file: P
     assert out[-1] == f"No changes: file {acl_file} holds every ACL of the file."
 
 
+def test_a_missing_acl_file_is_created(users: Path, tmp_path: Path) -> None:
+    target = tmp_path / "new.yaml"
+    code, out = run("apply", "-f", str(users), "--acl-file", str(target))
+    assert code == 0, out
+    assert stored(target) == DESIRED
+
+
 def test_dry_run_prints_and_changes_nothing(users: Path, acl_file: Path) -> None:
     before = acl_file.read_bytes()
     code, out = run("apply", "-f", str(users), "--acl-file", str(acl_file), "--dry-run")
