@@ -109,3 +109,52 @@ def test_offset_for_leader_epoch_with_cluster_action_is_refused_internal_topics(
     verdict = h.send(ole(ACLS))
     assert isinstance(verdict, Respond)
     assert errors(verdict.response, "topic", "partition") == [(ACLS, 0, 29)]
+
+
+def test_cluster_wide_listings_do_not_show_internal_topics() -> None:
+    from kafkaguard.protocol import codec
+    from tests.proxy.handlers.test_cluster_admin import (
+        describe_log_dirs,
+        list_config_resources,
+        list_partition_reassignments,
+    )
+
+    h = HandlerHarness(**SUPER)
+    log_dirs = codec.response_schema(35, 4)
+    dir_type = codec.nested_type(log_dirs, "results")
+    topic_type = codec.nested_type(dir_type, "topics")
+    broker: Any = codec.make_entity(
+        log_dirs,
+        results=(
+            codec.make_entity(
+                dir_type,
+                log_dir="/d1",
+                topics=tuple(codec.make_entity(topic_type, name=n) for n in ("a", ACLS)),
+            ),
+        ),
+    )
+    answer = h.complete(h.send(describe_log_dirs()), broker)
+    assert [t.name for t in answer.results[0].topics] == ["a"]
+
+    reassignments = codec.response_schema(46, 0)
+    entry = codec.nested_type(reassignments, "topics")
+    broker = codec.make_entity(
+        reassignments, topics=tuple(codec.make_entity(entry, name=n) for n in (ACLS, "b"))
+    )
+    answer = h.complete(h.send(list_partition_reassignments()), broker)
+    assert [t.name for t in answer.topics] == ["b"]
+
+    resources = codec.response_schema(74, 1)
+    entry = codec.nested_type(resources, "config_resources")
+    listed = (("a", 2), (ACLS, 2), (ACLS, 16))  # a group may carry the name: kept
+    broker = codec.make_entity(
+        resources,
+        config_resources=tuple(
+            codec.make_entity(entry, resource_name=n, resource_type=t) for n, t in listed
+        ),
+    )
+    answer = h.complete(h.send(list_config_resources()), broker)
+    assert [(r.resource_name, r.resource_type) for r in answer.config_resources] == [
+        ("a", 2),
+        (ACLS, 16),
+    ]
