@@ -106,7 +106,7 @@ class AclDiff:
     removed: Snapshot = frozenset()
 
     def lines(self) -> Iterator[str]:
-        """``+``/``-`` lines in the file's notation, in the file's order of bindings."""
+        """``+``/``-`` lines in the ACL file's notation and in the order it writes bindings."""
         changes = [(b, "+") for b in self.added] + [(b, "-") for b in self.removed]
         for binding, sign in sorted(changes, key=lambda c: (sort_key(c[0]), c[1])):
             yield f"{sign} {acl_line(binding)}"
