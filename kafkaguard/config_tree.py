@@ -42,7 +42,7 @@ PROVIDERS: Final = ("env", "file", "directory")
 ``DirectoryConfigProvider`` (KIP-297, KIP-632), always enabled here."""
 
 
-def _properties(text: str) -> dict[str, str]:
+def java_properties(text: str) -> dict[str, str]:
     """A ``java.util.Properties`` file as ``Properties.load`` reads it: ``#``/``!`` comments,
     ``=``, ``:`` or white space between key and value, a trailing backslash continuing the
     line, backslash escapes (``\\t``, ``\\n``, ``\\uXXXX``, any other character itself)."""
@@ -101,7 +101,7 @@ def _provide(provider: str, path: str | None, key: str, base_dir: Path) -> str:
             if Path(key).name != key or not file.is_file():
                 raise ValueError(f"{where} has no file {key!r}")
             return file.read_text(encoding="utf-8")
-        values = _properties(where.read_text(encoding="utf-8"))
+        values = java_properties(where.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read {where}: {exc.strerror}") from None
     if key not in values:

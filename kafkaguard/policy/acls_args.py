@@ -57,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "acls_command",
         metavar="command",
         nargs="?",
-        choices=["migrate"],
-        help="migrate: copy every ACL of the --from store into the --to store",
+        choices=["migrate", "apply"],
+        help="migrate: copy every ACL of the --from store into the --to store; "
+        "apply: make the store hold the ACLs of -f FILE",
     )
     parser.add_argument(
         "--config",
@@ -110,6 +111,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consumer", action="store_true", help="READ, DESCRIBE topic; READ group")
     parser.add_argument("--idempotent", action="store_true", help="with --producer")
     parser.add_argument("--force", action="store_true", help="do not ask for confirmation")
+    # apply (kafkaguard/policy/acls_apply.py)
+    parser.add_argument(
+        "-f",
+        "--file",
+        dest="apply_file",
+        help="apply: the desired ACLs (a kafkaguard ACL file or Strimzi KafkaUser resources)",
+    )
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="apply: also remove the ACLs of the file's principals that the file does not hold",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="apply: print the difference, change nothing"
+    )
+    parser.add_argument(
+        "--bootstrap-server",
+        help="apply: a running proxy (or broker) whose ACLs to change through the Admin API",
+    )
+    parser.add_argument(
+        "--command-config",
+        help="apply: client properties for --bootstrap-server (security.protocol, "
+        "sasl.mechanism, sasl.jaas.config, ssl.ca.location, ...)",
+    )
 
 
 def _pattern_type(text: str) -> PatternType:

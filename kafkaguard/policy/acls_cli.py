@@ -29,6 +29,9 @@ the config, ``--from zookeeper --to file --config proxy.yaml --zookeeper-connect
 fills its file from a cluster's ZooKeeper. A side named twice (``--config`` and that side's
 option) or a config store that is neither (``memory``) is a usage error, so a migration never
 guesses which of two stores was meant.
+
+``kafkaguard acls apply -f FILE [--prune] [--dry-run]`` makes one store (or a running proxy,
+through the Admin API) hold the ACLs a file declares: :mod:`kafkaguard.policy.acls_apply`.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.policy import acls_apply
 from kafkaguard.policy.acls_args import (
     UsageError,
     acls_to_add,
@@ -317,6 +321,9 @@ def run(args: argparse.Namespace, out: Callable[[str], None] | None = None) -> i
     try:
         if args.acls_command == "migrate":
             _migrate(args, write)
+            return 0
+        if args.acls_command == "apply":
+            acls_apply.run(args, write)
             return 0
         check_args(args)
         path = _open_store(args)

@@ -64,6 +64,7 @@ class DecisionReason(enum.Enum):
     DEFAULT_DENY = "DefaultDeny"  # no ACL applies, or ACLs apply but none matched
     DENY_ACL = "DenyAcl"
     ALLOW_ACL = "AllowAcl"
+    INTERNAL_TOPIC = "InternalTopic"  # the proxy's topics (kafkaguard/policy/internal_topics.py)
 
 
 @dataclass(slots=True)

@@ -57,6 +57,9 @@ class AuthorizerConfig:
     listeners: Mapping[str, ListenerPolicy] = field(default_factory=lambda: MappingProxyType({}))
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     """Free-form ``authorizer.options`` for a pluggable authorizer class."""
+    internal_topic_principals: frozenset[str] = frozenset()
+    """``internal_topics.principals``: who may still touch the proxy's internal topics
+    (kafkaguard/policy/internal_topics.py); nobody by default, super users included."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,9 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
     options = section.raw("options", {}) or {}
     if not isinstance(options, dict):
         raise section.error("options", "must be a mapping")
+    internal = section.section("internal_topics")
+    internal_principals = _super_users(internal, "principals") or frozenset()
+    internal.reject_unknown()
     ext = section.section("extensions")
     host_cidr = ext.get_bool("host_cidr", False)
     listeners_section = ext.section("listeners")
@@ -122,6 +128,7 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
         host_cidr=host_cidr,
         listeners=MappingProxyType(listeners),
         options=MappingProxyType(options),
+        internal_topic_principals=internal_principals,
     )
 
 

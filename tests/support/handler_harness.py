@@ -28,6 +28,7 @@ from kafkaguard.policy.authorizer import (
     operations_bitfield,
 )
 from kafkaguard.policy.config import AuthorizerConfig, parse_super_users
+from kafkaguard.policy.internal_topics import InternalTopicGuard, InternalTopics
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
@@ -89,6 +90,7 @@ class HandlerHarness:
         client_address: str = "10.0.0.1",
         topic_ids: dict[UUID, str] | None = None,
         broker_api_versions: dict[int, range] | None = None,
+        internal_topic_principals: str = "",
     ) -> None:
         self.authorizer = StandardAuthorizer(
             AuthorizerConfig(
@@ -97,6 +99,10 @@ class HandlerHarness:
             )
         )
         self.authorizer.load_snapshot(acls)
+        self.guard = InternalTopicGuard(
+            self.authorizer, InternalTopics(principals=parse_super_users(internal_topic_principals))
+        )
+        """What the proxy asks (kafkaguard/proxy/core/context.py): the internal-topics rule."""
         self.session = Session(
             listener_name,
             SecurityProtocol.PLAINTEXT,
@@ -125,7 +131,7 @@ class HandlerHarness:
         return self.session.request_context(request.header)
 
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
-        results = self.authorizer.authorize(self._context(request), actions)
+        results = self.guard.authorize(self._context(request), actions)
         self.checks.extend(zip(actions, results, strict=True))
         return results
 
@@ -138,8 +144,11 @@ class HandlerHarness:
 
     def authorized_operations(self, request: Request, resource: ResourcePattern) -> int:
         return operations_bitfield(
-            self.authorizer.authorized_operations(self._context(request), resource)
+            self.guard.authorized_operations(self._context(request), resource)
         )
+
+    def internal_topic(self, request: Request, name: str) -> bool:
+        return self.guard.refused(self._context(request), name)
 
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
         return self.authorizer.acls(acl_filter)

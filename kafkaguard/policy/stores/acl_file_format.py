@@ -186,21 +186,25 @@ def sort_key(binding: AclBinding) -> tuple[int, str, int, str, str, int, int]:
     )
 
 
+def acl_line(binding: AclBinding) -> str:
+    """One binding as the file writes it: a one-line entry (``kafkaguard acls apply`` prints
+    its differences so, in the file's own notation)."""
+    p, e = binding.pattern, binding.entry
+    return (
+        f'{{"principal": {_q(e.principal)}, "host": {_q(e.host)}, '
+        f'"operation": "{e.operation.name}", "permission": "{e.permission_type.name}", '
+        f'"resource_type": "{p.resource_type.name}", '
+        f'"pattern_type": "{p.pattern_type.name}", "name": {_q(p.name)}}}'
+    )
+
+
 def format_acl_text(bindings: Iterable[AclBinding]) -> str:
     """Serialise in a stable order, one binding per line, as JSON (which is also YAML).
 
     JSON keeps big files fast to load; one entry per line keeps diffs readable. Operators
     may still hand-write the file in plain YAML (comments are lost when the tool rewrites it).
     """
-    rows = []
-    for b in sorted(bindings, key=sort_key):
-        p, e = b.pattern, b.entry
-        rows.append(
-            f'  {{"principal": {_q(e.principal)}, "host": {_q(e.host)}, '
-            f'"operation": "{e.operation.name}", "permission": "{e.permission_type.name}", '
-            f'"resource_type": "{p.resource_type.name}", '
-            f'"pattern_type": "{p.pattern_type.name}", "name": {_q(p.name)}}}'
-        )
+    rows = [f"  {acl_line(b)}" for b in sorted(bindings, key=sort_key)]
     body = ",\n".join(rows)
     return (
         f'{{"version": {FORMAT_VERSION}, "acls": [\n{body}\n]}}\n'

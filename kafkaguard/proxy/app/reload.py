@@ -15,7 +15,8 @@ so no request is handled under half of it.
 Applied (each setting named as in the file):
 
 * ``authorizer.super_users``, ``authorizer.allow_everyone_if_no_acl_found``,
-  ``authorizer.extensions.listeners``, ``authorizer.extensions.host_cidr``: from the next
+  ``authorizer.extensions.listeners``, ``authorizer.extensions.host_cidr``,
+  ``authorizer.internal_topics.principals``: from the next
   decision, on every connection (as an ACL change is: Kafka authorizes every request).
 * ``enforcement``, ``listeners[N].enforcement``: from the next decision, on every connection.
 * ``limits.*`` and ``listeners[N].limits.*`` (not the two authentication pool settings): the
@@ -59,6 +60,7 @@ _AUTHORIZER_KEYS: Final = {
     "class_path": "class",
     "host_cidr": "extensions.host_cidr",
     "listeners": "extensions.listeners",
+    "internal_topic_principals": "internal_topics.principals",
 }
 """AuthorizerConfig fields whose file key differs from the field name."""
 _AUTHORIZER_FIXED: Final = ("authorizer.class", "authorizer.options")

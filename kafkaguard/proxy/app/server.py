@@ -33,6 +33,7 @@ from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Authorizer
 from kafkaguard.policy.config import build_authorizer
+from kafkaguard.policy.internal_topics import InternalTopicGuard, InternalTopics
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.proxy.app.admin import AdminServer
 from kafkaguard.proxy.app.log_format import configure_logging
@@ -138,6 +139,8 @@ class ProxyServer:
         self.authorizer = authorizer or build_authorizer(
             config.policy, decision_listener=self.decisions or self._audit_hook
         )
+        self.guard = InternalTopicGuard(self.authorizer, internal_topics(config))
+        """What the listeners ask: the authorizer behind the internal-topics rule."""
         self.auth_executor = executor_for(config.limits)
         """Password hashing for every SASL listener: a bounded share of the CPU."""
         self.listeners = [
@@ -145,7 +148,7 @@ class ProxyServer:
                 listener,
                 self.cluster,
                 config.listener_limits(listener),
-                self.authorizer,
+                self.guard,
                 log_only=modes[listener.name] == LOG_ONLY,
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
@@ -303,7 +306,7 @@ class ProxyServer:
                 listener,
                 self.cluster,
                 config.listener_limits(listener),
-                self.authorizer,
+                self.guard,
                 log_only=config.listener_enforcement(listener) == LOG_ONLY,
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
@@ -337,6 +340,7 @@ class ProxyServer:
         reconfigure = getattr(self.authorizer, "reconfigure", None)
         if callable(reconfigure) and new.policy.authorizer != old.policy.authorizer:
             reconfigure(new.policy.authorizer)
+        self.guard.rules = internal_topics(new)
         modes = {ls.name: new.listener_enforcement(ls) for ls in new.listeners}
         runtimes = {ls.config.name: ls for ls in (*self.listeners, *added)}
         for listener in new.listeners:
@@ -551,3 +555,12 @@ def install_event_loop_policy() -> str:
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return "uvloop"
+
+
+def internal_topics(config: ProxyConfig) -> InternalTopics:
+    """The proxy's internal topics: ``_kafkaguard-*`` and the configured audit topic
+    (whether or not records go there now: the name is the proxy's), and who may touch them."""
+    return InternalTopics(
+        names=frozenset({config.audit.kafka.topic}),
+        principals=config.policy.authorizer.internal_topic_principals,
+    )

@@ -30,6 +30,7 @@ from kafkaguard.policy.authorizer import (
     RequestContext,
     operations_bitfield,
 )
+from kafkaguard.policy.internal_topics import InternalTopicGuard, InternalTopics
 from kafkaguard.policy.model import (
     SUPPORTED_OPERATIONS,
     AclBinding,
@@ -130,7 +131,12 @@ class ConnectionContext:
         self.connection_id = connection_id
         """Kafka's ``Selector`` connection id: ``local:port-peer:port-index``."""
         self.connection_state = ConnectionState()
-        self._authorizer = authorizer
+        self._authorizer = (
+            authorizer
+            if isinstance(authorizer, InternalTopicGuard)
+            else InternalTopicGuard(authorizer, InternalTopics())
+        )
+        """Every question passes the internal-topics rule (``_kafkaguard-*`` at least)."""
         self._cluster = cluster
         self._nodes = nodes
         self._enforcement = enforcement
@@ -166,9 +172,10 @@ class ConnectionContext:
 
     # -- authorization -----------------------------------------------------------------------
     def authorize(self, request: Request, actions: Sequence[Action]) -> list[AuthorizationResult]:
-        results = self._authorizer.authorize(self._request_context(request), actions)
-        if self._dry_run(request):
-            return dry_run_results(actions, results)
+        context = self._request_context(request)
+        results = self._authorizer.authorize(context, actions)
+        if self._dry_run(request):  # as if allowed, but never the proxy's own topics
+            return self._authorizer.refusing(context, actions, dry_run_results(actions, results))
         return results
 
     def authorize_by_resource_type(
@@ -180,12 +187,17 @@ class ConnectionContext:
         return AuthorizationResult.ALLOWED if self._dry_run(request) else result
 
     def authorized_operations(self, request: Request, resource: ResourcePattern) -> int:
-        operations = self._authorizer.authorized_operations(
-            self._request_context(request), resource
-        )
-        if self._dry_run(request):  # as if allowed: every operation the resource supports
+        context = self._request_context(request)
+        operations = self._authorizer.authorized_operations(context, resource)
+        if self._dry_run(request) and not (
+            resource.resource_type is ResourceType.TOPIC
+            and self._authorizer.refused(context, resource.name)
+        ):  # as if allowed: every operation the resource supports
             operations = set(SUPPORTED_OPERATIONS.get(resource.resource_type, ()))
         return operations_bitfield(operations)
+
+    def internal_topic(self, request: Request, name: str) -> bool:
+        return self._authorizer.refused(self._request_context(request), name)
 
     # -- ACL administration ------------------------------------------------------------------
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:

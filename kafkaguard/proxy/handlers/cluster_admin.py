@@ -23,7 +23,7 @@ authorizer) and keeps hiding broker addresses.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from kafkaguard.policy.authorizer import AUTHORIZED_OPERATIONS_OMITTED
@@ -59,8 +59,12 @@ class ClusterCheckHandler(ApiHandler):
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
         if is_allowed(ctx, request, self.operation, CLUSTER):
-            return FORWARD
+            return self.allowed(request, ctx)
         return Respond(self.error_response(request.body, request.header.api_version))
+
+    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+        """The verdict once the check passed: the request as sent."""
+        return FORWARD
 
     def error_response(self, body: Any, version: int) -> Any:
         return codec.build_error_response(self.api_key, version, _DENIED)
@@ -97,6 +101,18 @@ def _partition_results(
     )
 
 
+def _hiding_internal_topics(
+    request: Request, ctx: HandlerContext, rewrite: Callable[[Any, Callable[[str], bool]], Any]
+) -> Verdict:
+    """Forward, then drop the proxy's internal topics from a listing of every topic
+    (kafkaguard/policy/internal_topics.py): a right on the whole cluster does not show them."""
+
+    def hidden(name: str) -> bool:
+        return ctx.internal_topic(request, name)
+
+    return Forward(rewrite=lambda response: rewrite(response, hidden))
+
+
 class AlterReplicaLogDirsHandler(ClusterCheckHandler):
     """``handleAlterReplicaLogDirsRequest``: ALTER; one result per (dir, topic) of the request
     with 31 on each partition (``AlterReplicaLogDirsRequest.getErrorResponse``)."""
@@ -118,6 +134,18 @@ class DescribeLogDirsHandler(ClusterCheckHandler):
 
     api_key = 35
     operation = AclOperation.DESCRIBE
+
+    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+        def rewrite(response: Any, hidden: Callable[[str], bool]) -> Any:
+            if not any(hidden(t.name) for d in response.results for t in d.topics):
+                return response
+            results = tuple(
+                codec.replace(d, topics=tuple(t for t in d.topics if not hidden(t.name)))
+                for d in response.results
+            )
+            return codec.replace(response, results=results)
+
+        return _hiding_internal_topics(request, ctx, rewrite)
 
 
 class ElectLeadersHandler(ClusterCheckHandler):
@@ -174,6 +202,15 @@ class ListPartitionReassignmentsHandler(ClusterCheckHandler):
         return codec.make_entity(
             schema, _DENIED, topics=_partition_results(schema, "topics", topics, ErrorCode.none)
         )
+
+    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+        def rewrite(response: Any, hidden: Callable[[str], bool]) -> Any:
+            topics = tuple(t for t in response.topics if not hidden(t.name))
+            if len(topics) == len(response.topics):
+                return response
+            return codec.replace(response, topics=topics)
+
+        return _hiding_internal_topics(request, ctx, rewrite)
 
 
 class DescribeClientQuotasHandler(ClusterCheckHandler):
@@ -270,6 +307,26 @@ class ListConfigResourcesHandler(ClusterCheckHandler):
 
     api_key = 74
     operation = AclOperation.DESCRIBE_CONFIGS
+
+    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+        if request.header.api_version < 1:  # v0 lists client-metrics resources only
+            return FORWARD
+
+        def rewrite(response: Any, hidden: Callable[[str], bool]) -> Any:
+            kept = tuple(
+                r
+                for r in response.config_resources
+                if not (r.resource_type == _CONFIG_TOPIC and hidden(r.resource_name))
+            )
+            if len(kept) == len(response.config_resources):
+                return response
+            return codec.replace(response, config_resources=kept)
+
+        return _hiding_internal_topics(request, ctx, rewrite)
+
+
+_CONFIG_TOPIC = 2
+"""``ConfigResource.Type.TOPIC``."""
 
 
 # EndpointType ids (org.apache.kafka.common.requests.EndpointType).

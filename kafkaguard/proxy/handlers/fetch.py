@@ -312,11 +312,13 @@ class FetchHandler(ApiHandler):
         if _is_follower(request.body):
             if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
                 return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
-            topics: dict[TopicKey, ErrorCode] = {
-                key: ErrorCode.unknown_topic_id
-                for key, _ in partitions
-                if not isinstance(key, str) and ctx.topic_name(key) is None
-            }
+            topics: dict[TopicKey, ErrorCode] = {}
+            for key, _ in partitions:
+                name = key if isinstance(key, str) else ctx.topic_name(key)
+                if name is None:
+                    topics[key] = ErrorCode.unknown_topic_id
+                elif ctx.internal_topic(request, name):  # the proxy's, whoever follows
+                    topics[key] = ErrorCode.topic_authorization_failed
         else:  # one reference per partition, as Kafka counts them
             topics = authorize_topics(ctx, request, AclOperation.READ, [k for k, _ in partitions])
         return {part: topics[part[0]] for part in partitions if part[0] in topics}

@@ -207,7 +207,8 @@ class OffsetForLeaderEpochHandler(PerTopicHandler):
 
     def decide(self, request: Request, ctx: HandlerContext, names: list[str]) -> dict[str, Denial]:
         if is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER, log_if_denied=False):
-            return {}
+            code = ErrorCode.topic_authorization_failed  # the proxy's topics stay out of reach
+            return {n: (code, None) for n in names if ctx.internal_topic(request, n)}
         return _denied_by_filter(ctx, request, AclOperation.DESCRIBE, names)
 
 

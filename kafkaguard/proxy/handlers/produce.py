@@ -98,6 +98,22 @@ def _denied_topics(
     return {key: ErrorCode.topic_authorization_failed}
 
 
+def _refuse_internal_topics(
+    ctx: HandlerContext, request: Request, denied: dict[TopicKey, ErrorCode]
+) -> None:
+    """The proxy's internal topics: ReplicaManager's answer to an append to an internal topic
+    (``InvalidTopicException`` "Cannot append to internal topic", 17), given to every principal
+    the rule refuses (docs/deviations.md), instead of 29."""
+    for key, code in denied.items():
+        name = key if isinstance(key, str) else ctx.topic_name(key)
+        if (
+            code is ErrorCode.topic_authorization_failed
+            and name is not None
+            and ctx.internal_topic(request, name)
+        ):
+            denied[key] = ErrorCode.invalid_topic_exception
+
+
 class ProduceHandler(ApiHandler):
     api_key = 0
 
@@ -121,6 +137,8 @@ class ProduceHandler(ApiHandler):
             return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
         keys = [topic_key(e) for e in body.topic_data]
         denied = _denied_topics(ctx, request, keys)
+        if denied:
+            _refuse_internal_topics(ctx, request, denied)
         if not denied:
             if body.acks == 0:
                 return Forward(expects_response=False)

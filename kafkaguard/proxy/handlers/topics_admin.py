@@ -67,7 +67,7 @@ class CreateTopicsHandler(ApiHandler):
         candidates = [n for n in first_seen(names) if n not in dup and n != CLUSTER_METADATA_TOPIC]
         cluster_ok = is_allowed(ctx, request, AclOperation.CREATE, CLUSTER, log_if_denied=False)
         authorized = (
-            set(candidates)
+            {n for n in candidates if not ctx.internal_topic(request, n)}
             if cluster_ok
             else filter_authorized(
                 ctx, request, AclOperation.CREATE, ResourceType.TOPIC, candidates
@@ -181,8 +181,8 @@ class DeleteTopicsHandler(ApiHandler):
             [n for n, i in items if n is not None and i is None and n not in dup_names]
             + [name for i, name in resolved.items() if i not in dup_ids and name is not None]
         )
-        if cluster_ok:
-            describable = deletable = set(to_check)
+        if cluster_ok:  # every topic but the proxy's own
+            describable = deletable = {n for n in to_check if not ctx.internal_topic(request, n)}
         else:
             describable = filter_authorized(
                 ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, to_check

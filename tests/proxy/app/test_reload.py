@@ -284,6 +284,23 @@ def test_enforcement_switch_applies_to_connections_already_open(
 
 
 @pytest.mark.integration
+def test_naming_a_principal_for_the_internal_topics_applies_to_open_connections(
+    tansu: TansuBroker, tmp_path: Path
+) -> None:
+    topic = create_topic(tansu, "_kafkaguard-reload")
+    listener = Listener("PLAINTEXT")
+    granted = "authorizer:\n  super_users: 'User:ANONYMOUS'\n"
+    path = write_config(tmp_path / "c.yaml", tansu, [listener], granted)
+    with proxy_from(path) as running, RawKafkaClient("127.0.0.1", listener.port) as client:
+        assert metadata_error(client, topic) == TOPIC_AUTHORIZATION_FAILED  # a super user
+        named = granted + "  internal_topics:\n    principals: ['User:ANONYMOUS']\n"
+        write_config(path, tansu, [listener], named)
+        plan = reload(running)
+        assert plan is not None and plan.applied == ("authorizer.internal_topics.principals",)
+        assert metadata_error(client, topic) == codec.ErrorCode.none
+
+
+@pytest.mark.integration
 def test_new_connections_get_the_new_limits_open_ones_keep_theirs(
     tansu: TansuBroker, tmp_path: Path
 ) -> None:

@@ -184,6 +184,12 @@ class HandlerContext(Protocol):
         """KIP-430 bitfield of the operations allowed on ``resource``."""
         ...
 
+    def internal_topic(self, request: Request, name: str) -> bool:
+        """``name`` is one of the proxy's internal topics, out of this request's principal's
+        reach whatever it may do on the cluster (kafkaguard/policy/internal_topics.py): for
+        the checks on the whole cluster that authorize every topic without naming one."""
+        ...
+
     # ACL administration (DescribeAcls/CreateAcls/DeleteAcls are answered by the proxy).
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
         """``Authorizer.acls``: every stored binding ``acl_filter`` matches."""

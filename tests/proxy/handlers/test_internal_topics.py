@@ -1,0 +1,160 @@
+"""The proxy's internal topics (issue 26): refused to every principal not named, super users
+included, through the authorizer's questions and the handlers' cluster-wide shortcuts."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v15 import request as req15
+
+from kafkaguard.proxy.handlers.support.base import Forward, Respond
+from tests.proxy.handlers.test_fetch import fetch_by_id, parts
+from tests.proxy.handlers.test_partitions import errors, ole
+from tests.proxy.handlers.test_produce import broker_reply, produce
+from tests.proxy.handlers.test_produce import errors as produce_errors
+from tests.proxy.handlers.test_topics_admin import create, delete_by_name, delete_v6, results
+from tests.support.handler_harness import HandlerHarness, acl
+
+ALICE = "User:alice"
+ACLS = "_kafkaguard-acls"
+SUPER = {"super_users": ALICE}
+
+
+def test_produce_to_an_internal_topic_is_invalid_topic_for_a_super_user() -> None:
+    h = HandlerHarness(**SUPER)
+    body = produce("orders", ACLS)
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    assert [t.name for t in h.forwarded_body(verdict, body).topic_data] == ["orders"]
+    response = h.complete(verdict, broker_reply("orders"))
+    assert produce_errors(response) == [
+        ("orders", 0, 0),
+        ("orders", 1, 0),
+        (ACLS, 0, 17),
+        (ACLS, 1, 17),
+    ]
+    assert [c for c in h.checked() if c[2] == ACLS] == [("WRITE", "TOPIC", ACLS, "DENIED")]
+
+
+def test_produce_by_a_named_principal_is_authorized_as_usual() -> None:
+    h = HandlerHarness(**SUPER, internal_topic_principals=ALICE)
+    verdict = h.send(produce(ACLS))
+    assert isinstance(verdict, Forward) and verdict.request is None
+
+
+def test_acls_on_an_internal_topic_change_nothing() -> None:
+    h = HandlerHarness([acl(ALICE, "ALL", "TOPIC", "_kafkaguard-", pattern="PREFIXED")])
+    verdict = h.send(produce(ACLS))
+    assert isinstance(verdict, Respond)
+    assert {code for _, _, code in produce_errors(verdict.response)} == {17}
+
+
+def test_create_topics_on_the_cluster_does_not_create_an_internal_topic() -> None:
+    h = HandlerHarness(**SUPER)
+    body = create("fresh", "_kafkaguard-users")
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    assert [t.name for t in h.forwarded_body(verdict, body).topics] == ["fresh"]
+
+
+def test_create_topics_of_an_internal_name_alone_is_29() -> None:
+    h = HandlerHarness([acl(ALICE, "CREATE", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(create("_kafkaguard-users"))
+    assert isinstance(verdict, Respond)
+    assert results(verdict.response) == [("_kafkaguard-users", 29, "Authorization failed.")]
+
+
+def test_delete_topics_with_delete_on_the_cluster_spares_internal_topics() -> None:
+    h = HandlerHarness(**SUPER)
+    verdict = h.send(delete_by_name(ACLS))
+    assert isinstance(verdict, Respond)
+    assert [(r.name, int(r.error_code)) for r in verdict.response.responses] == [(ACLS, 29)]
+
+
+def test_delete_topics_by_id_of_an_internal_topic_is_29_without_its_name() -> None:
+    topic_id = uuid.uuid4()
+    h = HandlerHarness(**SUPER, topic_ids={topic_id: ACLS})
+    verdict = h.send(delete_v6((None, topic_id)))
+    assert isinstance(verdict, Respond)
+    ((name, got_id, code),) = [
+        (r.name, r.topic_id, int(r.error_code)) for r in verdict.response.responses
+    ]
+    assert (name, got_id, code) == (None, topic_id, 29)
+
+
+def test_follower_fetch_with_cluster_action_is_refused_internal_topics() -> None:
+    internal, other = uuid.UUID(int=5), uuid.UUID(int=6)
+    h = HandlerHarness(**SUPER, topic_ids={internal: ACLS, other: "orders"})
+    body = fetch_by_id(req15, internal, other, replica_state=req15.ReplicaState(replica_id=3))
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    sent: Any = h.forwarded_body(verdict, body)
+    assert [t.topic_id for t in sent.topics] == [other]
+
+
+def test_follower_fetch_of_only_an_internal_topic_never_reaches_the_broker() -> None:
+    internal = uuid.UUID(int=5)
+    h = HandlerHarness(**SUPER, topic_ids={internal: "audit-trail"})
+    h.guard.rules = type(h.guard.rules)(names=frozenset({"audit-trail"}))
+    body = fetch_by_id(req15, internal, replica_state=req15.ReplicaState(replica_id=3))
+    verdict = h.send(body)
+    assert isinstance(verdict, Respond)
+    assert parts(verdict.response) == [(internal, 0, ErrorCode.topic_authorization_failed)]
+
+
+def test_offset_for_leader_epoch_with_cluster_action_is_refused_internal_topics() -> None:
+    h = HandlerHarness(**SUPER)
+    verdict = h.send(ole(ACLS))
+    assert isinstance(verdict, Respond)
+    assert errors(verdict.response, "topic", "partition") == [(ACLS, 0, 29)]
+
+
+def test_cluster_wide_listings_do_not_show_internal_topics() -> None:
+    from kafkaguard.protocol import codec
+    from tests.proxy.handlers.test_cluster_admin import (
+        describe_log_dirs,
+        list_config_resources,
+        list_partition_reassignments,
+    )
+
+    h = HandlerHarness(**SUPER)
+    log_dirs = codec.response_schema(35, 4)
+    dir_type = codec.nested_type(log_dirs, "results")
+    topic_type = codec.nested_type(dir_type, "topics")
+    broker: Any = codec.make_entity(
+        log_dirs,
+        results=(
+            codec.make_entity(
+                dir_type,
+                log_dir="/d1",
+                topics=tuple(codec.make_entity(topic_type, name=n) for n in ("a", ACLS)),
+            ),
+        ),
+    )
+    answer = h.complete(h.send(describe_log_dirs()), broker)
+    assert [t.name for t in answer.results[0].topics] == ["a"]
+
+    reassignments = codec.response_schema(46, 0)
+    entry = codec.nested_type(reassignments, "topics")
+    broker = codec.make_entity(
+        reassignments, topics=tuple(codec.make_entity(entry, name=n) for n in (ACLS, "b"))
+    )
+    answer = h.complete(h.send(list_partition_reassignments()), broker)
+    assert [t.name for t in answer.topics] == ["b"]
+
+    resources = codec.response_schema(74, 1)
+    entry = codec.nested_type(resources, "config_resources")
+    listed = (("a", 2), (ACLS, 2), (ACLS, 16))  # a group may carry the name: kept
+    broker = codec.make_entity(
+        resources,
+        config_resources=tuple(
+            codec.make_entity(entry, resource_name=n, resource_type=t) for n, t in listed
+        ),
+    )
+    answer = h.complete(h.send(list_config_resources()), broker)
+    assert [(r.resource_name, r.resource_type) for r in answer.config_resources] == [
+        ("a", 2),
+        (ACLS, 16),
+    ]
