@@ -8,6 +8,7 @@ typos fail at start rather than being silently ignored.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Iterator
@@ -37,6 +38,11 @@ class Where:
 VARIABLE: Final = re.compile(r"\$\{([^}]*?):(([^}]*?):)?([^}]*?)\}")
 """A config provider reference, Kafka's ``ConfigTransformer.DEFAULT_PATTERN``:
 ``${provider:[path:]key}``."""
+KAFKA_CLIENT_MODULE: Final = "confluent_kafka"
+KAFKA_EXTRA: Final = "kafka"
+"""confluent-kafka (librdkafka) is the optional extra ``kafkaguard[kafka]``: only the features
+that talk to Kafka as a client need it (the audit topic), and they name it when it is missing
+(:meth:`ConfigSection.require_extra`); nothing the proxy always imports imports it."""
 PROVIDERS: Final = ("env", "file", "directory")
 """Kafka's ``EnvVarConfigProvider`` (KIP-887), ``FileConfigProvider`` and
 ``DirectoryConfigProvider`` (KIP-297, KIP-632), always enabled here."""
@@ -310,6 +316,18 @@ class ConfigSection:
         if value is not None and not all(isinstance(v, str) for v in value):
             raise self.error(key, "must be a list of strings")
         return value
+
+    def require_extra(self, key: str, module: str, extra: str) -> None:
+        """Fail at load when ``key``'s value needs an optional dependency that is not
+        installed, naming the ``pip install`` that adds it: a configured feature must not
+        start half-working, nor fail later on its first use."""
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            value = _plain(self._mapping.values.get(key))
+            raise self.error(
+                key, f"{value!r} needs the {module} package: pip install 'kafkaguard[{extra}]'"
+            ) from None
 
     def reject_unknown(self) -> None:
         """Fail on keys no parser read: a typo must not silently fall back to a default."""

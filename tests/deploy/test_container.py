@@ -84,7 +84,9 @@ def _base_tarball() -> Path:
 def _wheels(directory: Path) -> Path:
     """kafkaguard and its dependencies as wheels, plus the build backend (``pyproject.toml``)."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "-w", str(directory), str(ROOT)], check=True, timeout=600)
+    # the image's default EXTRAS (the Containerfile's ARG)
+    wheel = [*pip, "wheel", "-w", str(directory), f"{ROOT}[kafka]"]
+    subprocess.run(wheel, check=True, timeout=600)
     subprocess.run([*pip, "download", "-d", str(directory), "setuptools>=77"], check=True)
     return directory
 
