@@ -1,4 +1,5 @@
-"""``kafkaguard`` command line: run, demo, check-config, reload, acls, certs, users, explain.
+"""``kafkaguard`` command line: run, demo, check-config, config-schema, reload, acls, certs,
+users, explain, analyze.
 
 Each sub-command is one ``add_parser`` in :func:`build_parser` whose ``handler`` default is
 the function :func:`main` calls with the parsed arguments (returning the exit code). Each
@@ -9,6 +10,7 @@ command group has its module: ``serve`` (run, demo, check-config), ``reload``, `
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from kafkaguard import version
 from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only when run
 from kafkaguard.certs import cli as certs_cli
 from kafkaguard.cli import explain, reload, serve
+from kafkaguard.cli.config_schema import config_schema
 from kafkaguard.policy import acls_cli
 from kafkaguard.proxy.app import users_cli
 
@@ -28,6 +31,25 @@ Start with: kafkaguard check-config --config config.yaml, then kafkaguard run --
 config.yaml. Every key is documented in config.example.yaml; "kafkaguard demo" runs the
 proxy in front of an in-memory broker with sample ACLs. Help on one command:
 kafkaguard COMMAND --help."""
+
+
+CONFIG_SCHEMA_DESCRIPTION = """\
+Print a JSON Schema (draft 2020-12) of kafkaguard's configuration file on stdout: every key,
+its type, choices, minimum and default. Point your editor at it for completion and
+validation, e.g. with the YAML language server:
+
+  kafkaguard config-schema > kafkaguard.schema.json
+  # first line of config.yaml:
+  # yaml-language-server: $schema=./kafkaguard.schema.json
+
+The schema checks keys and types; kafkaguard check-config remains the authority (it also
+checks combinations of keys, values such as host:port, and every file the configuration
+names)."""
+
+
+def _print_config_schema() -> int:
+    print(json.dumps(config_schema(), indent=2))  # noqa: T201
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--config", type=Path, required=True, help="YAML configuration")
     check.set_defaults(handler=lambda args: serve.check_config(args.config))
+    schema = commands.add_parser(
+        "config-schema",
+        help="print the JSON Schema of the configuration file (for editors and CI)",
+        description=CONFIG_SCHEMA_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    schema.set_defaults(handler=lambda args: _print_config_schema())
     reload_parser = commands.add_parser(
         "reload",
         help="check a configuration file, then have the running proxy reload it (SIGHUP)",
