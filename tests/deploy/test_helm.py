@@ -19,6 +19,7 @@ import yaml
 from kafkaguard.cli import build_parser
 from kafkaguard.proxy.config import ProxyConfig, load_config
 from tests.support import kubernetes
+from tests.support.readme import deploying_commands
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "kafkaguard"
 KUBE_VERSION = "1.30.0"
@@ -214,3 +215,22 @@ def test_check_config_accepts_the_default_configmap(tmp_path: Path) -> None:
     from kafkaguard.cli import main
 
     assert main(["check-config", "--config", str(tmp_path / "config.yaml")]) == 0
+
+
+def test_the_readmes_helm_commands_run(tmp_path: Path) -> None:
+    """README's "Deploying" helm lines, as written (``helm install`` needs a cluster)."""
+    commands = {c[1]: c for c in deploying_commands("helm")}
+    assert set(commands) == {"lint", "template", "install"}
+    root = CHART.parents[2]
+    for verb in ("lint", "template"):
+        helm = kubernetes.require(kubernetes.helm_path(), "helm")
+        done = subprocess.run(
+            [str(helm), *commands[verb][1:]],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert _validate(done.stdout).returncode == 0
