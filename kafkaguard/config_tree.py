@@ -281,6 +281,20 @@ class ConfigSection:
         return cls(value, file, "")
 
     @classmethod
+    def from_value(cls, value: dict[str, Any], file: str) -> ConfigSection:
+        """A tree already in Python values (no YAML, no line numbers, no config providers):
+        the documents ``kafkaguard config-schema`` explores (kafkaguard/cli/config_schema.py)."""
+
+        def tree(item: Any) -> Any:
+            if isinstance(item, dict):
+                return _Mapping({str(k): tree(v) for k, v in item.items()}, {}, 0)
+            if isinstance(item, list):
+                return [tree(v) for v in item]
+            return item
+
+        return cls(tree(value), file, "")
+
+    @classmethod
     def from_file(cls, path: str | Path) -> ConfigSection:
         path = Path(path)
         try:

@@ -18,8 +18,7 @@ from typing import Any
 from kafkaguard import version
 from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only when run
 from kafkaguard.certs import cli as certs_cli
-from kafkaguard.cli import explain, reload, serve
-from kafkaguard.cli.config_schema import config_schema
+from kafkaguard.cli import config_schema, explain, reload, serve
 from kafkaguard.policy import acls_cli
 from kafkaguard.proxy.app import users_cli
 
@@ -102,7 +101,7 @@ def _described(name: str) -> dict[str, Any]:
 
 
 def _print_config_schema() -> int:
-    print(json.dumps(config_schema(), indent=2))  # noqa: T201
+    print(json.dumps(config_schema.config_schema(), indent=2))  # noqa: T201
     return 0
 
 

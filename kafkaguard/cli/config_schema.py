@@ -48,6 +48,9 @@ SAMPLES: Final[dict[str, Any]] = {
     "any": "x",
 }
 """A value of each kind, for a required key that stopped a load."""
+STRING_SAMPLES: Final = ("x", "localhost:9092", "User:x", "https://localhost/x", "/x")
+"""Strings tried in turn for a key whose value the loader refused (it wants an address, a
+principal, a URL or a path), so the keys read after it are reached too."""
 JSON_TYPES: Final[dict[str, dict[str, Any]]] = {
     "string": {"type": "string"},
     "integer": {"type": "integer"},
@@ -88,7 +91,7 @@ def _load(document: dict[str, Any]) -> tuple[ReadRecorder, ConfigError | None]:
     recorder = ReadRecorder()
     token = RECORDER.set(recorder)
     try:
-        parse_config(ConfigSection.from_text(json.dumps(document), "<schema>"))
+        parse_config(ConfigSection.from_value(document, "<schema>"))
     except ConfigError as exc:
         return recorder, exc
     except (ValueError, OSError):
@@ -137,7 +140,15 @@ def _fill(
     """The load stopped on a key the loader requires in its own words ("is required for
     PLAIN"): give it a value of the kind it was read as."""
     section = _section(document, error.at)
-    if section is None or not error.key or error.key in section:
+    if section is None or not error.key:
+        return
+    if error.key in section:
+        value = section[error.key]
+        written = value[0] if isinstance(value, list) and len(value) == 1 else value
+        if written in STRING_SAMPLES[:-1]:
+            following = STRING_SAMPLES[STRING_SAMPLES.index(written) + 1]
+            replaced = [following] if isinstance(value, list) else following
+            yield _with(document, _where(error.at), error.key, replaced)
         return
     for read in reads:
         if read.at == error.at and read.key == error.key and read.kind in SAMPLES:
