@@ -234,3 +234,27 @@ def test_the_readmes_helm_commands_run(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stdout + done.stderr
     assert _validate(done.stdout).returncode == 0
+
+
+def test_the_monitors_scrape_the_admin_port_as_job_kafkaguard(rendered: Rendered) -> None:
+    """deploy/prometheus/alerts.yml selects ``job="kafkaguard"``: prometheus-operator names
+    the job after the ``jobLabel`` label of the Service (ServiceMonitor) or pod (PodMonitor)."""
+    monitors = {kind for kind, _ in rendered.objects if kind.endswith("Monitor")}
+    assert monitors == (
+        {"ServiceMonitor", "PodMonitor"}
+        if rendered.values["metrics"]["podMonitor"]["enabled"]
+        else set()
+    )
+    if not monitors:
+        return
+    admin = rendered.one("Service", "release-kafkaguard-admin")
+    service_monitor = rendered.one("ServiceMonitor")["spec"]
+    assert admin["metadata"]["labels"][service_monitor["jobLabel"]] == "kafkaguard"
+    selector = service_monitor["selector"]["matchLabels"]
+    assert selector.items() <= admin["metadata"]["labels"].items()
+    assert [e["port"] for e in service_monitor["endpoints"]] == ["admin"]
+    pod = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    pod_monitor = rendered.one("PodMonitor")["spec"]
+    assert pod[pod_monitor["jobLabel"]] == "kafkaguard"
+    assert pod_monitor["selector"]["matchLabels"].items() <= pod.items()
+    assert [e["port"] for e in pod_monitor["podMetricsEndpoints"]] == ["admin"]
