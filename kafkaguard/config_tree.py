@@ -8,10 +8,12 @@ typos fail at start rather than being silently ignored.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,6 +22,11 @@ import yaml
 
 class ConfigError(ValueError):
     """A configuration value is missing, unknown or of the wrong shape."""
+
+    at: str = ""
+    """The section it names, as written (``listeners[0].ssl``; empty: the top level)."""
+    key: str = ""
+    """The key it names within that section (empty: the file as a whole)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,11 @@ class Where:
 VARIABLE: Final = re.compile(r"\$\{([^}]*?):(([^}]*?):)?([^}]*?)\}")
 """A config provider reference, Kafka's ``ConfigTransformer.DEFAULT_PATTERN``:
 ``${provider:[path:]key}``."""
+KAFKA_CLIENT_MODULE: Final = "confluent_kafka"
+KAFKA_EXTRA: Final = "kafka"
+"""confluent-kafka (librdkafka) is the optional extra ``kafkaguard[kafka]``: only the features
+that talk to Kafka as a client need it (the audit topic), and they name it when it is missing
+(:meth:`ConfigSection.require_extra`); nothing the proxy always imports imports it."""
 PROVIDERS: Final = ("env", "file", "directory")
 """Kafka's ``EnvVarConfigProvider`` (KIP-887), ``FileConfigProvider`` and
 ``DirectoryConfigProvider`` (KIP-297, KIP-632), always enabled here."""
@@ -178,14 +190,74 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@dataclass(slots=True)
+class KeyRead:
+    """What one read of a key told about it (the accessor, its default and bounds)."""
+
+    path: str
+    """The section's path with list indices as ``[]`` and the keys of open mappings as ``*``
+    (``listeners[].ssl``, ``authorizer.extensions.listeners.*``)."""
+    at: str
+    """The section's path as written (``listeners[0].ssl``): where a document has it."""
+    key: str
+    kind: str
+    """``string`` | ``integer`` | ``number`` | ``boolean`` | ``enum`` | ``strings`` (a list
+    of strings) | ``object`` | ``objects`` (a list of mappings) | ``any`` (read raw) |
+    ``probe`` (only asked whether it is there)."""
+    default: Any = None
+    minimum: int | None = None
+    choices: tuple[str, ...] = ()
+    missing_required: bool = False
+    """Read as required and absent: the load failed here."""
+
+
+@dataclass(slots=True)
+class ReadRecorder:
+    """Every key the loaders read, while :data:`RECORDER` is set: what ``kafkaguard
+    config-schema`` derives the JSON Schema from (kafkaguard/cli/config_schema.py), so the
+    schema lists exactly the keys the loaders accept, with no second list to keep in step."""
+
+    reads: list[KeyRead] = field(default_factory=list)
+    closed: set[str] = field(default_factory=set)
+    """Paths whose sections reject unknown keys."""
+    open: set[str] = field(default_factory=set)
+    """Paths whose keys are names (read with :meth:`ConfigSection.keys`)."""
+
+
+RECORDER: ContextVar[ReadRecorder | None] = ContextVar("kafkaguard_config_reads", default=None)
+
+
 class ConfigSection:
     """A mapping in a config file; every accessor names the file, line and key on error."""
 
-    def __init__(self, mapping: _Mapping, file: str, prefix: str) -> None:
+    def __init__(self, mapping: _Mapping, file: str, prefix: str, path: str = "") -> None:
         self._mapping = mapping
         self._file = file
         self._prefix = prefix
+        self._path = path
+        """:attr:`KeyRead.path` of this section."""
         self._read: set[str] = set()
+
+    def _note(self, key: str, kind: str, default: Any = None, **facts: Any) -> None:
+        recorder = RECORDER.get()
+        if recorder is not None:
+            missing = default is _REQUIRED and key not in self._mapping.values
+            recorder.reads.append(
+                KeyRead(
+                    self._path,
+                    self._prefix,
+                    key,
+                    kind,
+                    None if default is _REQUIRED else default,
+                    missing_required=missing,
+                    **facts,
+                )
+            )
+
+    def _child_path(self, key: str) -> str:
+        recorder = RECORDER.get()
+        name = "*" if recorder is not None and self._path in recorder.open else key
+        return f"{self._path}.{name}" if self._path else name
 
     @classmethod
     def empty(cls, file: str = "<defaults>", prefix: str = "") -> ConfigSection:
@@ -209,6 +281,20 @@ class ConfigSection:
         return cls(value, file, "")
 
     @classmethod
+    def from_value(cls, value: dict[str, Any], file: str) -> ConfigSection:
+        """A tree already in Python values (no YAML, no line numbers, no config providers):
+        the documents ``kafkaguard config-schema`` explores (kafkaguard/cli/config_schema.py)."""
+
+        def tree(item: Any) -> Any:
+            if isinstance(item, dict):
+                return _Mapping({str(k): tree(v) for k, v in item.items()}, {}, 0)
+            if isinstance(item, list):
+                return [tree(v) for v in item]
+            return item
+
+        return cls(tree(value), file, "")
+
+    @classmethod
     def from_file(cls, path: str | Path) -> ConfigSection:
         path = Path(path)
         try:
@@ -223,7 +309,9 @@ class ConfigSection:
         return Where(self._file, self._mapping.lines.get(key, self._mapping.line), full)
 
     def error(self, key: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.where(key)}: {message}")
+        error = ConfigError(f"{self.where(key)}: {message}")
+        error.at, error.key = self._prefix, key
+        return error
 
     @property
     def file(self) -> str:
@@ -231,13 +319,19 @@ class ConfigSection:
 
     # -- access ----------------------------------------------------------------------------
     def __contains__(self, key: str) -> bool:
+        self._note(key, "probe")
         return key in self._mapping.values
 
     def keys(self) -> Iterator[str]:
+        """The keys as written: names chosen by the user (an open mapping)."""
+        recorder = RECORDER.get()
+        if recorder is not None:
+            recorder.open.add(self._path)
         return iter(self._mapping.values)
 
     def raw(self, key: str, default: Any = None) -> Any:
         """The plain Python value (mappings as dicts), for free-form sub-trees."""
+        self._note(key, "any", default)
         self._read.add(key)
         return _plain(self._mapping.values.get(key, default))
 
@@ -255,42 +349,50 @@ class ConfigSection:
         return value
 
     def get_str(self, key: str, default: Any = None) -> Any:
+        self._note(key, "string", default)
         return self._typed(key, default, (str,), "a string")
 
     def get_int(self, key: str, default: Any = None, *, minimum: int | None = None) -> Any:
+        self._note(key, "integer", default, minimum=minimum)
         value = self._typed(key, default, (int,), "an integer")
         if value is not None and minimum is not None and value < minimum:
             raise self.error(key, f"must be at least {minimum}, got {value}")
         return value
 
     def get_float(self, key: str, default: Any = None) -> Any:
+        self._note(key, "number", default)
         value = self._typed(key, default, (int, float), "a number")
         return None if value is None else float(value)
 
     def get_bool(self, key: str, default: Any = None) -> Any:
+        self._note(key, "boolean", default)
         return self._typed(key, default, (bool,), "true or false")
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = None) -> Any:
-        value = self.get_str(key, default)
+        self._note(key, "enum", default, choices=choices)
+        value = self._typed(key, default, (str,), "a string")
         if value is not None and value not in choices:
             raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
         return value
 
     def section(self, key: str, *, required: bool = False) -> ConfigSection:
         """A nested mapping; absent → an empty section (so defaults apply)."""
+        self._note(key, "object", _REQUIRED if required else None)
         self._read.add(key)
         prefix = f"{self._prefix}.{key}" if self._prefix else key
+        path = self._child_path(key)
         value = self._mapping.values.get(key)
         if value is None:
             if required:
                 raise self.error(key, "is required")
-            return ConfigSection(_Mapping({}, {}, self._mapping.line), self._file, prefix)
+            return ConfigSection(_Mapping({}, {}, self._mapping.line), self._file, prefix, path)
         if not isinstance(value, _Mapping):
             raise self.error(key, "must be a mapping")
-        return ConfigSection(value, self._file, prefix)
+        return ConfigSection(value, self._file, prefix, path)
 
     def sections(self, key: str) -> list[ConfigSection]:
         """A list of mappings (e.g. ``listeners``)."""
+        self._note(key, "objects")
         self._read.add(key)
         value = self._mapping.values.get(key)
         if value is None:
@@ -302,17 +404,37 @@ class ConfigSection:
             prefix = f"{self._prefix}.{key}[{index}]" if self._prefix else f"{key}[{index}]"
             if not isinstance(item, _Mapping):
                 raise self.error(key, f"item {index} must be a mapping")
-            out.append(ConfigSection(item, self._file, prefix))
+            out.append(ConfigSection(item, self._file, prefix, f"{self._child_path(key)}[]"))
         return out
 
-    def str_list(self, key: str, default: Any = None) -> Any:
+    def str_list(self, key: str, default: Any = None, *, choices: tuple[str, ...] = ()) -> Any:
+        """``choices``: when given, every item must be one of them."""
+        self._note(key, "strings", default, choices=choices)
         value = self._typed(key, default, (list,), "a list of strings")
         if value is not None and not all(isinstance(v, str) for v in value):
             raise self.error(key, "must be a list of strings")
+        for item in value if choices and value is not None else ():
+            if item not in choices:
+                raise self.error(key, f"unknown {item!r} (one of {', '.join(choices)})")
         return value
+
+    def require_extra(self, key: str, module: str, extra: str) -> None:
+        """Fail at load when ``key``'s value needs an optional dependency that is not
+        installed, naming the ``pip install`` that adds it: a configured feature must not
+        start half-working, nor fail later on its first use."""
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            value = _plain(self._mapping.values.get(key))
+            raise self.error(
+                key, f"{value!r} needs the {module} package: pip install 'kafkaguard[{extra}]'"
+            ) from None
 
     def reject_unknown(self) -> None:
         """Fail on keys no parser read: a typo must not silently fall back to a default."""
+        recorder = RECORDER.get()
+        if recorder is not None:
+            recorder.closed.add(self._path)
         unknown = [k for k in self._mapping.values if k not in self._read]
         if unknown:
             raise self.error(unknown[0], f"unknown key {unknown[0]!r}")

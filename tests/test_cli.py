@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from kafkaguard.cli import main
+from kafkaguard.cli import build_parser, main
 from kafkaguard.proxy.config import load_config
 from kafkaguard.tansu import TansuBroker, free_port
 
@@ -93,3 +94,14 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"kafkaguard {version('kafkaguard')}\n"
+
+
+def test_every_command_has_help_written_for_users() -> None:
+    """Each command's ``--help`` opens with a description for the people running it: no
+    command is left with a bare argument list, and no developer docstring markup leaks."""
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in commands.choices.items():
+        assert parser.description and len(parser.description) > 80, name
+        help_text = parser.format_help()
+        for markup in ("``", ":class:", ":mod:", ":func:", ":data:"):
+            assert markup not in help_text, (name, markup)

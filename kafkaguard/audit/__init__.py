@@ -38,7 +38,6 @@ from kafkaguard.audit.config import (
     AuditConfig,
     effective_mode,
 )
-from kafkaguard.audit.kafka_sink import AuditTopicSink
 from kafkaguard.audit.writer import AuditWriter
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
@@ -108,6 +107,9 @@ class AuditTrail:
             if config.writes_topic:
                 if connection is None:
                     raise ValueError(f"audit.sink {config.sink} needs the upstream connection")
+                # confluent-kafka (kafkaguard[kafka]), checked present when the config loaded
+                from kafkaguard.audit.kafka_sink import AuditTopicSink
+
                 topic = AuditTopicSink(config.kafka, connection, record_format=config.topic_format)
             writer = AuditWriter(config, topic=topic)
         self.writer = writer

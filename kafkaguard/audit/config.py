@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
 
-from kafkaguard.config_tree import ConfigSection
+from kafkaguard.config_tree import KAFKA_CLIENT_MODULE, KAFKA_EXTRA, ConfigSection
 from kafkaguard.policy.audit_log import API_KEY_NAMES, DecisionEvent
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, PatternType, ResourceType
@@ -248,6 +248,8 @@ def parse_audit_config(section: ConfigSection, base_dir: Path | None = None) -> 
         raise section.error("aggregate_window_seconds", "must be > 0")
     include_unlogged = section.get_bool("include_unlogged", False)
     sink = section.choice("sink", SINKS, FILE)
+    if sink != FILE:  # the audit topic's producer (kafkaguard/audit/kafka_sink.py)
+        section.require_extra("sink", KAFKA_CLIENT_MODULE, KAFKA_EXTRA)
     record_format = section.choice("format", FORMATS, FORMAT_KAFKAGUARD)
     exclude = tuple(parse_audit_rule(rule, route=False) for rule in section.sections("exclude"))
     include = tuple(parse_audit_rule(rule, route=True) for rule in section.sections("include"))

@@ -49,7 +49,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Final, Protocol
 
 from kafkaguard.audit.config import AGGREGATE, INDIVIDUAL, AuditConfig
 from kafkaguard.audit.events import (
@@ -60,9 +60,11 @@ from kafkaguard.audit.events import (
     decision_record,
     partition,
 )
-from kafkaguard.audit.kafka_sink import AuditTopicSink
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
+
+if TYPE_CHECKING:  # confluent-kafka is the optional extra kafkaguard[kafka]
+    from kafkaguard.audit.kafka_sink import AuditTopicSink
 
 log = logging.getLogger("kafkaguard.audit")
 

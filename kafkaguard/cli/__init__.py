@@ -1,4 +1,5 @@
-"""``kafkaguard`` command line: run, demo, check-config, reload, acls, certs, users, explain.
+"""``kafkaguard`` command line: run, demo, check-config, config-schema, reload, acls, certs,
+users, explain, analyze.
 
 Each sub-command is one ``add_parser`` in :func:`build_parser` whose ``handler`` default is
 the function :func:`main` calls with the parsed arguments (returning the exit code). Each
@@ -9,13 +10,15 @@ command group has its module: ``serve`` (run, demo, check-config), ``reload``, `
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kafkaguard import version
 from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only when run
 from kafkaguard.certs import cli as certs_cli
-from kafkaguard.cli import explain, reload, serve
+from kafkaguard.cli import config_schema, explain, reload, serve
 from kafkaguard.policy import acls_cli
 from kafkaguard.proxy.app import users_cli
 
@@ -30,41 +33,129 @@ proxy in front of an in-memory broker with sample ACLs. Help on one command:
 kafkaguard COMMAND --help."""
 
 
+CONFIG_SCHEMA_DESCRIPTION = """\
+Print a JSON Schema (draft 2020-12) of kafkaguard's configuration file on stdout: every key,
+its type, choices, minimum and default. Point your editor at it for completion and
+validation, e.g. with the YAML language server:
+
+  kafkaguard config-schema > kafkaguard.schema.json
+  # first line of config.yaml:
+  # yaml-language-server: $schema=./kafkaguard.schema.json
+
+The schema checks keys and types; kafkaguard check-config remains the authority (it also
+checks combinations of keys, values such as host:port, and every file the configuration
+names)."""
+
+
+DESCRIPTIONS = {
+    "run": """\
+Run the proxy with a configuration file (every key: config.example.yaml) until stopped.
+SIGHUP reloads the configuration and the ACL store (prefer kafkaguard reload, which checks
+the file first); SIGTERM or SIGINT stops accepting, lets requests in flight finish for up to
+shutdown_timeout_ms, then exits (a second signal exits at once).
+Exit status: 0 after a stop, 1 when the proxy cannot start (the reason on one line), 2 for an
+invalid configuration.""",
+    "demo": """\
+Try kafkaguard without a Kafka cluster: copies a sample configuration and ACL file into
+--dir (kept if already there, so your edits survive) and runs the proxy in front of an
+in-memory broker on 127.0.0.1:9192. Everything written is lost at exit. Change the ACLs
+with kafkaguard acls --config DIR/config.yaml while it runs.""",
+    "acls": """\
+Add, remove and list ACLs in the store a configuration names (acl_store: a file or
+ZooKeeper), with kafka-acls.sh's options and meaning, or copy every ACL from one store to
+another (--from/--to). A running proxy picks changes up by itself.""",
+    "certs": """\
+Mint certificates for trying TLS listeners: a development CA, server certificates (with
+the names clients connect to) and client certificates (whose subject becomes the principal).
+For development and tests; use your own PKI in production.""",
+    "users": """\
+Manage the SASL users of a listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512): add or replace a
+user's credentials, remove a user, list users. Only salted hashes are stored, in Kafka's SCRAM
+format (a credentials file, or ZooKeeper as Kafka keeps them). A running proxy picks changes
+up by itself.""",
+    "check-config": """\
+Check a configuration file as run and reload would: every key and value, and every file it
+names (certificates and keys, CA files, the ACL file, credentials, JWKS). Errors name the
+file, line and key.
+Exit status: 0 valid (warnings may be printed), 2 invalid.""",
+    "explain": """\
+Tell why a principal may or may not perform an operation on a resource under the ACLs the
+configuration's store holds now, the way the proxy decides: the ACLs that matched, super
+users, allow_everyone_if_no_acl_found.
+Exit status: 0 allowed, 1 denied, 2 error.""",
+    "analyze": """\
+Audit analytics on Spark (pip install 'kafkaguard[analytics]', Java 17 or newer): compact
+the audit trail into Parquet, report on it, propose least-privilege ACLs, find unused ACLs,
+replay a window against other ACLs, or watch the audit topic. kafkaguard analyze JOB --help
+describes each job.""",
+}
+"""Each command's ``--help`` text, for the people running it."""
+
+
+def _described(name: str) -> dict[str, Any]:
+    """``add_parser`` arguments giving command ``name`` its :data:`DESCRIPTIONS` text."""
+    return {
+        "description": DESCRIPTIONS[name],
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
+
+
+def _print_config_schema() -> int:
+    print(json.dumps(config_schema.config_schema(), indent=2))  # noqa: T201
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkaguard", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"kafkaguard {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
-        "run", help="run the proxy (SIGHUP reloads, SIGTERM drains and stops)"
+        "run", **_described("run"), help="run the proxy (SIGHUP reloads, SIGTERM drains and stops)"
     )
     serve.add_run_arguments(run)
     run.set_defaults(handler=lambda args: serve.run(args.config, args.pid_file))
     demo = commands.add_parser(
-        "demo", help="embedded Tansu broker + the proxy with the sample config and ACLs"
+        "demo",
+        **_described("demo"),
+        help="embedded Tansu broker + the proxy with the sample config and ACLs",
     )
     serve.add_demo_arguments(demo)
     demo.set_defaults(handler=lambda args: serve.run(serve.prepare_demo(args.dir)))
     acls = commands.add_parser(
-        "acls", help="add, remove and list ACLs in the configured store (like kafka-acls.sh)"
+        "acls",
+        **_described("acls"),
+        help="add, remove and list ACLs in the configured store (like kafka-acls.sh)",
     )
     acls_cli.add_arguments(acls)
     acls.set_defaults(handler=acls_cli.run)
     certs = commands.add_parser(
-        "certs", help="mint a development CA, server and client certificates (TLS listeners)"
+        "certs",
+        **_described("certs"),
+        help="mint a development CA, server and client certificates (TLS listeners)",
     )
     certs_cli.add_arguments(certs)
     certs.set_defaults(handler=certs_cli.run)
     users = commands.add_parser(
-        "users", help="add, remove and list SASL credentials (PLAIN, SCRAM-SHA-256/512)"
+        "users",
+        **_described("users"),
+        help="add, remove and list SASL credentials (PLAIN, SCRAM-SHA-256/512)",
     )
     users_cli.add_arguments(users)
     users.set_defaults(handler=users_cli.run)
     check = commands.add_parser(
         "check-config",
+        **_described("check-config"),
         help="validate a configuration file (exit 0 valid, 2 invalid), as run and reload do",
     )
     check.add_argument("--config", type=Path, required=True, help="YAML configuration")
     check.set_defaults(handler=lambda args: serve.check_config(args.config))
+    schema = commands.add_parser(
+        "config-schema",
+        help="print the JSON Schema of the configuration file (for editors and CI)",
+        description=CONFIG_SCHEMA_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    schema.set_defaults(handler=lambda args: _print_config_schema())
     reload_parser = commands.add_parser(
         "reload",
         help="check a configuration file, then have the running proxy reload it (SIGHUP)",
@@ -75,12 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     reload_parser.set_defaults(handler=reload.run)
     explain_parser = commands.add_parser(
         "explain",
+        **_described("explain"),
         help="why a request is allowed or denied (exit 0 allowed, 1 denied, 2 error)",
     )
     explain.add_arguments(explain_parser)
     explain_parser.set_defaults(handler=explain.run)
     analyze = commands.add_parser(
         "analyze",
+        **_described("analyze"),
         help="audit analytics on Spark: compact (JSON to Parquet), report (HTML), propose "
         "ACLs, unused ACLs, whatif",
     )

@@ -15,6 +15,8 @@ from functools import partial
 from logging import ERROR
 from pathlib import Path
 
+import yaml
+
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.proxy.app.config_files import check_files
@@ -26,6 +28,7 @@ from kafkaguard.proxy.app.server import (
 )
 from kafkaguard.proxy.app.workers import Supervisor
 from kafkaguard.proxy.config import (
+    LOG_FORMATS,
     HostPort,
     ProxyConfig,
     config_warnings,
@@ -121,15 +124,17 @@ def run(config_path: Path, pid_file: Path | None = None) -> int:
     try:
         config = load_config(config_path)
     except ConfigError as exc:
-        print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
+        fmt = _declared_log_format(config_path)
+        console(f"kafkaguard: configuration error: {exc}", fmt, level=ERROR, error=True)
         return 2
     configure_logging(config.log_level, config.log_format)
     raise_open_file_limit()
     loop_name = install_event_loop_policy()
+    if config.workers > 1:
+        set_worker(SUPERVISOR)  # before its first line: the workers' lines say 0, 1, ...
     log.info("event loop: %s", loop_name)
     if config.workers == 1:
         return _run_process(config, pid_file)
-    set_worker(SUPERVISOR)
     log.info("starting %d workers sharing each listener port", config.workers)
 
     def serve(worker: int, serving: Callable[[], None]) -> int:
@@ -146,6 +151,18 @@ def run(config_path: Path, pid_file: Path | None = None) -> int:
     finally:
         if pid_file is not None:
             _remove_pid_file(pid_file)
+
+
+def _declared_log_format(path: Path) -> str:
+    """``logging.format`` as a file that does not load states it, for the line saying why:
+    a log pipeline reading JSON lines gets that one as JSON too. ``text`` when the file does
+    not say or cannot be read."""
+    try:
+        with path.open(encoding="utf-8") as file:
+            fmt = yaml.safe_load(file)["logging"]["format"]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return "text"
+    return fmt if fmt in LOG_FORMATS else "text"
 
 
 def _worker_config(path: Path, launched: ProxyConfig) -> ProxyConfig:

@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from kafkaguard.tansu import TansuBroker, free_base, free_port
 from tests.support import debian
 from tests.support.proxy_fixture import TANSU_NODE_ID
+from tests.support.readme import deploying_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "deploy" / "container" / "Containerfile"
@@ -84,7 +85,9 @@ def _base_tarball() -> Path:
 def _wheels(directory: Path) -> Path:
     """kafkaguard and its dependencies as wheels, plus the build backend (``pyproject.toml``)."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "-w", str(directory), str(ROOT)], check=True, timeout=600)
+    # the image's default EXTRAS (the Containerfile's ARG)
+    wheel = [*pip, "wheel", "-w", str(directory), f"{ROOT}[kafka]"]
+    subprocess.run(wheel, check=True, timeout=600)
     subprocess.run([*pip, "download", "-d", str(directory), "setuptools>=77"], check=True)
     return directory
 
@@ -92,6 +95,7 @@ def _wheels(directory: Path) -> Path:
 def _build(buildah: list[str], *args: str, context: Path) -> None:
     done = subprocess.run(
         [*buildah, "bud", "--isolation", "chroot", *args, str(context)],
+        cwd=context,  # relative paths in args (README's -f) are the context's
         capture_output=True,
         text=True,
         timeout=900,
@@ -119,10 +123,14 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
     _build(buildah, "-t", "localhost/kafkaguard-base:test", context=base)
     wheels = _wheels(work / "wheels")
     name = "localhost/kafkaguard:test"
+    # README's "Deploying" build line as written, plus what this machine needs: the Debian
+    # base, and the wheels instead of an index.
+    documented = next(c for c in deploying_commands("buildah") if "--target" not in c)
+    assert documented[:2] == ["buildah", "bud"] and documented[-1] == "."
+    assert documented[documented.index("-f") + 1] == str(CONTAINERFILE.relative_to(ROOT))
     _build(
         buildah,
-        "-f",
-        str(CONTAINERFILE),
+        *documented[2:-1],
         "--build-arg",
         "BASE=localhost/kafkaguard-base:test",
         "--build-arg",

@@ -15,6 +15,7 @@ import pytest
 from kafkaguard.cli import build_parser
 from kafkaguard.proxy.config import ProxyConfig
 from tests.support import debian
+from tests.support.readme import deploying_commands
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 UNIT = DEPLOY / "kafkaguard.service"
@@ -43,10 +44,13 @@ def _here(tmp_path: Path) -> Path:
 
 
 def test_systemd_analyze_verifies_the_unit(tmp_path: Path) -> None:
+    """README's "Deploying" command, on this environment's copy of the unit."""
     tool = debian.require("systemd-analyze", "systemd")
-    done = subprocess.run(
-        [tool, "verify", str(_here(tmp_path))], capture_output=True, text=True, timeout=60
-    )
+    (command,) = [c for c in deploying_commands("systemd-analyze") if c[1] == "verify"]
+    installed = f"/etc/systemd/system/{UNIT.name}"
+    assert installed in command
+    argv = [str(_here(tmp_path)) if word == installed else word for word in command[1:]]
+    done = subprocess.run([tool, *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
 
 

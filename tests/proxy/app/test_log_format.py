@@ -286,3 +286,61 @@ def test_run_with_json_logging_writes_only_json_lines_to_stderr(
     assert closing["client_address"].startswith("127.0.0.1:")
     # Kafka's Selector connection id: local address - peer address - index
     assert closing["connection_id"].startswith(f"127.0.0.1:{port}-127.0.0.1:")
+
+
+def test_a_configuration_that_does_not_load_is_reported_as_json_when_it_asks_for_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one line ``run`` writes for a file it refuses follows the file's own
+    ``logging.format``: a pipeline reading the container's JSON lines can parse it."""
+    from kafkaguard.cli import main
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "upstream:\n  bootstrap_servers: ['127.0.0.1:9092']\n"
+        "listeners:\n  - name: P\n    port: 70000\nlogging:\n  format: json\n",
+        encoding="utf-8",
+    )
+    assert main(["run", "--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    document = json.loads(line)
+    assert document["level"] == "ERROR" and document["logger"] == "kafkaguard"
+    assert document["message"] == (
+        f"kafkaguard: configuration error: {config}:5 listeners[0].port: must be a TCP port"
+    )
+    assert captured.out == ""
+
+
+@pytest.mark.timeout(60)
+def test_the_supervisors_lines_have_no_worker_index(tmp_path: Path) -> None:
+    """With ``workers: 2`` every supervisor line, its first included, says ``worker: null``;
+    the workers' say 0 and 1."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "upstream:\n  bootstrap_servers: ['127.0.0.1:1']\nworkers: 2\n"
+        f"listeners:\n  - name: P\n    port: {free_port()}\nlogging:\n  format: json\n",
+        encoding="utf-8",
+    )
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kafkaguard", "run", "--config", str(config)],
+            stdout=stdout,
+            stderr=stderr,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        # both workers retry the unreachable upstream: each has logged by then
+        _wait_for(err, '"worker":1', process, err)
+        _wait_for(err, '"worker":0', process, err)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    documents = [json.loads(line) for line in err.read_text(encoding="utf-8").splitlines()]
+    by_worker: dict[Any, list[str]] = {}
+    for document in documents:
+        by_worker.setdefault(document["worker"], []).append(document["message"])
+    assert set(by_worker) == {None, 0, 1}, by_worker
+    assert by_worker[None][0].startswith("event loop: ")
+    assert all(m.startswith("upstream not reachable yet") for m in by_worker[0] + by_worker[1])

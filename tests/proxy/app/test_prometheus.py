@@ -70,7 +70,8 @@ LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SECURE")
 CERT_DAYS = 10
 """The SECURE listener's certificate: inside the 14-day alert, outside the 3-day one."""
 IDLE_MS = 400
-METRIC_NAME = re.compile(r"\bkafkaguard_[a-z_]+")
+METRIC_NAME = re.compile(r"\b(?:kafkaguard|process)_[a-z_]+")
+"""Names of the proxy's families and of prometheus_client's ProcessCollector (CPU, memory, fds)."""
 
 
 @dataclass
@@ -530,6 +531,11 @@ REQUIRED_FAMILIES = {
     "kafkaguard_zookeeper_connected",
     "kafkaguard_certificate_expiry_seconds",
     "kafkaguard_config_reloads_total",
+    "kafkaguard_proxy_latency_seconds_bucket",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_open_fds",
+    "process_max_fds",
 }
 
 
@@ -568,7 +574,7 @@ def test_dashboard_is_an_importable_grafana_dashboard() -> None:
                 assert 'listener=~"$listener"' in target["expr"], target["expr"]
     used = {n for e in _dashboard_exprs() for n in METRIC_NAME.findall(e)}
     assert REQUIRED_FAMILIES - used == set()
-    # p50 and p99 of both latency histograms.
+    # p50 and p99 of the three latency histograms (request, upstream, added by the proxy).
     quantiles = {
         (q, m)
         for e in _dashboard_exprs()
@@ -577,7 +583,11 @@ def test_dashboard_is_an_importable_grafana_dashboard() -> None:
     assert quantiles == {
         (q, m)
         for q in ("0.5", "0.99")
-        for m in ("kafkaguard_request_latency", "kafkaguard_upstream_latency")
+        for m in (
+            "kafkaguard_request_latency",
+            "kafkaguard_upstream_latency",
+            "kafkaguard_proxy_latency",
+        )
     }
 
 

@@ -190,7 +190,7 @@ def test_config_section() -> None:
 @pytest.mark.parametrize(
     "change,message",
     [
-        (("SCRAM-SHA-512, OAUTHBEARER", "GSSAPI"), "unknown mechanism"),
+        (("SCRAM-SHA-512, OAUTHBEARER", "GSSAPI"), "unknown 'GSSAPI'"),
         (("      credentials_file: users.yaml\n", ""), "credentials_file: is required"),
         (("security_protocol: SASL_PLAINTEXT", "security_protocol: PLAINTEXT"), "sasl"),
         (("        jwks_file: /etc/kafkaguard/jwks.json\n", ""), "jwks_file"),
