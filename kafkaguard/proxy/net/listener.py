@@ -82,6 +82,10 @@ _REFUSAL_DETAIL = {
         "more than max_connection_creation_rate ({limits.max_connection_creation_rate}) "
         "new connections per second"
     ),
+    CloseCause.IP_CONNECTION_RATE: (
+        "{host} is over its connection_creation_rate ({ip_rate}/s): held unread, closed "
+        "after {throttle_ms} ms"
+    ),
 }
 
 
@@ -133,6 +137,9 @@ class ListenerRuntime:
         """Connections being set up off the accept loop: TLS handshakes, PROXY headers."""
         self._awaiting_header = 0
         """Connections accepted whose PROXY protocol header has not been read yet."""
+        self._throttled: dict[socket.socket, asyncio.TimerHandle] = {}
+        """Connections over their address's ``connection_creation_rate``, held unread until
+        their throttle time ends (Kafka's ``Acceptor.throttledSockets``)."""
         self._sweeper: asyncio.TimerHandle | None = None
         self.draining = False
         """Shutdown: accepting stopped, connections close once their requests are answered."""
@@ -426,6 +433,9 @@ class ListenerRuntime:
         once. ``accepted_at`` starts its authentication deadline; ``now`` is the quotas'
         clock (later than ``accepted_at`` when a PROXY protocol header was read first)."""
         cause = self.quotas.admit(host, now)
+        if cause is CloseCause.IP_CONNECTION_RATE:
+            self._throttle(conn, host, port, self.quotas.throttle_s)
+            return None
         if cause is not None:
             self._refuse(conn, host, port, cause)
             return None
@@ -443,12 +453,40 @@ class ListenerRuntime:
         connection.connection_id = f"{local_text}-{connection.peer}-{self.stats.accepted}"
         return connection
 
+    def _throttle(self, conn: socket.socket, host: str, port: object, delay_s: float) -> None:
+        """A connection over its address's ``connection_creation_rate``: as Kafka's
+        ``Acceptor`` (``ConnectionThrottledException`` → ``DelayedCloseSocket``), nothing is
+        read from it and it is closed once ``delay_s`` has passed, so a client that
+        reconnects at once is slowed down rather than answered. At most ``max_connections``
+        are held so (file descriptors are bounded); beyond, one is closed at once."""
+        if len(self._throttled) >= self.limits.max_connections:
+            delay_s = 0.0
+        if delay_s > 0:
+            loop = asyncio.get_running_loop()
+            self._throttled[conn] = loop.call_later(delay_s, self._end_throttle, conn)
+        else:
+            conn.close()
+        self._count_refusal(host, port, CloseCause.IP_CONNECTION_RATE, round(delay_s * 1000))
+
+    def _end_throttle(self, conn: socket.socket) -> None:
+        del self._throttled[conn]
+        conn.close()
+
     def _refuse(self, conn: socket.socket, host: str, port: object, cause: CloseCause) -> None:
         conn.close()
+        self._count_refusal(host, port, cause)
+
+    def _count_refusal(
+        self, host: str, port: object, cause: CloseCause, throttle_ms: int = 0
+    ) -> None:
         self.counters[cause] += 1
         limits = self.limits
         detail = _REFUSAL_DETAIL[cause].format(
-            limits=limits, host=host, per_ip=limits.max_connections_for(host)
+            limits=limits,
+            host=host,
+            per_ip=limits.max_connections_for(host),
+            ip_rate=limits.connection_creation_rate_for(host),
+            throttle_ms=throttle_ms,
         )
         self.rate_log.log(
             (self.config.name, cause),
@@ -557,6 +595,7 @@ class ListenerRuntime:
         nothing in flight) or not authenticated within ``authentication_timeout_ms``."""
         now = asyncio.get_running_loop().time()
         try:
+            self.quotas.expire(now)
             for connection in list(self.connections):
                 connection.clock(now)
         finally:  # one faulty connection must not end the sweeps of the listener
@@ -613,7 +652,8 @@ class ListenerRuntime:
 
     # -- shutdown ------------------------------------------------------------------------------
     def stop_accepting(self) -> None:
-        """Close every listening socket; abandon TLS handshakes in progress."""
+        """Close every listening socket; abandon TLS handshakes in progress; close the
+        connections held for their address's ``connection_creation_rate``."""
         for task in self._acceptors:
             task.cancel()  # schedules the removal of its socket's reader first
         self._acceptors.clear()
@@ -623,6 +663,10 @@ class ListenerRuntime:
         self._sockets.clear()
         for task in list(self._handshakes):
             task.cancel()
+        for conn, timer in self._throttled.items():  # Kafka's Acceptor.closeAll
+            timer.cancel()
+            conn.close()
+        self._throttled.clear()
 
     def drain(self) -> tuple[int, int, int]:
         """Shutdown, first step: stop accepting and reading; each connection closes once its

@@ -29,7 +29,12 @@ from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts, LimitsConfig
 from kafkaguard.proxy.core.commands import CloseCause
-from kafkaguard.proxy.core.limits import ConnectionQuotas, Liveness, sweep_interval
+from kafkaguard.proxy.core.limits import (
+    QUOTA_WINDOW_MS,
+    ConnectionQuotas,
+    Liveness,
+    sweep_interval,
+)
 from kafkaguard.proxy.net.listener import ListenerRuntime
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
@@ -99,6 +104,66 @@ def test_quotas_creation_rate_is_a_token_bucket() -> None:
     assert limited.admit("a", 0.0) is None
     assert limited.admit("a", 1.0) is CloseCause.MAX_CONNECTIONS_PER_IP
     assert limited.admit("b", 1.0) is None
+
+
+def test_ip_connection_rate_is_measured_as_kafka_measures_it() -> None:
+    """KIP-612's ``connection_creation_rate``: Kafka's Rate over 11 one-second samples, counted
+    as at least 10 s, so a fresh address may open ten times its quota at once. Over it, the
+    connection is un-recorded and throttled for (O - T) / T * window, at most one window."""
+    quotas = ConnectionQuotas(LimitsConfig(connection_creation_rate=5))
+    burst = [quotas.admit("10.0.0.1", 100.0) for _ in range(52)]
+    assert burst.count(None) == 50  # the 51st makes 51 / 10 s = 5.1 > 5
+    assert burst[50:] == [CloseCause.IP_CONNECTION_RATE] * 2  # un-recorded: the same again
+    assert quotas.throttle_s == pytest.approx(0.2)  # (5.1 - 5) / 5 * 10,000 ms
+    assert quotas.total == 50
+    assert quotas.admit("10.0.0.2", 100.0) is None  # per address
+    # One second later: still 51 counted over 10 s. Later the window widens with the time
+    # the samples span: 51 over 10.95 s is under 5 per second.
+    assert quotas.admit("10.0.0.1", 101.0) is CloseCause.IP_CONNECTION_RATE
+    assert quotas.admit("10.0.0.1", 110.95) is None
+    # Nothing recorded for 11 s: the address is forgotten (the state kept is bounded), and
+    # measured as a fresh one again.
+    quotas.expire(122.0)
+    assert not quotas._ip_rates
+    assert [quotas.admit("10.0.0.1", 122.0) for _ in range(51)].count(None) == 50
+
+
+def test_ip_connection_rate_overrides_and_order() -> None:
+    limits = LimitsConfig(
+        connection_creation_rate=1,
+        connection_creation_rate_overrides=MappingProxyType({"10.0.0.9": 0, "10.0.0.8": 2**31 - 1}),
+        max_connections_per_ip=3,
+    )
+    quotas = ConnectionQuotas(limits)
+    # A quota of 0 throttles every connection for the longest time, one window.
+    assert quotas.admit("10.0.0.9", 0.0) is CloseCause.IP_CONNECTION_RATE
+    assert quotas.throttle_s == QUOTA_WINDOW_MS / 1000
+    # The override to Kafka's default lifts the quota (only max_connections_per_ip is left).
+    assert [quotas.admit("10.0.0.8", 0.0) for _ in range(4)][
+        -1
+    ] is CloseCause.MAX_CONNECTIONS_PER_IP
+    # As in Kafka's ConnectionQuotas.inc: the rate is recorded before max.connections.per.ip is
+    # checked, so a connection refused for that still counts towards its address's rate.
+    refused = [quotas.admit("10.0.0.1", 0.0) for _ in range(10)]
+    assert refused[:3] == [None] * 3
+    assert refused[3:] == [CloseCause.MAX_CONNECTIONS_PER_IP] * 7
+    assert quotas.admit("10.0.0.1", 0.0) is CloseCause.IP_CONNECTION_RATE  # 11 in 10 s
+    # max_connections comes first and records nothing.
+    full = ConnectionQuotas(LimitsConfig(max_connections=1, connection_creation_rate=0))
+    assert full.admit("10.0.0.9", 0.0) is CloseCause.IP_CONNECTION_RATE
+    assert full.total == 0
+    full.reconfigure(LimitsConfig(max_connections=1))
+    assert full.admit("10.0.0.9", 0.0) is None
+    assert full.admit("10.0.0.9", 0.0) is CloseCause.MAX_CONNECTIONS
+
+
+def test_ip_connection_rate_reconfigured_keeps_what_was_recorded() -> None:
+    quotas = ConnectionQuotas(LimitsConfig())
+    assert all(quotas.admit("10.0.0.1", 0.0) is None for _ in range(30))  # unlimited: unrecorded
+    quotas.reconfigure(LimitsConfig(connection_creation_rate=2))
+    assert sum(quotas.admit("10.0.0.1", 0.0) is None for _ in range(30)) == 20
+    quotas.reconfigure(LimitsConfig(connection_creation_rate=3))  # the 20 recorded stay
+    assert sum(quotas.admit("10.0.0.1", 0.0) is None for _ in range(30)) == 10
 
 
 def test_liveness_idle_and_authentication_deadlines() -> None:
@@ -339,6 +404,61 @@ async def test_connection_creation_rate(caplog: pytest.LogCaptureFixture) -> Non
 
 
 @on_each_loop
+async def test_ip_connection_creation_rate(caplog: pytest.LogCaptureFixture) -> None:
+    """KIP-612: a connection over its address's ``connection_creation_rate`` is accepted, never
+    read (no answer, no broker connection) and closed after the throttle time (1 s here, the
+    longest), as Kafka's Acceptor does; other addresses and per-address overrides apply."""
+    limits = LimitsConfig(
+        connection_creation_rate=1,
+        connection_creation_rate_overrides=MappingProxyType({"127.0.0.3": 0, CONTROL: 1000}),
+    )
+    async with environment(caplog, limits) as env:
+        admitted = await open_many(env, 10, ATTACKER)  # 10 in the first 10 s window
+        await admitted[-1].roundtrip(METADATA, correlation_id=1)
+        over = await open_many(env, 3, ATTACKER)
+        blocked = await env.connect("127.0.0.3")
+        for client in (*over, blocked):
+            client.send(METADATA, correlation_id=2)
+        # Held, not closed at once: the throttle time is one whole window.
+        assert len(await still_open([*over, blocked], wait_s=0.3)) == 4
+        assert env.counters[CloseCause.IP_CONNECTION_RATE] == 4
+        assert env.listener.quotas.total == 10  # the throttled ones are not counted
+        # Then closed, never answered, never connected upstream.
+        for client in (*over, blocked):
+            with pytest.raises(EOFError):
+                await client.recv_frame(wait_s=5)  # closed without a response frame
+        assert env.fake.open_connections == 10
+        assert env.logged("127.0.0.2 is over its connection_creation_rate (1/s)", "held unread")
+        # The control address's own quota is far above: unaffected.
+        control = await open_many(env, 20, CONTROL)
+        await control[-1].roundtrip(METADATA, correlation_id=3)
+        assert not env.listener._throttled  # every held socket was closed
+        await close_all([*admitted, *over, blocked, *control])
+
+
+@on_each_loop
+async def test_ip_connection_creation_rate_reconfigured(caplog: pytest.LogCaptureFixture) -> None:
+    """A reload (ListenerRuntime.reconfigure) applies a new quota to the next connection; the
+    connections already open stay."""
+    async with environment(caplog, LimitsConfig()) as env:
+        before = await env.connect(ATTACKER)
+        await before.roundtrip(METADATA, correlation_id=1)
+        blocked = replace(
+            env.listener.limits,
+            connection_creation_rate_overrides=MappingProxyType({ATTACKER: 0}),
+        )
+        env.listener.reconfigure(blocked, log_only=False)
+        refused = await env.connect(ATTACKER)
+        assert await refused.closed_by_peer(wait_s=5)
+        assert env.counters[CloseCause.IP_CONNECTION_RATE] == 1
+        await before.roundtrip(METADATA, correlation_id=2)  # open before: kept
+        env.listener.reconfigure(LimitsConfig(), log_only=False)
+        after = await env.connect(ATTACKER)
+        await after.roundtrip(METADATA, correlation_id=3)
+        await close_all([before, refused, after])
+
+
+@on_each_loop
 async def test_refusals_log_one_line_a_second(caplog: pytest.LogCaptureFixture) -> None:
     async with environment(caplog, LimitsConfig(max_connections_per_ip=1)) as env:
         kept = await env.connect(ATTACKER)
@@ -495,6 +615,8 @@ def test_listener_limits_override_the_top_level_ones(tmp_path: Path) -> None:
         "    limits:\n"
         "      max_connections_per_ip: 3\n"
         "      max_connections_per_ip_overrides: '10.0.0.1:100, [::1]:7'\n"
+        "      connection_creation_rate: 20\n"
+        "      connection_creation_rate_overrides: '10.0.0.1:0, ::ffff:10.0.0.2:500'\n"
         "      authentication_timeout_ms: 2000\n",
         encoding="utf-8",
     )
@@ -509,6 +631,10 @@ def test_listener_limits_override_the_top_level_ones(tmp_path: Path) -> None:
     assert outside.max_connections_for("10.0.0.1") == 100
     assert outside.max_connections_for("::1") == 7
     assert outside.max_connections_for("10.0.0.2") == 3
+    assert inside.connection_creation_rate_for("10.0.0.1") == 2**31 - 1  # Kafka's default
+    assert outside.connection_creation_rate_for("10.0.0.1") == 0
+    assert outside.connection_creation_rate_for("10.0.0.2") == 500  # IPv4-mapped: one spelling
+    assert outside.connection_creation_rate_for("10.0.0.3") == 20
 
 
 def test_process_limits_and_config_errors(tmp_path: Path) -> None:
@@ -546,3 +672,10 @@ def test_process_limits_and_config_errors(tmp_path: Path) -> None:
             "limits: {max_connections_per_ip_overrides: 'broker1:3'}\n"
             "listeners: [{name: A, port: 9192}]\n"
         )
+    with pytest.raises(ConfigError, match="connection_creation_rate_overrides: must be 'ip:count"):
+        load(
+            "limits: {connection_creation_rate_overrides: '10.0.0.1:fast'}\n"
+            "listeners: [{name: A, port: 9192}]\n"
+        )
+    with pytest.raises(ConfigError, match="connection_creation_rate"):
+        load("limits: {connection_creation_rate: -1}\nlisteners: [{name: A, port: 9192}]\n")
