@@ -25,7 +25,9 @@ costs the proxy its broker connection):
 * ``sasl-scram`` — SASL_SSL listener, full TLS handshake then SCRAM-SHA-512 (4096 iterations:
   the client's PBKDF2, the proxy's HMACs);
 * ``mtls`` — SSL listener with ``client_auth: required``: the client certificate verified
-  and mapped to a principal.
+  and mapped to a principal;
+* ``mtls-resumed`` — the same, resuming (the ticket carries the verified client certificate,
+  which is not verified again).
 
 Per kind and round: ``--connections`` connections; the proxy's CPU time (user + system, from
 ``/proc``) over them, minus its idle CPU over the same wall time, divided by the number:
@@ -69,7 +71,7 @@ from kafkaguard.protocol.codec import ErrorCode  # noqa: E402
 from kafkaguard.tansu import TansuBroker, free_port  # noqa: E402
 from tests.support.scram_client import ScramClient  # noqa: E402
 
-KINDS = ("plain", "tls", "tls-resumed", "sasl-scram", "mtls")
+KINDS = ("plain", "tls", "tls-resumed", "sasl-scram", "mtls", "mtls-resumed")
 PASSWORD = "bench-secret"
 TANSU_NODE_ID = 111
 API_VERSIONS = encode(18, 3, 1, client_software_name="bench", client_software_version="1")
@@ -78,7 +80,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging", ("logging/__init__.py", "log_limit.py", "log_format.py")),
     ("metrics, stats", ("core/stats.py", "app/metrics.py")),
     ("SASL", ("/proxy/sasl/", "handlers/sasl.py", "hmac.py", "base64.py")),
-    ("TLS (Python side)", ("/ssl.py", "certs/tls.py", "principal", "sslproto.py")),
+    (
+        "TLS handshake",
+        ("do_handshake", "_ssl.", "/ssl.py", "certs/tls.py", "principal", "sslproto.py"),
+    ),
     ("accept + quotas", ("listener.py:_accept", "listener.py:_admit", "core/limits.py")),
     ("broker connection", ("_connect_upstream", "Upstream", "net/cluster.py")),
     (
@@ -309,6 +314,7 @@ def kinds(ports: dict[str, int], pki: Pki) -> dict[str, Kind]:
         "tls-resumed": Kind("tls-resumed", ports["tls"], client_context(False), resume=True),
         "sasl-scram": Kind("sasl-scram", ports["sasl-scram"], client_context(False), scram=True),
         "mtls": Kind("mtls", ports["mtls"], client_context(True)),
+        "mtls-resumed": Kind("mtls-resumed", ports["mtls"], client_context(True), resume=True),
     }
 
 

@@ -75,6 +75,9 @@ log = logging.getLogger("kafkaguard.proxy")
 
 _ACCEPT_RETRY_S = 0.1
 """After a failed ``accept`` (out of file descriptors): wait before the next, not spin."""
+_ACCEPT_BACKLOG_BATCH = 100
+"""Connections taken from the backlog after one wake-up, at most (asyncio's own accept loop
+takes as many), so other work of the loop still runs between bursts."""
 _REFUSAL_DETAIL = {
     CloseCause.MAX_CONNECTIONS: "the listener holds its max_connections ({limits.max_connections})",
     CloseCause.MAX_CONNECTIONS_PER_IP: "{host} holds its max_connections_per_ip ({per_ip})",
@@ -277,15 +280,28 @@ class ListenerRuntime:
                     )
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                     continue
-                try:
-                    if self.config.proxy_protocol_versions is None:
-                        await self._accept_direct(conn, address, node_id, loop.time())
-                    else:
-                        self._accept_proxied(conn, address, node_id, loop.time())
-                except Exception:  # noqa: BLE001 - a bug must not end accepting on the port
-                    self._set_up_failed(conn)
+                await self._set_up(conn, address, node_id)
+                # The backlog, without going back to the loop for each connection (uvloop's
+                # sock_accept registers and removes a reader, and waits one loop iteration,
+                # per call): a burst of connections costs one wake-up.
+                for _ in range(_ACCEPT_BACKLOG_BATCH):
+                    try:
+                        conn, address = sock.accept()
+                    except OSError:  # empty (or EMFILE: reported by the next sock_accept)
+                        break
+                    await self._set_up(conn, address, node_id)
         finally:  # here, once the loop no longer watches the socket (its fd may be reused)
             sock.close()
+
+    async def _set_up(self, conn: socket.socket, address: Any, node_id: int | None) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            if self.config.proxy_protocol_versions is None:
+                await self._accept_direct(conn, address, node_id, loop.time())
+            else:
+                self._accept_proxied(conn, address, node_id, loop.time())
+        except Exception:  # noqa: BLE001 - a bug must not end accepting on the port
+            self._set_up_failed(conn)
 
     async def _accept_direct(
         self, conn: socket.socket, address: Any, node_id: int | None, now: float
@@ -505,14 +521,19 @@ class ListenerRuntime:
         which must be done by ``deadline`` (loop time)."""
         loop = asyncio.get_running_loop()
         tls = self.tls
+        # Only a TLS handshake (or the ClientHello peek) can take long: no timer otherwise.
+        bounded = tls is not None or self.config.sni is not None
         try:
-            async with asyncio.timeout_at(deadline):  # only a TLS handshake can take long
+            async with asyncio.timeout_at(deadline) if bounded else contextlib.nullcontext():
                 if self.config.sni is not None and not await self._route(conn, connection):
                     return
                 await loop.connect_accepted_socket(
                     lambda: connection,
                     conn,
-                    ssl=tls.context if tls is not None else None,
+                    # The newest context: it decides which session tickets resume (OpenSSL
+                    # decrypts them with the keys of the context a handshake starts with), so
+                    # a reload of the TLS files ends the tickets issued before it.
+                    ssl=tls.current() if tls is not None else None,
                     # the deadline above decides
                     ssl_handshake_timeout=(
                         max(deadline - loop.time(), 0.0) + 1.0 if tls is not None else None

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ import pytest
 
 from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig
+from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kafkaguard.proxy.app.server import ProxyServer
@@ -555,6 +557,60 @@ async def test_authentication_timeout_on_an_ssl_listener(
         await asyncio.sleep(0.3)
         assert (await secure.roundtrip(METADATA, correlation_id=1)).brokers
         await close_all([silent, secure])
+
+
+@pytest.fixture
+def mtls(tmp_path: Path) -> tuple[Path, TlsConfig, ssl.SSLContext]:
+    """A CA, a server certificate, and a client context holding ``CN=alice``'s certificate."""
+    tooling.init_ca(tmp_path)
+    server = tooling.issue_server(tmp_path, hosts=["localhost"], ips=["127.0.0.1"])
+    client = tooling.issue_client(tmp_path, common_name="alice")
+    ca = tmp_path / tooling.CA_CERT
+    settings = TlsConfig(
+        cert_file=server.cert_path, key_file=server.key_path, ca_file=ca, client_auth="required"
+    )
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(client.cert_path, client.key_path)
+    return tmp_path, settings, context
+
+
+def _tls_round_trip(
+    port: int, context: ssl.SSLContext, session: ssl.SSLSession | None
+) -> tuple[bool, ssl.SSLSession | None]:
+    """One TLS connection offering ``session`` (a blocking client, as Python's ``ssl`` resumes
+    only there): one Metadata round trip; (resumed, the session to offer next time)."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost", session=session) as sock,
+    ):
+        sock.sendall(codec.encode_request(METADATA, 1, "resume"))
+        size = int.from_bytes(sock.recv(4), "big")
+        while size > 0:
+            size -= len(sock.recv(size))
+        return sock.session_reused, sock.session  # after data: TLS 1.3 tickets come late
+
+
+@on_each_loop
+async def test_a_resumed_tls_session_keeps_its_principal_until_a_reload(
+    caplog: pytest.LogCaptureFixture, mtls: tuple[Path, TlsConfig, ssl.SSLContext]
+) -> None:
+    """Session tickets: a client that reconnects with its ticket skips the full handshake
+    (and the client certificate's verification) and is still its certificate's principal.
+    A reload of the TLS files ends the tickets issued before it, as Kafka's new SSLContext on
+    a keystore update does: the next connection is a full handshake under the new files."""
+    root, settings, context = mtls
+    listener = {"name": "MTLS", "security_protocol": "SSL", "ssl": settings}
+    async with environment(caplog, LimitsConfig(), **listener) as env:
+        resumed, session = await asyncio.to_thread(_tls_round_trip, env.port, context, None)
+        assert not resumed and session is not None
+        resumed, session = await asyncio.to_thread(_tls_round_trip, env.port, context, session)
+        assert resumed
+        assert len(env.logged("authenticated as User:CN=alice")) == 2
+        tooling.issue_server(root, hosts=["localhost"], ips=["127.0.0.1"], force=True)
+        resumed, _ = await asyncio.to_thread(_tls_round_trip, env.port, context, session)
+        assert not resumed
+        assert env.listener.tls is not None and env.listener.tls.reloads == 1
+        assert len(env.logged("authenticated as User:CN=alice")) == 3
 
 
 @on_each_loop
