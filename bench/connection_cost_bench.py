@@ -27,7 +27,14 @@ costs the proxy its broker connection):
 * ``mtls`` — SSL listener with ``client_auth: required``: the client certificate verified
   and mapped to a principal;
 * ``mtls-resumed`` — the same, resuming (the ticket carries the verified client certificate,
-  which is not verified again).
+  which is not verified again);
+* ``sasl-plain-refused`` — an authentication storm's connection (``auth_storm_bench.py``,
+  one address): SASL_PLAINTEXT, SaslHandshake PLAIN, SaslAuthenticate with a wrong password,
+  hang up without waiting for the answer (after the first, refused from the address's failure
+  window without a hash);
+* ``ip-throttled`` — the same client over its address's ``connection_creation_rate`` (KIP-612;
+  a listener whose quota for 127.0.0.1 is 0): accepted, never read, closed by the proxy after
+  the throttle time (made in batches of 100 at once, since each is held 1 s).
 
 Per kind and round: ``--connections`` connections; the proxy's CPU time (user + system, from
 ``/proc``) over them, minus its idle CPU over the same wall time, divided by the number:
@@ -72,6 +79,9 @@ from kafkaguard.tansu import TansuBroker, free_port  # noqa: E402
 from tests.support.scram_client import ScramClient  # noqa: E402
 
 KINDS = ("plain", "tls", "tls-resumed", "sasl-scram", "mtls", "mtls-resumed")
+STORM_KINDS = ("sasl-plain-refused", "ip-throttled")
+"""Kinds of the authentication storm's connections, on listeners of their own (their keys
+are newer than some checkouts an A/B run may use, so they are there only when asked for)."""
 PASSWORD = "bench-secret"
 TANSU_NODE_ID = 111
 API_VERSIONS = encode(18, 3, 1, client_software_name="bench", client_software_version="1")
@@ -133,13 +143,28 @@ class Kind:
     context: ssl.SSLContext | None = None
     scram: bool = False
     resume: bool = False
+    refused_plain: bool = False
+    throttled: bool = False
     session: ssl.SSLSession | None = None
     resumed: int = 0
+
+
+_WRONG_PLAIN = (
+    encode(17, 1, 1, mechanism="PLAIN"),
+    encode(36, 2, 2, auth_bytes=b"\0alice\0wrong-password"),
+)
+THROTTLED_BATCH = 100
 
 
 def connect_once(kind: Kind) -> None:
     raw = socket.create_connection(("127.0.0.1", kind.port), timeout=10)
     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if kind.refused_plain:
+        with raw:
+            raw.sendall(_WRONG_PLAIN[0])
+            recv_frame(raw)
+            raw.sendall(_WRONG_PLAIN[1])  # and hang up, as the storm's attackers do
+        return
     sock: socket.socket = raw
     if kind.context is not None:
         sock = kind.context.wrap_socket(
@@ -157,6 +182,31 @@ def connect_once(kind: Kind) -> None:
             kind.session = sock.session  # read after data: TLS 1.3 tickets follow the handshake
     finally:
         sock.close()
+
+
+def make_connections(kind: Kind, count: int) -> None:
+    if kind.throttled:
+        for done in range(0, count, THROTTLED_BATCH):
+            throttled_batch(kind, min(THROTTLED_BATCH, count - done))
+    else:
+        for _ in range(count):
+            connect_once(kind)
+
+
+def throttled_batch(kind: Kind, count: int) -> None:
+    """``count`` connections at once, each sending ApiVersions, then each read until the proxy
+    closes it (nothing is answered to a throttled connection)."""
+    socks = [socket.create_connection(("127.0.0.1", kind.port), timeout=10) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.sendall(API_VERSIONS)
+        for sock in socks:
+            with contextlib.suppress(ConnectionResetError):
+                if sock.recv(4096):
+                    raise RuntimeError("a throttled connection was answered")
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def scram_sha512(sock: socket.socket) -> None:
@@ -244,7 +294,12 @@ def make_pki(directory: Path) -> Pki:
 
 
 def start_proxy(
-    env: Env, pki: Pki, kafkaguard_path: str | None, profile: Path | None = None
+    env: Env,
+    pki: Pki,
+    kafkaguard_path: str | None,
+    profile: Path | None = None,
+    *,
+    storm: bool = False,
 ) -> tuple[int, dict[str, int]]:
     """A proxy process (under cProfile, dumping to ``profile``, if given): (pid, port by
     listener kind)."""
@@ -252,13 +307,15 @@ def start_proxy(
     if not users.exists():
         subprocess.run(
             [sys.executable, "-m", "kafkaguard", "users", "add", "--file", str(users)]
-            + ["--user", "alice", "--mechanism", "SCRAM-SHA-512", "--password-stdin"],
+            + ["--user", "alice", "--mechanism", "SCRAM-SHA-512", "--mechanism", "PLAIN"]
+            + ["--password-stdin"],
             input=PASSWORD.encode(),
             check=True,
             cwd=REPO,
             stdout=subprocess.DEVNULL,
         )
-    ports = {name: free_port() for name in ("plain", "tls", "sasl-scram", "mtls")}
+    names = ("plain", "tls", "sasl-scram", "mtls") + (STORM_KINDS if storm else ())
+    ports = {name: free_port() for name in names}
     ssl_section = f"{{cert_file: '{pki.server_cert}', key_file: '{pki.server_key}'}}"
     mtls_section = (
         f"{{cert_file: '{pki.server_cert}', key_file: '{pki.server_key}', "
@@ -284,6 +341,20 @@ def start_proxy(
             "credentials_file: users.yaml}\n",
         )
         + listener("MTLS", "SSL", f"    ssl: {mtls_section}\n")
+        + (
+            listener(
+                "SASL_PLAIN_REFUSED",
+                "SASL_PLAINTEXT",
+                "    sasl: {enabled_mechanisms: [PLAIN], credentials_file: users.yaml}\n",
+            )
+            + listener(
+                "IP_THROTTLED",
+                "PLAINTEXT",
+                "    limits: {connection_creation_rate_overrides: '127.0.0.1:0'}\n",
+            )
+            if storm
+            else ""
+        )
         + f"upstream:\n  bootstrap_servers: ['{env.upstream}']\n"
         + "logging:\n  level: WARNING\n"
         + 'authorizer:\n  super_users: "User:alice"\n'
@@ -315,6 +386,16 @@ def kinds(ports: dict[str, int], pki: Pki) -> dict[str, Kind]:
         "sasl-scram": Kind("sasl-scram", ports["sasl-scram"], client_context(False), scram=True),
         "mtls": Kind("mtls", ports["mtls"], client_context(True)),
         "mtls-resumed": Kind("mtls-resumed", ports["mtls"], client_context(True), resume=True),
+        **(
+            {
+                "sasl-plain-refused": Kind(
+                    "sasl-plain-refused", ports["sasl-plain-refused"], refused_plain=True
+                ),
+                "ip-throttled": Kind("ip-throttled", ports["ip-throttled"], throttled=True),
+            }
+            if "ip-throttled" in ports
+            else {}
+        ),
     }
 
 
@@ -331,8 +412,7 @@ def measure(pid: int, kind: Kind, count: int, idle: float) -> tuple[float, float
         connect_once(kind)  # the first ticket
     kind.resumed = 0
     before, start = cpu_seconds(pid), time.perf_counter()
-    for _ in range(count):
-        connect_once(kind)
+    make_connections(kind, count)
     elapsed = time.perf_counter() - start
     cpu = cpu_seconds(pid) - before - idle * elapsed
     return cpu / count * 1e6, elapsed / count * 1e3
@@ -348,8 +428,7 @@ def perf_by_dso(pid: int, kind: Kind, count: int, out: Path) -> dict[str, float]
         stderr=subprocess.DEVNULL,
     )
     time.sleep(1.0)  # attached
-    for _ in range(count):
-        connect_once(kind)
+    make_connections(kind, count)
     perf.send_signal(signal.SIGINT)
     perf.wait(timeout=60)
     report = subprocess.run(
@@ -389,19 +468,19 @@ def profile(env: Env, args: argparse.Namespace, pid: int, ports: dict[str, int],
     for name in names:
         shares = perf_by_dso(pid, kinds(ports, pki)[name], args.connections, out)
         print(
-            f"{name:<14}"
+            f"{name:<20}"
             + ", ".join(f"{k} {v:.0f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
         )
     print("\nthe Python part, by stage (cProfile self time; the proxy under cProfile)")
     for name in names:
         stats_file = out / f"{name}.pstats"
-        profiled, profiled_ports = start_proxy(env, pki, args.kafkaguard_path, stats_file)
+        profiled, profiled_ports = start_proxy(
+            env, pki, args.kafkaguard_path, stats_file, storm=name in STORM_KINDS
+        )
         kind = kinds(profiled_ports, pki)[name]
-        for _ in range(20):
-            connect_once(kind)  # warm-up
+        make_connections(kind, 20)  # warm-up
         os.kill(profiled, signal.SIGUSR1)
-        for _ in range(args.connections):
-            connect_once(kind)
+        make_connections(kind, args.connections)
         os.kill(profiled, signal.SIGUSR2)
         deadline = time.monotonic() + 30
         while not stats_file.exists() and time.monotonic() < deadline:
@@ -409,7 +488,7 @@ def profile(env: Env, args: argparse.Namespace, pid: int, ports: dict[str, int],
         time.sleep(0.5)
         os.killpg(profiled, signal.SIGTERM)
         shares = python_stages(stats_file)
-        print(f"{name:<14}" + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+        print(f"{name:<20}" + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -422,12 +501,12 @@ def run(args: argparse.Namespace) -> int:
 
         asyncio.run(env.broker.wait_ready())
         pki = make_pki(env.directory / "pki")
-        pid, ports = start_proxy(env, pki, args.kafkaguard_path)
+        storm = any(name in STORM_KINDS for name in args.kinds.split(","))
+        pid, ports = start_proxy(env, pki, args.kafkaguard_path, storm=storm)
         table = kinds(ports, pki)
         selected = [table[name] for name in args.kinds.split(",")]
         for kind in selected:  # warm-up: imports, caches
-            for _ in range(20):
-                connect_once(kind)
+            make_connections(kind, 20)
         results: dict[str, list[tuple[float, float]]] = {k.name: [] for k in selected}
         resumed: dict[str, list[float]] = {k.name: [] for k in selected}
         for r in range(args.rounds):
@@ -444,12 +523,12 @@ def run(args: argparse.Namespace) -> int:
                     + f"  (proxy idle {idle * 1e3:.1f} ms/s)"
                 )
         print(f"\nmedians over {args.rounds} rounds of {args.connections} connections")
-        print(f"{'kind':<14}{'µs CPU/conn':>12}{'ms wall/conn':>14}{'resumed':>9}")
+        print(f"{'kind':<20}{'µs CPU/conn':>12}{'ms wall/conn':>14}{'resumed':>9}")
         for kind in selected:
             us = statistics.median(u for u, _ in results[kind.name])
             ms = statistics.median(m for _, m in results[kind.name])
             share = f"{statistics.median(resumed[kind.name]):.0%}" if kind.resume else "-"
-            print(f"{kind.name:<14}{us:>12.0f}{ms:>14.2f}{share:>9}")
+            print(f"{kind.name:<20}{us:>12.0f}{ms:>14.2f}{share:>9}")
         if args.profile:
             profile(env, args, pid, ports, pki)
         print(f"\nwall time {time.monotonic() - began:.0f} s")
@@ -464,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=1000, help="per kind and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument(
-        "--kinds", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS)
+        "--kinds",
+        default=",".join(KINDS),
+        help="comma-separated: " + ", ".join(KINDS + STORM_KINDS),
     )
     parser.add_argument("--kafkaguard-path", metavar="DIR", help="run the proxy from DIR")
     parser.add_argument("--profile", metavar="DIR", help="also profile each kind (perf, cProfile)")
