@@ -105,7 +105,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("connection.py:_send_client", "connection.py:send", "connection.py:broker_data"),
     ),
     ("close", ("close", "connection_lost", "_release", "discard")),
-    ("ApiVersions rewrite", ("api_versions.py", "kio/", "codec.py", "dataclasses.py:replace")),
+    ("codec, response rewrites", ("api_versions.py", "kio/", "codec.py", "dataclasses.py:replace")),
     ("other requests", ("exchange.py", "/handlers/", "/protocol/", "data_received")),
     ("event loop", ("asyncio/", "run_forever", "run_until_complete", "select")),
 )
