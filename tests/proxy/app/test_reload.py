@@ -38,6 +38,7 @@ from kafkaguard.config_tree import ConfigSection
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.protocol import codec
+from kafkaguard.proxy.app.metrics import ProxyCollector
 from kafkaguard.proxy.app.reload import plan_reload
 from kafkaguard.proxy.config import HostPort, ProxyConfig, load_config, parse_config
 from kafkaguard.tansu import TansuBroker, free_base, free_port
@@ -330,6 +331,14 @@ def test_connection_creation_rate_is_reloaded(tansu: TansuBroker, tmp_path: Path
             throttled.api_versions()  # held unread, then closed
         counters = running.server.listeners[0].counters
         assert counters["connection_creation_rate"] == 1
+        refused = [
+            sample
+            for family in ProxyCollector(running.server, None).collect()
+            if family.name == "kafkaguard_connections_refused"
+            for sample in family.samples
+            if sample.labels["reason"] == "connection_creation_rate"
+        ]
+        assert [s.value for s in refused] == [1]  # /metrics: refused, by reason
         before.api_versions()  # open before the reload: kept
         with RawKafkaClient("127.0.0.1", listener.port, source="127.0.0.3") as other:
             other.api_versions()
