@@ -294,6 +294,8 @@ class ListenerRuntime:
             sock.close()
 
     async def _set_up(self, conn: socket.socket, address: Any, node_id: int | None) -> None:
+        """One accepted socket: ConnectionQuotas and its set-up, or its PROXY protocol header
+        first; a bug closes this connection only."""
         loop = asyncio.get_running_loop()
         try:
             if self.config.proxy_protocol_versions is None:
