@@ -183,6 +183,15 @@ class LimitsConfig:
     """``max.connections.per.ip.overrides``: ``"host:count,..."``, host an IP address."""
     max_connection_creation_rate: int = INT_MAX
     """``max.connection.creation.rate``: new connections per second on the listener."""
+    connection_creation_rate: int = INT_MAX
+    """KIP-612's IP quota ``connection_creation_rate`` (``kafka-configs --entity-type ips
+    --entity-default``): new connections per second from one address; one over it is
+    held unread and closed after a delay (kafkaguard/proxy/core/limits.py)."""
+    connection_creation_rate_overrides: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """The same quota for one address (``kafka-configs --entity-type ips --entity-name IP``):
+    ``"ip:rate,..."``."""
     authentication_timeout_ms: int = 10_000
     """A connection that has not completed TLS and SASL by then is closed."""
     authentication_threads: int = AUTHENTICATION_THREADS
@@ -196,6 +205,11 @@ class LimitsConfig:
     def max_connections_for(self, host: str) -> int:
         """``max.connections.per.ip`` for ``host``, its override if one is set."""
         return self.max_connections_per_ip_overrides.get(host, self.max_connections_per_ip)
+
+    def connection_creation_rate_for(self, host: str) -> int:
+        """KIP-612's ``connection_creation_rate`` for ``host``: its own quota if one is set,
+        else the default one (Kafka's ``ConnectionQuotas.connectionRateForIp``)."""
+        return self.connection_creation_rate_overrides.get(host, self.connection_creation_rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,8 +299,9 @@ def canonical_ip(text: str) -> str:
     return str(mapped or address)
 
 
-def _ip_overrides(section: ConfigSection, text: str) -> Mapping[str, int]:
-    """Kafka's ``max.connections.per.ip.overrides`` format: ``"host:count,host:count"``."""
+def _ip_overrides(section: ConfigSection, key: str, text: str) -> Mapping[str, int]:
+    """Kafka's ``max.connections.per.ip.overrides`` format: ``"host:count,host:count"``
+    (also read for ``connection_creation_rate_overrides``: ``"host:rate,..."``)."""
     overrides: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         host, sep, count = item.rpartition(":")
@@ -296,10 +311,7 @@ def _ip_overrides(section: ConfigSection, text: str) -> Mapping[str, int]:
         except ValueError:
             host = ""
         if not sep or not host or not count.isdigit():
-            raise section.error(
-                "max_connections_per_ip_overrides",
-                f"must be 'ip:count,ip:count' (IP addresses), got {item!r}",
-            )
+            raise section.error(key, f"must be 'ip:count,ip:count' (IP addresses), got {item!r}")
         overrides[host] = int(count)
     return MappingProxyType(overrides)
 
@@ -318,6 +330,7 @@ def parse_limits(section: ConfigSection, base: LimitsConfig | None = None) -> Li
             if key in section:
                 raise section.error(key, "is a top-level limit (one pool for every listener)")
     overrides = section.get_str("max_connections_per_ip_overrides", None)
+    rate_overrides = section.get_str("connection_creation_rate_overrides", None)
     limits = LimitsConfig(
         max_frame_bytes=section.get_int("max_frame_bytes", base.max_frame_bytes, minimum=1024),
         max_inflight_requests=section.get_int(
@@ -333,10 +346,18 @@ def parse_limits(section: ConfigSection, base: LimitsConfig | None = None) -> Li
         max_connections_per_ip_overrides=(
             base.max_connections_per_ip_overrides
             if overrides is None
-            else _ip_overrides(section, overrides)
+            else _ip_overrides(section, "max_connections_per_ip_overrides", overrides)
         ),
         max_connection_creation_rate=section.get_int(
             "max_connection_creation_rate", base.max_connection_creation_rate, minimum=1
+        ),
+        connection_creation_rate=section.get_int(
+            "connection_creation_rate", base.connection_creation_rate, minimum=0
+        ),
+        connection_creation_rate_overrides=(
+            base.connection_creation_rate_overrides
+            if rate_overrides is None
+            else _ip_overrides(section, "connection_creation_rate_overrides", rate_overrides)
         ),
         authentication_timeout_ms=section.get_int(
             "authentication_timeout_ms", base.authentication_timeout_ms, minimum=1

@@ -246,7 +246,7 @@ class ProxyCollector(Collector):
         refused = CounterMetricFamily(
             "kafkaguard_connections_refused",
             "Client connections refused at accept (max_connections, max_connections_per_ip, "
-            "max_connection_creation_rate).",
+            "max_connection_creation_rate, connection_creation_rate: per address, KIP-612).",
             labels=["listener", "reason"],
         )
         closed = CounterMetricFamily(

@@ -24,8 +24,9 @@ configuration is loaded and before anything else starts, then only waits:
   terminal's Ctrl-C) reaches a worker once, from the supervisor.
 
 Per worker: connection limits (``max_connections``, ``max_connections_per_ip``,
-``max_connection_creation_rate``), SASL failure delays, the authentication pool, and the
-admin listener, served by worker i on ``admin.port + i``. Audit files are per process already
+``max_connection_creation_rate``, ``connection_creation_rate``), SASL failure delays, the
+authentication pool, TLS session ticket keys, and the admin listener, served by worker i on
+``admin.port + i``. Audit files are per process already
 (their names carry the pid), so workers never share one.
 """
 

@@ -30,6 +30,9 @@ class CloseCause(enum.StrEnum):
     """Refused at accept: the client's address holds its ``max_connections_per_ip``."""
     CONNECTION_RATE = "max_connection_creation_rate"
     """Refused at accept: more new connections this second than the listener's rate."""
+    IP_CONNECTION_RATE = "connection_creation_rate"
+    """Refused at accept: the client's address is over its KIP-612 ``connection_creation_rate``
+    (held unread for the throttle time, then closed, as Kafka's ``Acceptor`` does)."""
     PROXY_PROTOCOL = "proxy_protocol"
     """A ``proxy_protocol`` listener: the TCP peer is not in ``proxy_protocol_trusted_cidrs``
     (closed at accept), or the PROXY protocol header is missing, malformed, incomplete

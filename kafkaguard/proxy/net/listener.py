@@ -75,12 +75,19 @@ log = logging.getLogger("kafkaguard.proxy")
 
 _ACCEPT_RETRY_S = 0.1
 """After a failed ``accept`` (out of file descriptors): wait before the next, not spin."""
+_ACCEPT_BACKLOG_BATCH = 100
+"""Connections taken from the backlog after one wake-up, at most (asyncio's own accept loop
+takes as many), so other work of the loop still runs between bursts."""
 _REFUSAL_DETAIL = {
     CloseCause.MAX_CONNECTIONS: "the listener holds its max_connections ({limits.max_connections})",
     CloseCause.MAX_CONNECTIONS_PER_IP: "{host} holds its max_connections_per_ip ({per_ip})",
     CloseCause.CONNECTION_RATE: (
         "more than max_connection_creation_rate ({limits.max_connection_creation_rate}) "
         "new connections per second"
+    ),
+    CloseCause.IP_CONNECTION_RATE: (
+        "{host} is over its connection_creation_rate ({ip_rate}/s): held unread, closed "
+        "after {throttle_ms} ms"
     ),
 }
 
@@ -133,6 +140,9 @@ class ListenerRuntime:
         """Connections being set up off the accept loop: TLS handshakes, PROXY headers."""
         self._awaiting_header = 0
         """Connections accepted whose PROXY protocol header has not been read yet."""
+        self._throttled: dict[socket.socket, asyncio.TimerHandle] = {}
+        """Connections over their address's ``connection_creation_rate``, held unread until
+        their throttle time ends (Kafka's ``Acceptor.throttledSockets``)."""
         self._sweeper: asyncio.TimerHandle | None = None
         self.draining = False
         """Shutdown: accepting stopped, connections close once their requests are answered."""
@@ -270,15 +280,30 @@ class ListenerRuntime:
                     )
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                     continue
-                try:
-                    if self.config.proxy_protocol_versions is None:
-                        await self._accept_direct(conn, address, node_id, loop.time())
-                    else:
-                        self._accept_proxied(conn, address, node_id, loop.time())
-                except Exception:  # noqa: BLE001 - a bug must not end accepting on the port
-                    self._set_up_failed(conn)
+                await self._set_up(conn, address, node_id)
+                # The backlog, without going back to the loop for each connection (uvloop's
+                # sock_accept registers and removes a reader, and waits one loop iteration,
+                # per call): a burst of connections costs one wake-up.
+                for _ in range(_ACCEPT_BACKLOG_BATCH):
+                    try:
+                        conn, address = sock.accept()
+                    except OSError:  # empty (or EMFILE: reported by the next sock_accept)
+                        break
+                    await self._set_up(conn, address, node_id)
         finally:  # here, once the loop no longer watches the socket (its fd may be reused)
             sock.close()
+
+    async def _set_up(self, conn: socket.socket, address: Any, node_id: int | None) -> None:
+        """One accepted socket: ConnectionQuotas and its set-up, or its PROXY protocol header
+        first; a bug closes this connection only."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self.config.proxy_protocol_versions is None:
+                await self._accept_direct(conn, address, node_id, loop.time())
+            else:
+                self._accept_proxied(conn, address, node_id, loop.time())
+        except Exception:  # noqa: BLE001 - a bug must not end accepting on the port
+            self._set_up_failed(conn)
 
     async def _accept_direct(
         self, conn: socket.socket, address: Any, node_id: int | None, now: float
@@ -426,6 +451,9 @@ class ListenerRuntime:
         once. ``accepted_at`` starts its authentication deadline; ``now`` is the quotas'
         clock (later than ``accepted_at`` when a PROXY protocol header was read first)."""
         cause = self.quotas.admit(host, now)
+        if cause is CloseCause.IP_CONNECTION_RATE:
+            self._throttle(conn, host, port, self.quotas.throttle_s)
+            return None
         if cause is not None:
             self._refuse(conn, host, port, cause)
             return None
@@ -443,12 +471,40 @@ class ListenerRuntime:
         connection.connection_id = f"{local_text}-{connection.peer}-{self.stats.accepted}"
         return connection
 
+    def _throttle(self, conn: socket.socket, host: str, port: object, delay_s: float) -> None:
+        """A connection over its address's ``connection_creation_rate``: as Kafka's
+        ``Acceptor`` (``ConnectionThrottledException`` → ``DelayedCloseSocket``), nothing is
+        read from it and it is closed once ``delay_s`` has passed, so a client that
+        reconnects at once is slowed down rather than answered. At most ``max_connections``
+        are held so (file descriptors are bounded); beyond, one is closed at once."""
+        if len(self._throttled) >= self.limits.max_connections:
+            delay_s = 0.0
+        if delay_s > 0:
+            loop = asyncio.get_running_loop()
+            self._throttled[conn] = loop.call_later(delay_s, self._end_throttle, conn)
+        else:
+            conn.close()
+        self._count_refusal(host, port, CloseCause.IP_CONNECTION_RATE, round(delay_s * 1000))
+
+    def _end_throttle(self, conn: socket.socket) -> None:
+        del self._throttled[conn]
+        conn.close()
+
     def _refuse(self, conn: socket.socket, host: str, port: object, cause: CloseCause) -> None:
         conn.close()
+        self._count_refusal(host, port, cause)
+
+    def _count_refusal(
+        self, host: str, port: object, cause: CloseCause, throttle_ms: int = 0
+    ) -> None:
         self.counters[cause] += 1
         limits = self.limits
         detail = _REFUSAL_DETAIL[cause].format(
-            limits=limits, host=host, per_ip=limits.max_connections_for(host)
+            limits=limits,
+            host=host,
+            per_ip=limits.max_connections_for(host),
+            ip_rate=limits.connection_creation_rate_for(host),
+            throttle_ms=throttle_ms,
         )
         self.rate_log.log(
             (self.config.name, cause),
@@ -467,14 +523,19 @@ class ListenerRuntime:
         which must be done by ``deadline`` (loop time)."""
         loop = asyncio.get_running_loop()
         tls = self.tls
+        # Only a TLS handshake (or the ClientHello peek) can take long: no timer otherwise.
+        bounded = tls is not None or self.config.sni is not None
         try:
-            async with asyncio.timeout_at(deadline):  # only a TLS handshake can take long
+            async with asyncio.timeout_at(deadline) if bounded else contextlib.nullcontext():
                 if self.config.sni is not None and not await self._route(conn, connection):
                     return
                 await loop.connect_accepted_socket(
                     lambda: connection,
                     conn,
-                    ssl=tls.context if tls is not None else None,
+                    # The newest context: it decides which session tickets resume (OpenSSL
+                    # decrypts them with the keys of the context a handshake starts with), so
+                    # a reload of the TLS files ends the tickets issued before it.
+                    ssl=tls.current() if tls is not None else None,
                     # the deadline above decides
                     ssl_handshake_timeout=(
                         max(deadline - loop.time(), 0.0) + 1.0 if tls is not None else None
@@ -557,6 +618,7 @@ class ListenerRuntime:
         nothing in flight) or not authenticated within ``authentication_timeout_ms``."""
         now = asyncio.get_running_loop().time()
         try:
+            self.quotas.expire(now)
             for connection in list(self.connections):
                 connection.clock(now)
         finally:  # one faulty connection must not end the sweeps of the listener
@@ -613,7 +675,8 @@ class ListenerRuntime:
 
     # -- shutdown ------------------------------------------------------------------------------
     def stop_accepting(self) -> None:
-        """Close every listening socket; abandon TLS handshakes in progress."""
+        """Close every listening socket; abandon TLS handshakes in progress; close the
+        connections held for their address's ``connection_creation_rate``."""
         for task in self._acceptors:
             task.cancel()  # schedules the removal of its socket's reader first
         self._acceptors.clear()
@@ -623,6 +686,10 @@ class ListenerRuntime:
         self._sockets.clear()
         for task in list(self._handshakes):
             task.cancel()
+        for conn, timer in self._throttled.items():  # Kafka's Acceptor.closeAll
+            timer.cancel()
+            conn.close()
+        self._throttled.clear()
 
     def drain(self) -> tuple[int, int, int]:
         """Shutdown, first step: stop accepting and reading; each connection closes once its

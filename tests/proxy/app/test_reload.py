@@ -38,6 +38,7 @@ from kafkaguard.config_tree import ConfigSection
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.protocol import codec
+from kafkaguard.proxy.app.metrics import ProxyCollector
 from kafkaguard.proxy.app.reload import plan_reload
 from kafkaguard.proxy.config import HostPort, ProxyConfig, load_config, parse_config
 from kafkaguard.tansu import TansuBroker, free_base, free_port
@@ -322,6 +323,48 @@ def test_new_connections_get_the_new_limits_open_ones_keep_theirs(
         time.sleep(0.5)
         assert metadata_error(before, topic) == codec.ErrorCode.none  # admitted with 600 s
         assert running.server.listeners[0].counters["idle"] == 1
+
+
+@pytest.mark.integration
+def test_connection_creation_rate_is_reloaded(tansu: TansuBroker, tmp_path: Path) -> None:
+    """KIP-612's per-address ``connection_creation_rate``, set and lifted by a reload: the
+    next connection from the address is throttled (never answered, closed), the one it had
+    open stays, another address is unaffected."""
+    listener = Listener("PLAINTEXT")
+    path = write_config(tmp_path / "c.yaml", tansu, [listener], "")
+    quota = "limits:\n  connection_creation_rate_overrides: '127.0.0.2:0'\n"
+    with (
+        proxy_from(path) as running,
+        RawKafkaClient("127.0.0.1", listener.port, source="127.0.0.2") as before,
+    ):
+        before.api_versions()
+        write_config(path, tansu, [listener], quota)
+        plan = reload(running)
+        assert plan is not None and plan.applied == ("limits.connection_creation_rate_overrides",)
+        with (
+            RawKafkaClient("127.0.0.1", listener.port, source="127.0.0.2") as throttled,
+            pytest.raises((EOFError, ConnectionResetError)),
+        ):
+            throttled.api_versions()  # held unread, then closed
+        counters = running.server.listeners[0].counters
+        assert counters["connection_creation_rate"] == 1
+        refused = [
+            sample
+            for family in ProxyCollector(running.server, None).collect()
+            if family.name == "kafkaguard_connections_refused"
+            for sample in family.samples
+            if sample.labels["reason"] == "connection_creation_rate"
+        ]
+        assert [s.value for s in refused] == [1]  # /metrics: refused, by reason
+        before.api_versions()  # open before the reload: kept
+        with RawKafkaClient("127.0.0.1", listener.port, source="127.0.0.3") as other:
+            other.api_versions()
+        write_config(path, tansu, [listener], "")
+        plan = reload(running)
+        assert plan is not None and plan.applied == ("limits.connection_creation_rate_overrides",)
+        with RawKafkaClient("127.0.0.1", listener.port, source="127.0.0.2") as after:
+            after.api_versions()
+        assert counters["connection_creation_rate"] == 1
 
 
 @pytest.mark.integration

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -24,12 +25,18 @@ import pytest
 
 from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig
+from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts, LimitsConfig
 from kafkaguard.proxy.core.commands import CloseCause
-from kafkaguard.proxy.core.limits import ConnectionQuotas, Liveness, sweep_interval
+from kafkaguard.proxy.core.limits import (
+    QUOTA_WINDOW_MS,
+    ConnectionQuotas,
+    Liveness,
+    sweep_interval,
+)
 from kafkaguard.proxy.net.listener import ListenerRuntime
 from kafkaguard.proxy.sasl import plain
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
@@ -99,6 +106,66 @@ def test_quotas_creation_rate_is_a_token_bucket() -> None:
     assert limited.admit("a", 0.0) is None
     assert limited.admit("a", 1.0) is CloseCause.MAX_CONNECTIONS_PER_IP
     assert limited.admit("b", 1.0) is None
+
+
+def test_ip_connection_rate_is_measured_as_kafka_measures_it() -> None:
+    """KIP-612's ``connection_creation_rate``: Kafka's Rate over 11 one-second samples, counted
+    as at least 10 s, so a fresh address may open ten times its quota at once. Over it, the
+    connection is un-recorded and throttled for (O - T) / T * window, at most one window."""
+    quotas = ConnectionQuotas(LimitsConfig(connection_creation_rate=5))
+    burst = [quotas.admit("10.0.0.1", 100.0) for _ in range(52)]
+    assert burst.count(None) == 50  # the 51st makes 51 / 10 s = 5.1 > 5
+    assert burst[50:] == [CloseCause.IP_CONNECTION_RATE] * 2  # un-recorded: the same again
+    assert quotas.throttle_s == pytest.approx(0.2)  # (5.1 - 5) / 5 * 10,000 ms
+    assert quotas.total == 50
+    assert quotas.admit("10.0.0.2", 100.0) is None  # per address
+    # One second later: still 51 counted over 10 s. Later the window widens with the time
+    # the samples span: 51 over 10.95 s is under 5 per second.
+    assert quotas.admit("10.0.0.1", 101.0) is CloseCause.IP_CONNECTION_RATE
+    assert quotas.admit("10.0.0.1", 110.95) is None
+    # Nothing recorded for 11 s: the address is forgotten (the state kept is bounded), and
+    # measured as a fresh one again.
+    quotas.expire(122.0)
+    assert not quotas._ip_rates
+    assert [quotas.admit("10.0.0.1", 122.0) for _ in range(51)].count(None) == 50
+
+
+def test_ip_connection_rate_overrides_and_order() -> None:
+    limits = LimitsConfig(
+        connection_creation_rate=1,
+        connection_creation_rate_overrides=MappingProxyType({"10.0.0.9": 0, "10.0.0.8": 2**31 - 1}),
+        max_connections_per_ip=3,
+    )
+    quotas = ConnectionQuotas(limits)
+    # A quota of 0 throttles every connection for the longest time, one window.
+    assert quotas.admit("10.0.0.9", 0.0) is CloseCause.IP_CONNECTION_RATE
+    assert quotas.throttle_s == QUOTA_WINDOW_MS / 1000
+    # The override to Kafka's default lifts the quota (only max_connections_per_ip is left).
+    assert [quotas.admit("10.0.0.8", 0.0) for _ in range(4)][
+        -1
+    ] is CloseCause.MAX_CONNECTIONS_PER_IP
+    # As in Kafka's ConnectionQuotas.inc: the rate is recorded before max.connections.per.ip is
+    # checked, so a connection refused for that still counts towards its address's rate.
+    refused = [quotas.admit("10.0.0.1", 0.0) for _ in range(10)]
+    assert refused[:3] == [None] * 3
+    assert refused[3:] == [CloseCause.MAX_CONNECTIONS_PER_IP] * 7
+    assert quotas.admit("10.0.0.1", 0.0) is CloseCause.IP_CONNECTION_RATE  # 11 in 10 s
+    # max_connections comes first and records nothing.
+    full = ConnectionQuotas(LimitsConfig(max_connections=1, connection_creation_rate=0))
+    assert full.admit("10.0.0.9", 0.0) is CloseCause.IP_CONNECTION_RATE
+    assert full.total == 0
+    full.reconfigure(LimitsConfig(max_connections=1))
+    assert full.admit("10.0.0.9", 0.0) is None
+    assert full.admit("10.0.0.9", 0.0) is CloseCause.MAX_CONNECTIONS
+
+
+def test_ip_connection_rate_reconfigured_keeps_what_was_recorded() -> None:
+    quotas = ConnectionQuotas(LimitsConfig())
+    assert all(quotas.admit("10.0.0.1", 0.0) is None for _ in range(30))  # unlimited: unrecorded
+    quotas.reconfigure(LimitsConfig(connection_creation_rate=2))
+    assert sum(quotas.admit("10.0.0.1", 0.0) is None for _ in range(30)) == 20
+    quotas.reconfigure(LimitsConfig(connection_creation_rate=3))  # the 20 recorded stay
+    assert sum(quotas.admit("10.0.0.1", 0.0) is None for _ in range(30)) == 10
 
 
 def test_liveness_idle_and_authentication_deadlines() -> None:
@@ -339,6 +406,61 @@ async def test_connection_creation_rate(caplog: pytest.LogCaptureFixture) -> Non
 
 
 @on_each_loop
+async def test_ip_connection_creation_rate(caplog: pytest.LogCaptureFixture) -> None:
+    """KIP-612: a connection over its address's ``connection_creation_rate`` is accepted, never
+    read (no answer, no broker connection) and closed after the throttle time (1 s here, the
+    longest), as Kafka's Acceptor does; other addresses and per-address overrides apply."""
+    limits = LimitsConfig(
+        connection_creation_rate=1,
+        connection_creation_rate_overrides=MappingProxyType({"127.0.0.3": 0, CONTROL: 1000}),
+    )
+    async with environment(caplog, limits) as env:
+        admitted = await open_many(env, 10, ATTACKER)  # 10 in the first 10 s window
+        await admitted[-1].roundtrip(METADATA, correlation_id=1)
+        over = await open_many(env, 3, ATTACKER)
+        blocked = await env.connect("127.0.0.3")
+        for client in (*over, blocked):
+            client.send(METADATA, correlation_id=2)
+        # Held, not closed at once: the throttle time is one whole window.
+        assert len(await still_open([*over, blocked], wait_s=0.3)) == 4
+        assert env.counters[CloseCause.IP_CONNECTION_RATE] == 4
+        assert env.listener.quotas.total == 10  # the throttled ones are not counted
+        # Then closed, never answered, never connected upstream.
+        for client in (*over, blocked):
+            with pytest.raises(EOFError):
+                await client.recv_frame(wait_s=5)  # closed without a response frame
+        assert env.fake.open_connections == 10
+        assert env.logged("127.0.0.2 is over its connection_creation_rate (1/s)", "held unread")
+        # The control address's own quota is far above: unaffected.
+        control = await open_many(env, 20, CONTROL)
+        await control[-1].roundtrip(METADATA, correlation_id=3)
+        assert not env.listener._throttled  # every held socket was closed
+        await close_all([*admitted, *over, blocked, *control])
+
+
+@on_each_loop
+async def test_ip_connection_creation_rate_reconfigured(caplog: pytest.LogCaptureFixture) -> None:
+    """A reload (ListenerRuntime.reconfigure) applies a new quota to the next connection; the
+    connections already open stay."""
+    async with environment(caplog, LimitsConfig()) as env:
+        before = await env.connect(ATTACKER)
+        await before.roundtrip(METADATA, correlation_id=1)
+        blocked = replace(
+            env.listener.limits,
+            connection_creation_rate_overrides=MappingProxyType({ATTACKER: 0}),
+        )
+        env.listener.reconfigure(blocked, log_only=False)
+        refused = await env.connect(ATTACKER)
+        assert await refused.closed_by_peer(wait_s=5)
+        assert env.counters[CloseCause.IP_CONNECTION_RATE] == 1
+        await before.roundtrip(METADATA, correlation_id=2)  # open before: kept
+        env.listener.reconfigure(LimitsConfig(), log_only=False)
+        after = await env.connect(ATTACKER)
+        await after.roundtrip(METADATA, correlation_id=3)
+        await close_all([before, refused, after])
+
+
+@on_each_loop
 async def test_refusals_log_one_line_a_second(caplog: pytest.LogCaptureFixture) -> None:
     async with environment(caplog, LimitsConfig(max_connections_per_ip=1)) as env:
         kept = await env.connect(ATTACKER)
@@ -437,6 +559,60 @@ async def test_authentication_timeout_on_an_ssl_listener(
         await close_all([silent, secure])
 
 
+@pytest.fixture
+def mtls(tmp_path: Path) -> tuple[Path, TlsConfig, ssl.SSLContext]:
+    """A CA, a server certificate, and a client context holding ``CN=alice``'s certificate."""
+    tooling.init_ca(tmp_path)
+    server = tooling.issue_server(tmp_path, hosts=["localhost"], ips=["127.0.0.1"])
+    client = tooling.issue_client(tmp_path, common_name="alice")
+    ca = tmp_path / tooling.CA_CERT
+    settings = TlsConfig(
+        cert_file=server.cert_path, key_file=server.key_path, ca_file=ca, client_auth="required"
+    )
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(client.cert_path, client.key_path)
+    return tmp_path, settings, context
+
+
+def _tls_round_trip(
+    port: int, context: ssl.SSLContext, session: ssl.SSLSession | None
+) -> tuple[bool, ssl.SSLSession | None]:
+    """One TLS connection offering ``session`` (a blocking client, as Python's ``ssl`` resumes
+    only there): one Metadata round trip; (resumed, the session to offer next time)."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost", session=session) as sock,
+    ):
+        sock.sendall(codec.encode_request(METADATA, 1, "resume"))
+        size = int.from_bytes(sock.recv(4), "big")
+        while size > 0:
+            size -= len(sock.recv(size))
+        return sock.session_reused, sock.session  # after data: TLS 1.3 tickets come late
+
+
+@on_each_loop
+async def test_a_resumed_tls_session_keeps_its_principal_until_a_reload(
+    caplog: pytest.LogCaptureFixture, mtls: tuple[Path, TlsConfig, ssl.SSLContext]
+) -> None:
+    """Session tickets: a client that reconnects with its ticket skips the full handshake
+    (and the client certificate's verification) and is still its certificate's principal.
+    A reload of the TLS files ends the tickets issued before it, as Kafka's new SSLContext on
+    a keystore update does: the next connection is a full handshake under the new files."""
+    root, settings, context = mtls
+    listener = {"name": "MTLS", "security_protocol": "SSL", "ssl": settings}
+    async with environment(caplog, LimitsConfig(), **listener) as env:
+        resumed, session = await asyncio.to_thread(_tls_round_trip, env.port, context, None)
+        assert not resumed and session is not None
+        resumed, session = await asyncio.to_thread(_tls_round_trip, env.port, context, session)
+        assert resumed
+        assert len(env.logged("authenticated as User:CN=alice")) == 2
+        tooling.issue_server(root, hosts=["localhost"], ips=["127.0.0.1"], force=True)
+        resumed, _ = await asyncio.to_thread(_tls_round_trip, env.port, context, session)
+        assert not resumed
+        assert env.listener.tls is not None and env.listener.tls.reloads == 1
+        assert len(env.logged("authenticated as User:CN=alice")) == 3
+
+
 @on_each_loop
 async def test_counters_start_at_zero_for_every_cause(caplog: pytest.LogCaptureFixture) -> None:
     async with environment(caplog, LimitsConfig()) as env:
@@ -495,6 +671,8 @@ def test_listener_limits_override_the_top_level_ones(tmp_path: Path) -> None:
         "    limits:\n"
         "      max_connections_per_ip: 3\n"
         "      max_connections_per_ip_overrides: '10.0.0.1:100, [::1]:7'\n"
+        "      connection_creation_rate: 20\n"
+        "      connection_creation_rate_overrides: '10.0.0.1:0, ::ffff:10.0.0.2:500'\n"
         "      authentication_timeout_ms: 2000\n",
         encoding="utf-8",
     )
@@ -509,6 +687,10 @@ def test_listener_limits_override_the_top_level_ones(tmp_path: Path) -> None:
     assert outside.max_connections_for("10.0.0.1") == 100
     assert outside.max_connections_for("::1") == 7
     assert outside.max_connections_for("10.0.0.2") == 3
+    assert inside.connection_creation_rate_for("10.0.0.1") == 2**31 - 1  # Kafka's default
+    assert outside.connection_creation_rate_for("10.0.0.1") == 0
+    assert outside.connection_creation_rate_for("10.0.0.2") == 500  # IPv4-mapped: one spelling
+    assert outside.connection_creation_rate_for("10.0.0.3") == 20
 
 
 def test_process_limits_and_config_errors(tmp_path: Path) -> None:
@@ -546,3 +728,10 @@ def test_process_limits_and_config_errors(tmp_path: Path) -> None:
             "limits: {max_connections_per_ip_overrides: 'broker1:3'}\n"
             "listeners: [{name: A, port: 9192}]\n"
         )
+    with pytest.raises(ConfigError, match="connection_creation_rate_overrides: must be 'ip:count"):
+        load(
+            "limits: {connection_creation_rate_overrides: '10.0.0.1:fast'}\n"
+            "listeners: [{name: A, port: 9192}]\n"
+        )
+    with pytest.raises(ConfigError, match="connection_creation_rate"):
+        load("limits: {connection_creation_rate: -1}\nlisteners: [{name: A, port: 9192}]\n")
