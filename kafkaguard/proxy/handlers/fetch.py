@@ -67,10 +67,11 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -86,9 +87,10 @@ from kafkaguard.proxy.handlers.support.addresses import (
     node_endpoints_transform,
 )
 from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.support.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, TopicChecks, TopicKey
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
+    Authorize,
     Forward,
     HandlerContext,
     Request,
@@ -246,32 +248,73 @@ def _observed(head: FetchHead) -> ResponseRewrite:
     return observe
 
 
-@dataclass(frozen=True, slots=True)
 class _Fetch:
-    """What the handler reads of a Fetch request."""
+    """What the handler reads of a Fetch request (a plain slots class: one per request)."""
 
-    version: int
-    tkey: str
-    """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
-    session_id: int
-    epoch: int
-    """−1 without sessions (v0–6, or a sessionless client), 0 opens one, any other continues one."""
-    requested: dict[PartitionKey, Any]
-    """Partition → its request entry, in request order."""
+    __slots__ = ("epoch", "requested", "session_id", "tkey", "version")
 
-    @classmethod
-    def of(cls, request: Request) -> _Fetch:
+    def __init__(self, request: Request) -> None:
         body: Any = request.body
-        version = request.header.api_version
-        tkey = "topic" if version < 13 else "topic_id"
+        version = self.version = request.header.api_version
+        tkey = self.tkey = "topic" if version < 13 else "topic_id"
+        """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
         sessions_on = version >= 7
-        return cls(
-            version,
-            tkey,
-            int(body.session_id) if sessions_on else 0,
-            int(body.session_epoch) if sessions_on else -1,
-            {(getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions},
-        )
+        self.session_id: int = int(body.session_id) if sessions_on else 0
+        self.epoch: int = int(body.session_epoch) if sessions_on else -1
+        """−1 without sessions (v0–6, or a sessionless client), 0 opens one, any other
+        continues one."""
+        self.requested: dict[PartitionKey, Any] = {
+            (getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions
+        }
+        """Partition → its request entry, in request order."""
+
+
+class _Checks:
+    """The checks of a fetch context (two phases, base.Authorize): CLUSTER_ACTION for a
+    follower, else READ on each topic (one reference per partition, as Kafka counts them)."""
+
+    __slots__ = ("actions", "fetch", "partitions", "topics")
+
+    def __init__(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        partitions: list[PartitionKey],
+        fetch: _Fetch | None = None,
+    ) -> None:
+        self.partitions = partitions
+        self.fetch = fetch
+        """The full fetch whose verdict waits for these checks (None: an incremental one)."""
+        self.topics: TopicChecks | None = None
+        """None for a follower."""
+        if not partitions:
+            self.actions: list[Action] = []
+        elif _is_follower(request.body):
+            self.actions = [Action(AclOperation.CLUSTER_ACTION, CLUSTER, 1, True, True)]
+        else:
+            self.topics = TopicChecks(ctx, AclOperation.READ, [k for k, _ in partitions])
+            self.actions = self.topics.actions
+
+    def denied(
+        self, ctx: HandlerContext, results: Sequence[AuthorizationResult]
+    ) -> dict[PartitionKey, ErrorCode]:
+        """Denied partitions of the fetch context, in context order."""
+        partitions = self.partitions
+        if not partitions:
+            return {}
+        if self.topics is not None:
+            topics = self.topics.denied(results)
+            if not topics:
+                return {}
+        elif results[0] is not AuthorizationResult.ALLOWED:
+            return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
+        else:
+            topics = {
+                key: ErrorCode.unknown_topic_id
+                for key, _ in partitions
+                if not isinstance(key, str) and ctx.topic_name(key) is None
+            }
+        return {part: topics[part[0]] for part in partitions if part[0] in topics}
 
 
 def _forgotten(body: Any, tkey: str) -> Iterator[PartitionKey]:
@@ -294,32 +337,36 @@ class FetchHandler(ApiHandler):
         return listed_topic_ids(request.body, "topics")
 
     # -- deciding ----------------------------------------------------------------------------
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        fetch = _Fetch.of(request)
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+        """A full fetch decides in two phases (base.Authorize); an incremental one, whose
+        checks follow the session mirror's update, in one (:meth:`_incremental`)."""
+        fetch = _Fetch(request)
         if fetch.epoch not in (INITIAL_EPOCH, FINAL_EPOCH):  # ``FetchMetadata.isFull``
             return self._incremental(request, ctx, fetch)
         if fetch.session_id:  # a full fetch naming a session closes it
             connection_sessions(ctx).by_id.pop(fetch.session_id, None)
-        denied = self._decide(request, ctx, list(fetch.requested))
-        return self._full(request, ctx, fetch, denied)
+        checks = _Checks(request, ctx, list(fetch.requested), fetch)
+        return Authorize(checks.actions, checks)
 
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: Any,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        checks: _Checks = state
+        assert checks.fetch is not None
+        return self._full(request, ctx, checks.fetch, checks.denied(ctx, results))
+
+    @staticmethod
     def _decide(
-        self, request: Request, ctx: HandlerContext, partitions: list[PartitionKey]
+        request: Request, ctx: HandlerContext, partitions: list[PartitionKey]
     ) -> dict[PartitionKey, ErrorCode]:
-        """Denied partitions of the fetch context, in context order."""
-        if not partitions:
-            return {}
-        if _is_follower(request.body):
-            if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
-                return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
-            topics: dict[TopicKey, ErrorCode] = {
-                key: ErrorCode.unknown_topic_id
-                for key, _ in partitions
-                if not isinstance(key, str) and ctx.topic_name(key) is None
-            }
-        else:  # one reference per partition, as Kafka counts them
-            topics = authorize_topics(ctx, request, AclOperation.READ, [k for k, _ in partitions])
-        return {part: topics[part[0]] for part in partitions if part[0] in topics}
+        """The checks of ``partitions`` made at once: the denied ones, in context order."""
+        checks = _Checks(request, ctx, partitions)
+        actions = checks.actions
+        return checks.denied(ctx, ctx.authorize(request, actions) if actions else [])
 
     # -- full fetches --------------------------------------------------------------------------
     def _full(
@@ -339,10 +386,10 @@ class FetchHandler(ApiHandler):
             if new_session and not sessionless
             else None
         )
-        changes: dict[str, Any] = {"session_epoch": FINAL_EPOCH} if sessionless else {}
         if not denied:
-            upstream = codec.replace(body, **changes) if changes else None
+            upstream = codec.replace(body, session_epoch=FINAL_EPOCH) if sessionless else None
             return self._forward(request, ctx, upstream, None, head)
+        changes: dict[str, Any] = {"session_epoch": FINAL_EPOCH} if sessionless else {}
         kept = self._topics(body, fetch.tkey, sent, requested)
         merge = self._merger(request, list(requested), denied)
         # With a merge the response is always decoded: ``_forward``'s skim has no part here.
