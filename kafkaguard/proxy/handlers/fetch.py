@@ -334,6 +334,8 @@ class FetchHandler(ApiHandler):
     decode_request = True
 
     def topic_ids(self, request: Request) -> Iterable[uuid.UUID]:
+        if request.header.api_version < 13:  # topics by name: nothing to walk
+            return ()
         return listed_topic_ids(request.body, "topics")
 
     # -- deciding ----------------------------------------------------------------------------

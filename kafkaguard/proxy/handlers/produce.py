@@ -82,6 +82,8 @@ def has_transactional_batches(body: Any) -> bool:
     return False
 
 
+_FIRST_VERSION_BY_ID: Final = 13
+"""Produce names topics by id from v13 (KIP-516)."""
 _TRANSACTIONAL_ID_CHECKED: Final = object()
 """The state of the first of two steps: WRITE on the transactional id, the topics after."""
 
@@ -96,6 +98,8 @@ class ProduceHandler(ApiHandler):
         return skim
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
+        if request.header.api_version < _FIRST_VERSION_BY_ID:  # topics by name: nothing to walk
+            return ()
         return listed_topic_ids(request.body, "topic_data")
 
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:

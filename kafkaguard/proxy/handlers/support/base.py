@@ -65,17 +65,21 @@ ResponseRewrite = Callable[[ResponsePayload], ResponsePayload]
 _S = TypeVar("_S")
 
 
-@dataclass(frozen=True, slots=True)
 class Request:
-    """A request as the handler sees it."""
+    """A request as the handler sees it. A plain slots class, not a frozen dataclass: one is
+    built for every request, and a frozen dataclass sets each field through
+    ``object.__setattr__``. Handlers never change it."""
 
-    header: RequestHeaderInfo
-    frame: Frame
-    """The whole original frame, size prefix included."""
-    body: Any
-    """What :meth:`ApiHandler.read_request` made of the frame: decoded by kio when the handler
-    asked for it (``decode_request``), a skim of the few fields it needs (Produce), or
-    ``None``."""
+    __slots__ = ("body", "frame", "header")
+
+    def __init__(self, header: RequestHeaderInfo, frame: Frame, body: Any) -> None:
+        self.header = header
+        self.frame = frame
+        """The whole original frame, size prefix included."""
+        self.body = body
+        """What :meth:`ApiHandler.read_request` made of the frame: decoded by kio when the
+        handler asked for it (``decode_request``), a skim of the few fields it needs
+        (Produce), or ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
