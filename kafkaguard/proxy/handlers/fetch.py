@@ -269,22 +269,38 @@ class _Fetch:
         """Partition → its request entry, in request order."""
 
 
-class _Checks:
-    """The checks of a fetch context (two phases, base.Authorize): CLUSTER_ACTION for a
-    follower, else READ on each topic (one reference per partition, as Kafka counts them)."""
+@dataclass(slots=True)
+class _SessionUpdate:
+    """An incremental request's session, between its update and its checks."""
 
-    __slots__ = ("actions", "fetch", "partitions", "topics")
+    sessions: FetchSessions
+    mirror: SessionMirror
+    may_hold: set[PartitionKey]
+    """What the broker's session may hold before this request."""
+    forgotten: set[PartitionKey]
+    """What this request forgets."""
+    context: list[PartitionKey]
+    """The session's partitions after this request: Kafka's fetch context."""
+
+
+class _Checks:
+    """The checks of a fetch (two phases, base.Authorize): CLUSTER_ACTION for a follower,
+    else READ on each topic (one reference per partition, as Kafka counts them)."""
+
+    __slots__ = ("actions", "fetch", "partitions", "session", "topics")
 
     def __init__(
         self,
         request: Request,
         ctx: HandlerContext,
         partitions: list[PartitionKey],
-        fetch: _Fetch | None = None,
+        fetch: _Fetch,
+        session: _SessionUpdate | None = None,
     ) -> None:
         self.partitions = partitions
         self.fetch = fetch
-        """The full fetch whose verdict waits for these checks (None: an incremental one)."""
+        self.session = session
+        """The session an incremental fetch updated (None: a full fetch)."""
         self.topics: TopicChecks | None = None
         """None for a follower."""
         if not partitions:
@@ -340,8 +356,9 @@ class FetchHandler(ApiHandler):
 
     # -- deciding ----------------------------------------------------------------------------
     def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
-        """A full fetch decides in two phases (base.Authorize); an incremental one, whose
-        checks follow the session mirror's update, in one (:meth:`_incremental`)."""
+        """Two phases (base.Authorize): the checks of the fetch context (a full fetch's
+        partitions, or an incremental one's session once updated, :meth:`_incremental`), then
+        the verdict (:meth:`on_authorized`)."""
         fetch = _Fetch(request)
         if fetch.epoch not in (INITIAL_EPOCH, FINAL_EPOCH):  # ``FetchMetadata.isFull``
             return self._incremental(request, ctx, fetch)
@@ -358,17 +375,10 @@ class FetchHandler(ApiHandler):
         results: Sequence[AuthorizationResult],
     ) -> Verdict:
         checks: _Checks = state
-        assert checks.fetch is not None
-        return self._full(request, ctx, checks.fetch, checks.denied(ctx, results))
-
-    @staticmethod
-    def _decide(
-        request: Request, ctx: HandlerContext, partitions: list[PartitionKey]
-    ) -> dict[PartitionKey, ErrorCode]:
-        """The checks of ``partitions`` made at once: the denied ones, in context order."""
-        checks = _Checks(request, ctx, partitions)
-        actions = checks.actions
-        return checks.denied(ctx, ctx.authorize(request, actions) if actions else [])
+        denied = checks.denied(ctx, results)
+        if checks.session is None:
+            return self._full(request, ctx, checks.fetch, denied)
+        return self._incremental_checked(request, ctx, checks.fetch, checks.session, denied)
 
     # -- full fetches --------------------------------------------------------------------------
     def _full(
@@ -400,12 +410,13 @@ class FetchHandler(ApiHandler):
         return split(request, "topics", kept, "responses", merge, rewrite=rewrite, changes=changes)
 
     # -- incremental fetches -------------------------------------------------------------------
-    def _incremental(self, request: Request, ctx: HandlerContext, fetch: _Fetch) -> Verdict:
+    def _incremental(
+        self, request: Request, ctx: HandlerContext, fetch: _Fetch
+    ) -> Verdict | Authorize:
         """``FetchManager.newContext`` on the mirror (session, epoch, topic ids, update), then
-        the authorization step: every partition of the session and every partition the broker
-        may hold is authorized, as ``handleFetchRequest`` authorizes its fetch context; the
-        broker's session is kept to what is authorized (newly denied partitions forgotten
-        upstream, regranted ones re-added)."""
+        the checks: every partition of the session and every partition the broker may hold is
+        authorized, as ``handleFetchRequest`` authorizes its fetch context
+        (:meth:`_incremental_checked` reads the results)."""
         sessions = connection_sessions(ctx)
         mirror = sessions.by_id.get(fetch.session_id)
         if mirror is None:
@@ -436,7 +447,25 @@ class FetchHandler(ApiHandler):
         outside = [k for k in requested if k not in partitions]
         held = (k for k in may_hold if k not in partitions and k not in forgotten)
         outside += sorted(held, key=lambda k: (str(k[0]), k[1]))  # a set: a stable order
-        checked = self._decide(request, ctx, context + outside)
+        update = _SessionUpdate(sessions, mirror, may_hold, forgotten, context)
+        checks = _Checks(request, ctx, context + outside, fetch, update)
+        return Authorize(checks.actions, checks)
+
+    def _incremental_checked(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        fetch: _Fetch,
+        update: _SessionUpdate,
+        checked: dict[PartitionKey, ErrorCode],
+    ) -> Verdict:
+        """The broker's session kept to what is authorized: newly denied partitions forgotten
+        upstream, regranted ones re-added; denied ones answered by the proxy."""
+        sessions, mirror, may_hold = update.sessions, update.mirror, update.may_hold
+        forgotten, context = update.forgotten, update.context
+        body: Any = request.body
+        requested = fetch.requested
+        partitions = mirror.partitions
         denied = {k: code for k, code in checked.items() if k in partitions}
         forget = [k for k in checked if k in may_hold and k not in forgotten]
         readd = [
