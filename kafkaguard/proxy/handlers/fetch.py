@@ -304,7 +304,7 @@ class _Checks:
         self.topics: TopicChecks | None = None
         """None for a follower."""
         if not partitions:
-            self.actions: list[Action] = []
+            self.actions: Sequence[Action] = ()
         elif _is_follower(request.body):
             self.actions = [Action(AclOperation.CLUSTER_ACTION, CLUSTER, 1, True, True)]
         else:

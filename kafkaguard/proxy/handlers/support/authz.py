@@ -108,6 +108,24 @@ def topic_key(entry: Any) -> TopicKey:
     return topic_id
 
 
+_ONE_TOPIC_ACTIONS: dict[tuple[AclOperation, str], tuple[Action]] = {}
+"""The one action of a request naming one topic, by operation and name: the same immutable
+value for every such request of every connection (a producer sends thousands), built once."""
+_ONE_TOPIC_ACTIONS_MAX = 4096
+"""Past this many names the cache starts over (a client naming ever new topics costs a
+rebuild now and then, never memory)."""
+
+
+def _one_topic_action(operation: AclOperation, name: str) -> tuple[Action]:
+    key = (operation, name)
+    actions = _ONE_TOPIC_ACTIONS.get(key)
+    if actions is None:
+        if len(_ONE_TOPIC_ACTIONS) >= _ONE_TOPIC_ACTIONS_MAX:
+            _ONE_TOPIC_ACTIONS.clear()
+        actions = _ONE_TOPIC_ACTIONS[key] = (Action(operation, topic(name), 1, True, True),)
+    return actions
+
+
 class TopicChecks:
     """``filterByAuthorized`` over topic keys, in two phases (base.Authorize): the
     :attr:`actions` to authorize — one per distinct name, its reference count how many keys
@@ -121,11 +139,11 @@ class TopicChecks:
         self.key: TopicKey | None = None
         """The one key, when ``keys`` has one (``names`` is then None)."""
         self.names: dict[TopicKey, str | None] | None = None
-        self.actions: list[Action]
+        self.actions: Sequence[Action]
         if len(keys) == 1:
             key = self.key = keys[0]
             name = key if isinstance(key, str) else ctx.topic_name(key)
-            self.actions = [] if name is None else [Action(operation, topic(name), 1, True, True)]
+            self.actions = () if name is None else _one_topic_action(operation, name)
             return
         names = self.names = {k: (k if isinstance(k, str) else ctx.topic_name(k)) for k in keys}
         counts = Counter(name for k in keys if (name := names[k]) is not None)
