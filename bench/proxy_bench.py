@@ -681,6 +681,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
             args.messages,
             plan.latency,
         )
+    if args.samples:
+        plan = Plan(plan.rounds, plan.produce_1k, plan.produce_100, plan.consume, args.samples)
     workloads = args.workloads.split(",") if args.workloads else list(WORKLOADS)
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
@@ -937,6 +939,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
     parser.add_argument("--messages", type=int, help="1 KiB produce/consume message count")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (< 1 min)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        help="round trips per round of latency and metadata-rtt (default 2000, quick 500; "
+        "CPU per request is read from /proc in 10 ms ticks: more samples, finer figures)",
+    )
     parser.add_argument(
         "--relay",
         action=argparse.BooleanOptionalAction,
