@@ -203,6 +203,7 @@ class Path_:
     """One connection through kafkaguard, ready for requests of one API."""
 
     def __init__(self, api: str) -> None:
+        self.api = api
         self.driver = Driver(acls())
         self.driver.cluster.learn_topic_names([(TOPIC_ID, TOPIC)])
         self.driver.connect()
@@ -325,6 +326,33 @@ def _authorize(p: Path_) -> Callable[[], None]:
     return step
 
 
+def _authorize_audited(p: Path_) -> Callable[[], None]:
+    """:func:`_authorize` with ``audit.enabled: true`` (defaults: allowed decisions aggregated
+    by the writer thread): the decision listener's hand-off (``AuditTrail.on_decision``, a
+    ``DecisionEvent`` queued for the writer) is the difference. On a connection of its own
+    (the other stages' authorizer has no listener); the writer thread is not started, its
+    queue is emptied after each call, as the thread would."""
+    from kafkaguard.audit import AuditTrail
+    from kafkaguard.audit.config import AuditConfig
+
+    trail = AuditTrail(
+        AuditConfig(enabled=True, dir=Path(tempfile.gettempdir()) / "kg-cost-audit"),
+        {"LISTENER": "enforce"},
+    )
+    writer = trail.writer
+    assert writer is not None
+    queue = writer._queue
+    own = Path_(p.api)
+    own.driver.authorizer.decision_listener = trail.on_decision
+    step = _authorize(own)
+
+    def audited() -> None:
+        step()
+        queue.clear()
+
+    return audited
+
+
 def _request_context(p: Path_) -> Callable[[], None]:
     session, header = p.context.session, p.header
 
@@ -444,6 +472,7 @@ STAGE_FACTORIES: dict[str, Callable[[Path_], Callable[[], None]]] = {
     "read_request": _read_request,
     "on_request": _on_request,
     "authorize": _authorize,
+    "authorize audited": _authorize_audited,
     "request context": _request_context,
     "verdict": _verdict,
     "in-flight slot": _slot,
