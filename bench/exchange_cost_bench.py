@@ -68,6 +68,7 @@ from kafkaguard.proxy.config import HostPort  # noqa: E402
 from kafkaguard.proxy.core.commands import SendBroker, SendClient  # noqa: E402
 from kafkaguard.proxy.core.dispatch import handle_request  # noqa: E402
 from kafkaguard.proxy.handlers import REGISTRY  # noqa: E402
+from kafkaguard.proxy.handlers.support.ask import _verdict  # noqa: E402
 from kafkaguard.proxy.handlers.support.authz import topic  # noqa: E402
 from kafkaguard.proxy.handlers.support.base import Request  # noqa: E402
 from kafkaguard.proxy.net.connection import ClientConnection, UpstreamConnection  # noqa: E402
@@ -297,15 +298,16 @@ def _read_request(p: Path_) -> Callable[[], None]:
     return step
 
 
-def _on_request(p: Path_) -> Callable[[], None]:
-    """The handler's decision, authorization included."""
+def _handler(p: Path_) -> Callable[[], None]:
+    """The handler's decision, authorization included (``on_request``, and for a two-phase
+    handler the one ``authorize`` call and ``on_authorized``), without the topic-id walk."""
     frame = memoryview(p.request)
     request = Request(p.header, frame, p.handler.read_request(p.header, frame))
-    on_request, ctx = p.handler.on_request, p.context
+    handler, ctx = p.handler, p.context
 
     def step() -> None:
         ctx._context_header = None
-        on_request(request, ctx)
+        _verdict(handler, request, ctx)
 
     return step
 
@@ -362,12 +364,12 @@ def _request_context(p: Path_) -> Callable[[], None]:
     return step
 
 
-def _verdict(p: Path_) -> Callable[[], None]:
+def _apply(p: Path_) -> Callable[[], None]:
     """``Exchange._apply`` of the allowed verdict (its in-flight slot included) and the
     slot's release."""
     frame = memoryview(p.request)
     request = Request(p.header, frame, p.handler.read_request(p.header, frame))
-    verdict = p.handler.on_request(request, p.context)
+    verdict = _verdict(p.handler, request, p.context)
     apply, header, inflight = p.exchange._apply, p.header, p.exchange._inflight
     slots, upstream = inflight._slots, inflight._upstream
 
@@ -418,7 +420,7 @@ def _response_transform(p: Path_) -> Callable[[], None]:
     """The response's rewrite on its raw bytes (the ``node_endpoints`` tail walk)."""
     frame = memoryview(p.response)
     request = Request(p.header, frame, p.handler.read_request(p.header, memoryview(p.request)))
-    transform = p.handler.on_request(request, p.context).transform  # type: ignore[union-attr]
+    transform = _verdict(p.handler, request, p.context).transform  # type: ignore[union-attr]
     assert transform is not None
 
     def step() -> None:
@@ -470,11 +472,11 @@ STAGE_FACTORIES: dict[str, Callable[[Path_], Callable[[], None]]] = {
     "header peek": _header,
     "decide": _decide,
     "read_request": _read_request,
-    "on_request": _on_request,
+    "handler": _handler,
     "authorize": _authorize,
     "authorize audited": _authorize_audited,
     "request context": _request_context,
-    "verdict": _verdict,
+    "verdict": _apply,
     "in-flight slot": _slot,
     "stats": _stats,
     "response transform": _response_transform,
