@@ -409,8 +409,7 @@ def _stats(p: Path_) -> Callable[[], None]:
         stats.bytes_from_broker += 100
         count(stats.responses_from_broker, slot)  # type: ignore[arg-type]
         stats.observe(stats.upstream_latency, key, 0.0002)
-        stats.observe(stats.request_latency, key, 0.0003)
-        stats.observe(stats.proxy_latency, key, 0.0001)
+        stats.observe_answer(key, 0.0003, 0.0002)
         stats.bytes_to_client += 100
 
     return step
