@@ -42,6 +42,16 @@ unrecorded warm-up round runs first (the JVM's JIT; ``--warmup-rounds``).
 
 ``--workers N`` adds the side ``kafkaguard-xN``: the same proxy with ``workers: N``
 (kafkaguard/proxy/app/workers.py); proxy CPU is then the whole process tree's.
+``kafkaguard-pure`` (default; ``--no-pure``) is the proxy with ``KAFKAGUARD_PURE_PYTHON=1``:
+the pure-Python modules even where the compiled ones are built. ``kroxylicious`` (default when
+``../shared/peers/kroxylicious/run_kroxy.sh`` exists; ``--no-kroxylicious``) is Kroxylicious
+0.12 without filters in front of Tansu A, run from a writable copy in
+``~/.cache/kafkaguard/kroxylicious`` (one warm-up round then runs first, for its JIT). The
+proxies authorize with the bench's own ACLs plus ``--acls N`` (default 1,000) of other
+principals. Ratios against the relay are printed beside those against direct, and for the
+one-request-at-a-time workloads (``latency``, ``metadata-rtt``) each proxy's CPU per request
+with the requests/s one core would serve at that cost. ``--py-spy DIR`` samples every Python
+proxy side and prints the shares of its busy samples by stage.
 
 ``--profile-proxy FILE`` runs the proxy under cProfile (``python -m cProfile -o FILE``); it is
 stopped with SIGINT so the profile is written. ``--kafkaguard-path DIR`` runs the proxy from
@@ -77,7 +87,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from kafkaguard.proxy.config import HostPort  # noqa: E402
-from kafkaguard.tansu import TansuBroker, free_base, free_port  # noqa: E402
+from kafkaguard.tansu import NODE_ID, TansuBroker, free_base, free_port  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # The byte-relay baseline (runs in its own process: ``proxy_bench.py --serve-relay``).
@@ -200,6 +210,8 @@ class Timer:
 
     last_cpu_share = 0.0
     """Proxy CPU seconds per wall second of the last run (1.0 = one core busy)."""
+    last_cpu_seconds = 0.0
+    """Proxy CPU seconds of the last run."""
 
     def __init__(self, side: Side) -> None:
         self.side = side
@@ -208,7 +220,8 @@ class Timer:
 
     def stop(self) -> float:
         elapsed = time.perf_counter() - self.start
-        Timer.last_cpu_share = (cpu_seconds(self.side.pid) - self.cpu) / elapsed
+        Timer.last_cpu_seconds = cpu_seconds(self.side.pid) - self.cpu
+        Timer.last_cpu_share = Timer.last_cpu_seconds / elapsed
         return elapsed
 
 
@@ -265,11 +278,17 @@ class Env:
         self.kafka_brokers.append(broker)
         return HostPort("127.0.0.1", broker.port)
 
-    def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> int:
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None, log: Any = None) -> int:
         # cwd: ``python -m`` puts the working directory first on sys.path, which would shadow
         # a ``--kafkaguard-path``/``--candidate`` checkout given through PYTHONPATH.
         proc = subprocess.Popen(
-            argv, env=env, cwd=self.tmp.name, stdin=subprocess.DEVNULL, start_new_session=True
+            argv,
+            env=env,
+            cwd=self.tmp.name,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         self.processes.append(proc)
         return proc.pid
@@ -282,10 +301,11 @@ class Env:
         path: str | None = None,
         profile: str | None = None,
         workers: int = 1,
+        extra_env: dict[str, str] | None = None,
     ) -> Side:
         port = free_port()
         config = Path(self.tmp.name) / f"{name}.yaml"
-        (Path(self.tmp.name) / "acls.yaml").write_text(ACLS)
+        (Path(self.tmp.name) / "acls.yaml").write_text(ACLS + other_acls(args.acls))
         admin = ""
         if name in (args.metrics or ()):  # the admin listener, scraped every second
             admin_port = free_port()
@@ -301,7 +321,7 @@ class Env:
             f"workers: {workers}\n"
             "logging:\n  level: WARNING\n" + (AUTHZ_SUPER if args.authz == "super" else AUTHZ_ACLS)
         )
-        env = dict(os.environ)
+        env = dict(os.environ, **(extra_env or {}))
         if path:
             env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
         argv = [sys.executable]
@@ -317,7 +337,32 @@ class Env:
         wait_port(port)
         return Side("relay", f"127.0.0.1:{port}", str(upstream), pid=pid)
 
+    def start_kroxylicious(self, upstream: HostPort, node_id: int) -> Side:
+        """Kroxylicious 0.12 (no filters) via the peer's ``run_kroxy.sh``, run from a writable
+        copy (the script resolves its jars and compiles its launcher beside itself); it
+        serves the broker ``node_id`` (its log: ``kroxylicious.log`` in the run's directory)."""
+        KROXY_HOME.mkdir(parents=True, exist_ok=True)
+        for source in KROXY_PEER.iterdir():
+            if source.is_file() and not (KROXY_HOME / source.name).exists():
+                (KROXY_HOME / source.name).write_bytes(source.read_bytes())
+        (KROXY_HOME / "run_kroxy.sh").chmod(0o755)
+        port = free_port()
+        script = str(KROXY_HOME / "run_kroxy.sh")
+        kroxy_log = (Path(self.tmp.name) / "kroxylicious.log").open("wb")
+        pid = self.spawn(["bash", script, str(port), str(upstream), str(node_id)], log=kroxy_log)
+        wait_port(port, timeout=300)  # the first start resolves the jars with Maven
+        return Side("kroxylicious", f"127.0.0.1:{port}", str(upstream), pid=pid)
+
+    def start_py_spy(self, side: Side, directory: str) -> None:
+        """Sample ``side``'s process (and its workers) until the end: collapsed stacks in
+        ``directory/<side>.txt``, idle samples left out (``py-spy record --format raw``)."""
+        out = Path(directory) / f"{side.name}.txt"
+        argv = ["py-spy", "record", "--format", "raw", "--rate", "250", "--subprocesses"]
+        argv += ["--nonblocking", "-o", str(out), "-p", str(side.pid)]
+        self.spawn(argv)
+
     def close(self) -> None:
+        """Stop everything started (once: a second call finds nothing left)."""
         for scraper in self.scrapers:
             scraper.stop()
         for proc in self.processes:  # SIGINT: lets cProfile write its output
@@ -333,8 +378,15 @@ class Env:
             broker.stop()
         for kafka in self.kafka_brokers:
             kafka.stop()
+        self.scrapers, self.processes, self.brokers, self.kafka_brokers = [], [], [], []
         self.tmp.cleanup()
 
+
+KROXY_PEER = REPO.parent / "shared" / "peers" / "kroxylicious"
+"""Kroxylicious as a benchmark peer (``run_kroxy.sh LISTEN_PORT UPSTREAM``), when present."""
+KROXY_HOME = Path.home() / ".cache" / "kafkaguard" / "kroxylicious"
+KAFKA_NODE_ID = 1
+"""The node id of ``tests/support/kafka_broker.py``'s broker (Tansu's: ``tansu.NODE_ID``)."""
 
 # --------------------------------------------------------------------------------------------
 # Workloads (confluent-kafka in this process)
@@ -355,6 +407,24 @@ acls:
   - {principal: "User:ANONYMOUS", operation: DESCRIBE, permission: ALLOW,
      resource_type: CLUSTER, name: kafka-cluster}
 """
+
+
+def other_acls(count: int) -> str:
+    """``count`` ACLs of other principals (LITERAL and PREFIXED topic ACLs, a DENY in 20, as
+    ``authorizer_bench.make_acls``), so the authorizer's index has a realistic size."""
+    lines = []
+    for i in range(count):
+        permission = "DENY" if i % 20 == 0 else "ALLOW"
+        operation = ("READ", "WRITE", "DESCRIBE", "CREATE")[i % 4]
+        pattern, name = ("LITERAL", f"topic-{i}") if i % 10 < 6 else ("PREFIXED", f"team-{i:06d}")
+        lines.append(
+            f'  - {{principal: "User:u{i % 997}", operation: {operation}, '
+            f"permission: {permission}, resource_type: TOPIC, pattern_type: {pattern}, "
+            f"name: {name}}}\n"
+        )
+    return "".join(lines)
+
+
 AUTHZ_ACLS = """\
 authorizer:
   allow_everyone_if_no_acl_found: false
@@ -535,6 +605,7 @@ def metadata_rtt(side: Side, count: int, version: int = 1) -> list[float]:
     samples = []
     with socket.create_connection((host, int(port))) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        timer = Timer(side)
         for corr in range(count + 10):
             client = b"bench"
             body = struct.pack(">hhih", 3, version, corr, len(client)) + client
@@ -546,6 +617,7 @@ def metadata_rtt(side: Side, count: int, version: int = 1) -> list[float]:
             _recv(sock, size)
             if corr >= 10:  # the first round trips warm up
                 samples.append((time.perf_counter() - start) * 1000)
+        timer.stop()
     return samples
 
 
@@ -609,6 +681,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
             args.messages,
             plan.latency,
         )
+    if args.samples:
+        plan = Plan(plan.rounds, plan.produce_1k, plan.produce_100, plan.consume, args.samples)
     workloads = args.workloads.split(",") if args.workloads else list(WORKLOADS)
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
@@ -625,6 +699,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
         ]
         if args.candidate:
             sides.append(env.start_proxy(broker, args, "candidate", args.candidate))
+        if args.pure:  # the pure-Python modules even where compiled ones are installed
+            pure = {"KAFKAGUARD_PURE_PYTHON": "1"}
+            sides.append(env.start_proxy(broker, args, "kafkaguard-pure", extra_env=pure))
         if args.workers > 1:
             name = f"kafkaguard-x{args.workers}"
             sides.append(env.start_proxy(broker, args, name, workers=args.workers))
@@ -636,6 +713,15 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
                 else env.start_broker(advertised=HostPort("127.0.0.1", relay_port)).address
             )
             sides.insert(1, env.start_relay(relay_port, relayed))
+        kroxy = args.kroxylicious
+        if kroxy is None:
+            kroxy = (KROXY_PEER / "run_kroxy.sh").exists()
+        if kroxy:
+            sides.append(env.start_kroxylicious(broker, KAFKA_NODE_ID if kafka else NODE_ID))
+        if args.py_spy:
+            for side in sides:
+                if side.pid is not None and side.name != "kroxylicious":
+                    env.start_py_spy(side, args.py_spy)
         fills = {1024: plan.consume, 100: plan.produce_100}  # one topic per broker and size
         for size, count in fills.items():
             if ("consume" if size == 1024 else "consume-100") not in workloads:
@@ -656,7 +742,11 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
         }
         results: dict[tuple[str, str], list[float | list[float]]] = {}
         cpu: dict[tuple[str, str], list[float]] = {}
-        warmup = args.warmup_rounds if args.warmup_rounds is not None else int(kafka)
+        per_request: dict[tuple[str, str], list[float]] = {}
+        """Proxy CPU-seconds per request of the one-at-a-time workloads."""
+        warmup = args.warmup_rounds
+        if warmup is None:  # the JVMs' JIT: Kafka's, Kroxylicious'
+            warmup = int(kafka or kroxy)
         for r in range(-warmup, rounds):
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for workload in workloads:
@@ -667,6 +757,10 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
                         continue
                     results.setdefault((workload, side.name), []).append(value)
                     cpu.setdefault((workload, side.name), []).append(Timer.last_cpu_share)
+                    if isinstance(value, list):
+                        per_request.setdefault((workload, side.name), []).append(
+                            Timer.last_cpu_seconds / len(value)
+                        )
                     shown = (
                         f"{value:,.0f} msg/s"
                         if isinstance(value, float)
@@ -681,10 +775,17 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - the benchmark as one s
         print("\nmedian proxy-process CPU during the timed section (1.00 = one core busy)")
         for workload in workloads:
             shares = "".join(
-                f"{name:>14} {statistics.median(cpu[(workload, name)]):.2f}" for name in proxies
+                f" {name:>16} {statistics.median(cpu[(workload, name)]):.2f}" for name in proxies
             )
             print(f"{workload:<22}{shares}")
         cpu_per_gb(results, cpu, proxies, workloads)
+        cpu_per_request(per_request, proxies, workloads)
+        if args.py_spy:
+            env.close()  # py-spy writes its files when its target ends
+            for side in sides:
+                profile = Path(args.py_spy) / f"{side.name}.txt"
+                if profile.exists():
+                    print_stages(side.name, profile)
         print(f"\nwall time {time.monotonic() - began:.0f} s")
     finally:
         env.close()
@@ -713,7 +814,7 @@ def cpu_per_gb(
             )
             for name in proxies
         }
-        line = f"{workload:<22}" + "".join(f"{name:>14} {per_gb[name]:.2f}" for name in proxies)
+        line = f"{workload:<22}" + "".join(f" {name:>16} {per_gb[name]:.2f}" for name in proxies)
         if per_gb.get("relay"):  # (0 in a run too short for the clock's ticks)
             line += "".join(
                 f"   {name}/relay {per_gb[name] / per_gb['relay']:.2f}x"
@@ -721,6 +822,71 @@ def cpu_per_gb(
                 if name != "relay"
             )
         print(line)
+
+
+def cpu_per_request(
+    per_request: dict[tuple[str, str], list[float]], proxies: list[str], workloads: list[str]
+) -> None:
+    """Proxy CPU per request of the one-request-at-a-time workloads (median of rounds), and the
+    requests per second one core would serve at that cost (a projection: a loaded proxy
+    batches reads and writes, so it does better; the ratio between sides is the figure)."""
+    rows = [w for w in workloads if w in ("latency", "metadata-rtt")]
+    if not rows:
+        return
+    print("\nproxy CPU per request, µs (median of rounds), and projected requests/s per core")
+    for workload in rows:
+        line = f"{workload:<22}"
+        for name in proxies:
+            us = statistics.median(per_request[(workload, name)]) * 1e6
+            line += f" {name:>16} {us:6.1f} µs ({1e6 / us if us else 0:,.0f}/s)"
+        print(line)
+
+
+STAGE_RULES: tuple[tuple[str, str], ...] = (
+    ("policy/standard.py", "authorize"),
+    ("session.py", "authorize"),
+    ("proxy/core/context.py", "authorize"),
+    ("kafkaguard/audit/", "audit hand-off"),
+    ("protocol/framing.py", "framing"),
+    ("peek_request_header", "header peek"),
+    ("peek_correlation_id", "header peek"),
+    ("protocol/skim/produce.py", "handler"),
+    ("protocol/codec.py", "handler"),
+    ("proxy/handlers/", "handler"),
+    ("handle_request", "dispatch"),
+    ("protocol/inflight.py", "in-flight slot"),
+    ("proxy/core/stats.py", "stats"),
+    ("protocol/skim/tails.py", "response path"),
+    ("_on_responses", "response path"),
+    ("_write_ready", "response path"),
+    ("receive_broker", "response path"),
+    ("_apply", "verdict"),
+    ("proxy/core/exchange.py", "exchange (other)"),
+    ("_send_client", "socket writes"),
+    ("send (kafkaguard/proxy/net/connection.py", "socket writes"),
+    ("data_received (proxy_bench.py", "relay data_received + write"),
+    ("proxy/net/connection.py", "shell"),
+)
+"""py-spy frame text → stage; a sample counts for the first rule matched from its leaf."""
+
+
+def print_stages(name: str, profile: Path) -> None:
+    """Shares of the proxy's busy samples by stage (``py-spy record --format raw``)."""
+    counts: dict[str, int] = {}
+    for line in profile.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        frames = stack.split(";")[::-1]
+        stage = next(
+            (stage for frame in frames for needle, stage in STAGE_RULES if needle in frame),
+            "event loop (uvloop: epoll, reads), other",
+        )
+        counts[stage] = counts.get(stage, 0) + int(count)
+    total = sum(counts.values()) or 1
+    print(f"\npy-spy {name}: {total} busy samples")
+    for stage, count in sorted(counts.items(), key=lambda item: -item[1]):
+        print(f"  {stage:<32}{count / total:6.1%}")
 
 
 def report(
@@ -733,8 +899,8 @@ def report(
     names = [s.name for s in sides]
     print(f"medians over {rounds} rounds (messages: 1k={plan.produce_1k}, 100B={plan.produce_100},")
     print(f"consume={plan.consume}, latency samples={plan.latency} per round)")
-    header = f"{'workload':<22}" + "".join(f"{n:>14}" for n in names)
-    header += "".join(f"{n + '/direct':>19}" for n in names[1:])
+    header = f"{'workload':<22}" + "".join(f"{n:>17}" for n in names)
+    header += "".join(f"{n + '/direct':>24}" for n in names[1:])
     print(header)
     for workload in workloads:
         rows: list[tuple[str, dict[str, float], bool]] = []
@@ -752,12 +918,18 @@ def report(
             rows.append((f"{workload} msg/s", values, True))
             rows.append((f"{workload} MB/s", {n: v * size / 1e6 for n, v in values.items()}, True))
         for label, values, throughput in rows:
-            line = f"{label:<22}" + "".join(f"{values[n]:>14,.3f}" for n in names)
+            line = f"{label:<22}" + "".join(f"{values[n]:>17,.3f}" for n in names)
             for n in names[1:]:
                 if throughput:
-                    line += f"{values[n] / values['direct']:>18.2f}x"
+                    line += f"{values[n] / values['direct']:>23.2f}x"
                 else:
-                    line += f"{values[n] - values['direct']:>+18.3f}ms"
+                    line += f"{values[n] - values['direct']:>+22.3f}ms"
+            if "relay" in values and values["relay"]:  # the issue's ratios: against the relay
+                line += "   vs relay:" + "".join(
+                    f" {n} {values[n] / values['relay']:.2f}x"
+                    for n in names
+                    if n not in ("direct", "relay")
+                )
             print(line)
 
 
@@ -767,6 +939,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
     parser.add_argument("--messages", type=int, help="1 KiB produce/consume message count")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (< 1 min)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        help="round trips per round of latency and metadata-rtt (default 2000, quick 500; "
+        "CPU per request is read from /proc in 10 ms ticks: more samples, finer figures)",
+    )
     parser.add_argument(
         "--relay",
         action=argparse.BooleanOptionalAction,
@@ -812,6 +990,33 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also run kafkaguard with workers: N as side kafkaguard-xN (default: the cores, "
         "at least 2; 1: no such side)",
+    )
+    parser.add_argument(
+        "--pure",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run kafkaguard with KAFKAGUARD_PURE_PYTHON=1 as side kafkaguard-pure "
+        "(default; the same code where no compiled modules are built)",
+    )
+    parser.add_argument(
+        "--kroxylicious",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Kroxylicious as a side (default: when ../shared/peers/kroxylicious/run_kroxy.sh "
+        "exists; needs Java 17 and Maven)",
+    )
+    parser.add_argument(
+        "--acls",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="ACLs of other principals beside the bench's own (default 1000)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="DIR",
+        help="sample every Python proxy side with py-spy; collapsed stacks in DIR, and the "
+        "shares of busy samples by stage printed at the end",
     )
     parser.add_argument(
         "--serve-relay", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS

@@ -161,6 +161,10 @@ class Exchange:
         """A SaslAuthenticate answer is being computed: later requests wait for its outcome."""
         self._streaming = False
         """A broker response is being streamed to the client (cut-through)."""
+        self._local = False
+        """A request was answered by the proxy since the last write: :meth:`_write_ready` may
+        have a response to release (a forwarded request alone never has, so the request path
+        skips it)."""
         self._passthrough = 0
         """Bytes of the streamed response still to come from the broker."""
         self._tail: TailStream | None = None
@@ -321,9 +325,9 @@ class Exchange:
                     return out
             self._count_response(self.stats.responses_from_broker, slot)
             stats = self.stats  # latencies to the first streamed byte: the proxy adds nothing
-            stats.observe(stats.upstream_latency, slot.api_key, self._waited(slot))
-            stats.observe(stats.request_latency, slot.api_key, self._waited(slot))
-            stats.observe(stats.proxy_latency, slot.api_key, 0.0)
+            waited = self._waited(slot)
+            stats.observe(stats.upstream_latency, slot.api_key, waited)
+            stats.observe_answer(slot.api_key, waited, waited)
             self._streaming = True
             self.liveness.active = True
             stats.bytes_to_client += sum(map(len, chunks))
@@ -436,7 +440,8 @@ class Exchange:
                 self._close(f"bad request: {exc}", CloseCause.BAD_REQUEST)
                 return
             self._send(outgoing)
-            self._write_ready()
+            if self._local or self._closing is not None:
+                self._write_ready()
             if self._inflight.full or self._waiting:
                 break
         if self.closed:
@@ -570,6 +575,7 @@ class Exchange:
                 codec.encode_response(verdict.response, header.correlation_id),
                 self._read_at,
             )
+            self._local = True
             responses = self.stats.responses_from_proxy
             responses[header.api_key] = responses.get(header.api_key, 0) + 1
             if verdict.close_after is not None:
@@ -669,6 +675,7 @@ class Exchange:
     def _write_ready(self) -> None:
         if self._streaming or self.closed:  # a response is being streamed: nothing interleaves
             return
+        self._local = False
         ready = self._inflight.take_ready()
         if ready:
             self.liveness.active = True
@@ -679,9 +686,7 @@ class Exchange:
                 response = slot.response
                 assert response is not None
                 frames.append(response)
-                total = now - slot.received_at
-                stats.observe(stats.request_latency, slot.api_key, total)
-                stats.observe(stats.proxy_latency, slot.api_key, total - slot.upstream_s)
+                stats.observe_answer(slot.api_key, now - slot.received_at, slot.upstream_s)
             stats.bytes_to_client += sum(map(len, frames))
             self._out.append(SendClient(frames))
         if self._closing is not None and not len(self._inflight):

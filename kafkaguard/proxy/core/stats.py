@@ -54,6 +54,7 @@ class ListenerStats:
     """Counters of one listener, shared by its connections (one event loop: no locks)."""
 
     __slots__ = (
+        "_answer_histograms",
         "accepted",
         "bytes_from_broker",
         "bytes_from_client",
@@ -90,9 +91,24 @@ class ListenerStats:
         self.proxy_latency: dict[int, Histogram] = {}
         """By API key: the request latency minus the upstream latency — what the proxy added
         (decoding, deciding, rewriting, and waiting behind earlier responses)."""
+        self._answer_histograms: dict[int, tuple[Histogram, Histogram]] = {}
+        """By API key: its request and proxy latency histograms, found with one lookup."""
 
     def observe(self, table: dict[int, Histogram], api_key: int, seconds: float) -> None:
         histogram = table.get(api_key)
         if histogram is None:
             histogram = table[api_key] = Histogram()
         histogram.observe(seconds)
+
+    def observe_answer(self, api_key: int, total_s: float, upstream_s: float) -> None:
+        """One response handed to the client: its request latency (``total_s``) and what the
+        proxy added (``total_s - upstream_s``), in one call with one lookup (every response
+        passes here)."""
+        pair = self._answer_histograms.get(api_key)
+        if pair is None:
+            pair = self._answer_histograms[api_key] = (
+                self.request_latency.setdefault(api_key, Histogram()),
+                self.proxy_latency.setdefault(api_key, Histogram()),
+            )
+        pair[0].observe(total_s)
+        pair[1].observe(total_s - upstream_s)

@@ -67,10 +67,11 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -86,9 +87,10 @@ from kafkaguard.proxy.handlers.support.addresses import (
     node_endpoints_transform,
 )
 from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
-from kafkaguard.proxy.handlers.support.authz import CLUSTER, TopicKey, authorize_topics, is_allowed
+from kafkaguard.proxy.handlers.support.authz import CLUSTER, TopicChecks, TopicKey
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
+    Authorize,
     Forward,
     HandlerContext,
     Request,
@@ -246,32 +248,91 @@ def _observed(head: FetchHead) -> ResponseRewrite:
     return observe
 
 
-@dataclass(frozen=True, slots=True)
 class _Fetch:
-    """What the handler reads of a Fetch request."""
+    """What the handler reads of a Fetch request (a plain slots class: one per request)."""
 
-    version: int
-    tkey: str
-    """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
-    session_id: int
-    epoch: int
-    """−1 without sessions (v0–6, or a sessionless client), 0 opens one, any other continues one."""
-    requested: dict[PartitionKey, Any]
-    """Partition → its request entry, in request order."""
+    __slots__ = ("epoch", "requested", "session_id", "tkey", "version")
 
-    @classmethod
-    def of(cls, request: Request) -> _Fetch:
+    def __init__(self, request: Request) -> None:
         body: Any = request.body
-        version = request.header.api_version
-        tkey = "topic" if version < 13 else "topic_id"
+        version = self.version = request.header.api_version
+        tkey = self.tkey = "topic" if version < 13 else "topic_id"
+        """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
         sessions_on = version >= 7
-        return cls(
-            version,
-            tkey,
-            int(body.session_id) if sessions_on else 0,
-            int(body.session_epoch) if sessions_on else -1,
-            {(getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions},
-        )
+        self.session_id: int = int(body.session_id) if sessions_on else 0
+        self.epoch: int = int(body.session_epoch) if sessions_on else -1
+        """−1 without sessions (v0–6, or a sessionless client), 0 opens one, any other
+        continues one."""
+        self.requested: dict[PartitionKey, Any] = {
+            (getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions
+        }
+        """Partition → its request entry, in request order."""
+
+
+@dataclass(slots=True)
+class _SessionUpdate:
+    """An incremental request's session, between its update and its checks."""
+
+    sessions: FetchSessions
+    mirror: SessionMirror
+    may_hold: set[PartitionKey]
+    """What the broker's session may hold before this request."""
+    forgotten: set[PartitionKey]
+    """What this request forgets."""
+    context: list[PartitionKey]
+    """The session's partitions after this request: Kafka's fetch context."""
+
+
+class _Checks:
+    """The checks of a fetch (two phases, base.Authorize): CLUSTER_ACTION for a follower,
+    else READ on each topic (one reference per partition, as Kafka counts them)."""
+
+    __slots__ = ("actions", "fetch", "partitions", "session", "topics")
+
+    def __init__(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        partitions: list[PartitionKey],
+        fetch: _Fetch,
+        session: _SessionUpdate | None = None,
+    ) -> None:
+        self.partitions = partitions
+        self.fetch = fetch
+        self.session = session
+        """The session an incremental fetch updated (None: a full fetch)."""
+        self.topics: TopicChecks | None = None
+        """None for a follower."""
+        if not partitions:
+            self.actions: Sequence[Action] = ()
+        elif _is_follower(request.body):
+            self.actions = [Action(AclOperation.CLUSTER_ACTION, CLUSTER, 1, True, True)]
+        else:
+            self.topics = TopicChecks(ctx, AclOperation.READ, [k for k, _ in partitions])
+            self.actions = self.topics.actions
+
+    def denied(
+        self, request: Request, ctx: HandlerContext, results: Sequence[AuthorizationResult]
+    ) -> dict[PartitionKey, ErrorCode]:
+        """Denied partitions of the fetch context, in context order."""
+        partitions = self.partitions
+        if not partitions:
+            return {}
+        if self.topics is not None:
+            topics = self.topics.denied(results)
+            if not topics:
+                return {}
+        elif results[0] is not AuthorizationResult.ALLOWED:
+            return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
+        else:
+            topics = {}
+            for key, _ in partitions:
+                name = key if isinstance(key, str) else ctx.topic_name(key)
+                if name is None:
+                    topics[key] = ErrorCode.unknown_topic_id
+                elif ctx.internal_topic(request, name):  # the proxy's, whoever follows
+                    topics[key] = ErrorCode.topic_authorization_failed
+        return {part: topics[part[0]] for part in partitions if part[0] in topics}
 
 
 def _forgotten(body: Any, tkey: str) -> Iterator[PartitionKey]:
@@ -291,37 +352,35 @@ class FetchHandler(ApiHandler):
     decode_request = True
 
     def topic_ids(self, request: Request) -> Iterable[uuid.UUID]:
+        if request.header.api_version < 13:  # topics by name: nothing to walk
+            return ()
         return listed_topic_ids(request.body, "topics")
 
     # -- deciding ----------------------------------------------------------------------------
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        fetch = _Fetch.of(request)
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+        """Two phases (base.Authorize): the checks of the fetch context (a full fetch's
+        partitions, or an incremental one's session once updated, :meth:`_incremental`), then
+        the verdict (:meth:`on_authorized`)."""
+        fetch = _Fetch(request)
         if fetch.epoch not in (INITIAL_EPOCH, FINAL_EPOCH):  # ``FetchMetadata.isFull``
             return self._incremental(request, ctx, fetch)
         if fetch.session_id:  # a full fetch naming a session closes it
             connection_sessions(ctx).by_id.pop(fetch.session_id, None)
-        denied = self._decide(request, ctx, list(fetch.requested))
-        return self._full(request, ctx, fetch, denied)
+        checks = _Checks(request, ctx, list(fetch.requested), fetch)
+        return Authorize(checks.actions, checks)
 
-    def _decide(
-        self, request: Request, ctx: HandlerContext, partitions: list[PartitionKey]
-    ) -> dict[PartitionKey, ErrorCode]:
-        """Denied partitions of the fetch context, in context order."""
-        if not partitions:
-            return {}
-        if _is_follower(request.body):
-            if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
-                return dict.fromkeys(partitions, ErrorCode.topic_authorization_failed)
-            topics: dict[TopicKey, ErrorCode] = {}
-            for key, _ in partitions:
-                name = key if isinstance(key, str) else ctx.topic_name(key)
-                if name is None:
-                    topics[key] = ErrorCode.unknown_topic_id
-                elif ctx.internal_topic(request, name):  # the proxy's, whoever follows
-                    topics[key] = ErrorCode.topic_authorization_failed
-        else:  # one reference per partition, as Kafka counts them
-            topics = authorize_topics(ctx, request, AclOperation.READ, [k for k, _ in partitions])
-        return {part: topics[part[0]] for part in partitions if part[0] in topics}
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: Any,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        checks: _Checks = state
+        denied = checks.denied(request, ctx, results)
+        if checks.session is None:
+            return self._full(request, ctx, checks.fetch, denied)
+        return self._incremental_checked(request, ctx, checks.fetch, checks.session, denied)
 
     # -- full fetches --------------------------------------------------------------------------
     def _full(
@@ -341,10 +400,10 @@ class FetchHandler(ApiHandler):
             if new_session and not sessionless
             else None
         )
-        changes: dict[str, Any] = {"session_epoch": FINAL_EPOCH} if sessionless else {}
         if not denied:
-            upstream = codec.replace(body, **changes) if changes else None
+            upstream = codec.replace(body, session_epoch=FINAL_EPOCH) if sessionless else None
             return self._forward(request, ctx, upstream, None, head)
+        changes: dict[str, Any] = {"session_epoch": FINAL_EPOCH} if sessionless else {}
         kept = self._topics(body, fetch.tkey, sent, requested)
         merge = self._merger(request, list(requested), denied)
         # With a merge the response is always decoded: ``_forward``'s skim has no part here.
@@ -353,12 +412,13 @@ class FetchHandler(ApiHandler):
         return split(request, "topics", kept, "responses", merge, rewrite=rewrite, changes=changes)
 
     # -- incremental fetches -------------------------------------------------------------------
-    def _incremental(self, request: Request, ctx: HandlerContext, fetch: _Fetch) -> Verdict:
+    def _incremental(
+        self, request: Request, ctx: HandlerContext, fetch: _Fetch
+    ) -> Verdict | Authorize:
         """``FetchManager.newContext`` on the mirror (session, epoch, topic ids, update), then
-        the authorization step: every partition of the session and every partition the broker
-        may hold is authorized, as ``handleFetchRequest`` authorizes its fetch context; the
-        broker's session is kept to what is authorized (newly denied partitions forgotten
-        upstream, regranted ones re-added)."""
+        the checks: every partition of the session and every partition the broker may hold is
+        authorized, as ``handleFetchRequest`` authorizes its fetch context
+        (:meth:`_incremental_checked` reads the results)."""
         sessions = connection_sessions(ctx)
         mirror = sessions.by_id.get(fetch.session_id)
         if mirror is None:
@@ -389,7 +449,25 @@ class FetchHandler(ApiHandler):
         outside = [k for k in requested if k not in partitions]
         held = (k for k in may_hold if k not in partitions and k not in forgotten)
         outside += sorted(held, key=lambda k: (str(k[0]), k[1]))  # a set: a stable order
-        checked = self._decide(request, ctx, context + outside)
+        update = _SessionUpdate(sessions, mirror, may_hold, forgotten, context)
+        checks = _Checks(request, ctx, context + outside, fetch, update)
+        return Authorize(checks.actions, checks)
+
+    def _incremental_checked(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        fetch: _Fetch,
+        update: _SessionUpdate,
+        checked: dict[PartitionKey, ErrorCode],
+    ) -> Verdict:
+        """The broker's session kept to what is authorized: newly denied partitions forgotten
+        upstream, regranted ones re-added; denied ones answered by the proxy."""
+        sessions, mirror, may_hold = update.sessions, update.mirror, update.may_hold
+        forgotten, context = update.forgotten, update.context
+        body: Any = request.body
+        requested = fetch.requested
+        partitions = mirror.partitions
         denied = {k: code for k, code in checked.items() if k in partitions}
         forget = [k for k in checked if k in may_hold and k not in forgotten]
         readd = [

@@ -23,10 +23,11 @@ up as the client's bytes; only a partly denied one is decoded, to be split. The 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 from uuid import UUID
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -36,15 +37,14 @@ from kafkaguard.protocol.skim.produce import skim_produce_request
 from kafkaguard.proxy.handlers.support.addresses import allowed_forward, node_endpoints_rewrite
 from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import (
+    TopicChecks,
     TopicKey,
-    authorize_topics,
-    is_allowed,
-    topic,
     topic_key,
     transactional_id,
 )
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
+    Authorize,
     Close,
     Forward,
     HandlerContext,
@@ -82,20 +82,10 @@ def has_transactional_batches(body: Any) -> bool:
     return False
 
 
-def _denied_topics(
-    ctx: HandlerContext, request: Request, keys: list[TopicKey]
-) -> dict[TopicKey, ErrorCode]:
-    """:func:`~authz.authorize_topics` for WRITE; a request to one topic (nearly every
-    producer's) is one check, the same :class:`Action` (reference count 1), made directly."""
-    if len(keys) != 1:
-        return authorize_topics(ctx, request, AclOperation.WRITE, keys)
-    key = keys[0]
-    name = key if isinstance(key, str) else ctx.topic_name(key)
-    if name is None:
-        return {key: ErrorCode.unknown_topic_id}
-    if is_allowed(ctx, request, AclOperation.WRITE, topic(name)):
-        return {}
-    return {key: ErrorCode.topic_authorization_failed}
+_FIRST_VERSION_BY_ID: Final = 13
+"""Produce names topics by id from v13 (KIP-516)."""
+_TRANSACTIONAL_ID_CHECKED: Final = object()
+"""The state of the first of two steps: WRITE on the transactional id, the topics after."""
 
 
 def _refuse_internal_topics(
@@ -124,19 +114,43 @@ class ProduceHandler(ApiHandler):
         return skim
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
+        if request.header.api_version < _FIRST_VERSION_BY_ID:  # topics by name: nothing to walk
+            return ()
         return listed_topic_ids(request.body, "topic_data")
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+        """Two phases (base.Authorize): WRITE on the transactional id of a transactional
+        request, first and alone (Kafka checks its topics only once that is granted), then
+        WRITE on the topics."""
         body: Any = request.body
-        if has_transactional_batches(body) and (
-            body.transactional_id is None
-            or not is_allowed(
-                ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)
+        if has_transactional_batches(body):
+            if body.transactional_id is None:
+                return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
+            action = Action(
+                AclOperation.WRITE, transactional_id(body.transactional_id), 1, True, True
             )
-        ):
-            return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
-        keys = [topic_key(e) for e in body.topic_data]
-        denied = _denied_topics(ctx, request, keys)
+            return Authorize([action], _TRANSACTIONAL_ID_CHECKED)
+        return self._check_topics(ctx, body)
+
+    @staticmethod
+    def _check_topics(ctx: HandlerContext, body: Any) -> Authorize:
+        checks = TopicChecks(ctx, AclOperation.WRITE, [topic_key(e) for e in body.topic_data])
+        return Authorize(checks.actions, checks)
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: Any,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict | Authorize:
+        body: Any = request.body
+        if state is _TRANSACTIONAL_ID_CHECKED:
+            if results[0] is not AuthorizationResult.ALLOWED:
+                return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
+            return self._check_topics(ctx, body)
+        checks: TopicChecks = state
+        denied = checks.denied(results)
         if denied:
             _refuse_internal_topics(ctx, request, denied)
         if not denied:
@@ -145,6 +159,7 @@ class ProduceHandler(ApiHandler):
             return allowed_forward(request, ctx)
         if body.acks == 0:
             return Close("acks=0 Produce to a topic it may not write (Kafka closes too)")
+        keys = [topic_key(e) for e in body.topic_data]
         entries = self._denied_entries(request, body, denied)
         # The split re-encodes the request: it needs kio's body, not the skim.
         decoded: Any = codec.decode_request(request.frame, self.api_key, request.header.api_version)

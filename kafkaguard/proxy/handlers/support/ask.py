@@ -27,6 +27,7 @@ from kafkaguard.protocol.codec import ErrorCode, RequestPayload, ResponsePayload
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     AskFirst,
+    Authorize,
     HandlerContext,
     Request,
     Verdict,
@@ -102,18 +103,29 @@ def decide(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verdic
     """``handler``'s verdict, once the names of the topic ids its request lists are known."""
     unseen = [i for i in handler.topic_ids(request) if ctx.topic_name(i) is None]
     if not unseen:  # every request of every API passes here: nothing more on this path
-        return handler.on_request(request, ctx)
+        return _verdict(handler, request, ctx)
     question = _metadata_question(
         ctx, _BY_ID_SINCE, [{"topic_id": i, "name": None} for i in dict.fromkeys(unseen)]
     )
     if question is None:
-        return handler.on_request(request, ctx)
+        return _verdict(handler, request, ctx)
 
     def answered(answer: ResponsePayload) -> Verdict:
         ctx.learn_topic_names(_id_pairs(_described(answer)))
-        return handler.on_request(request, ctx)
+        return _verdict(handler, request, ctx)
 
     return AskFirst(question, answered)
+
+
+def _verdict(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verdict:
+    """``on_request``, and for a two-phase handler each :class:`Authorize` step decided in one
+    ``authorize`` call (none for a step without actions: nothing is checked, nothing audited)."""
+    step = handler.on_request(request, ctx)
+    while isinstance(step, Authorize):
+        actions = step.actions
+        results = ctx.authorize(request, actions) if actions else []
+        step = handler.on_authorized(request, ctx, step.state, results)
+    return step
 
 
 def _id_pairs(described: dict[str, UUID | None]) -> Iterable[tuple[UUID, str]]:

@@ -8,8 +8,8 @@ Building what the proxy answers for denied items is :mod:`responses`' part.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
@@ -108,6 +108,75 @@ def topic_key(entry: Any) -> TopicKey:
     return topic_id
 
 
+_ONE_TOPIC_ACTIONS: dict[tuple[AclOperation, str], tuple[Action]] = {}
+"""The one action of a request naming one topic, by operation and name: the same immutable
+value for every such request of every connection (a producer sends thousands), built once."""
+_ONE_TOPIC_ACTIONS_MAX = 4096
+"""Past this many names the cache starts over (a client naming ever new topics costs a
+rebuild now and then, never memory)."""
+
+
+def _one_topic_action(operation: AclOperation, name: str) -> tuple[Action]:
+    key = (operation, name)
+    actions = _ONE_TOPIC_ACTIONS.get(key)
+    if actions is None:
+        if len(_ONE_TOPIC_ACTIONS) >= _ONE_TOPIC_ACTIONS_MAX:
+            _ONE_TOPIC_ACTIONS.clear()
+        actions = _ONE_TOPIC_ACTIONS[key] = (Action(operation, topic(name), 1, True, True),)
+    return actions
+
+
+class TopicChecks:
+    """``filterByAuthorized`` over topic keys, in two phases (base.Authorize): the
+    :attr:`actions` to authorize — one per distinct name, its reference count how many keys
+    name it; ids the proxy cannot name get none — then :meth:`denied` reads their results.
+    A request naming one topic (nearly every producer's and consumer's) builds one
+    :class:`Action` and no mapping."""
+
+    __slots__ = ("actions", "key", "names")
+
+    def __init__(self, ctx: HandlerContext, operation: AclOperation, keys: list[TopicKey]) -> None:
+        self.key: TopicKey | None = None
+        """The one key, when ``keys`` has one (``names`` is then None)."""
+        self.names: dict[TopicKey, str | None] | None = None
+        self.actions: Sequence[Action]
+        if len(keys) == 1:
+            key = self.key = keys[0]
+            name = key if isinstance(key, str) else ctx.topic_name(key)
+            self.actions = () if name is None else _one_topic_action(operation, name)
+            return
+        names = self.names = {k: (k if isinstance(k, str) else ctx.topic_name(k)) for k in keys}
+        counts = Counter(name for k in keys if (name := names[k]) is not None)
+        self.actions = [
+            Action(operation, ResourcePattern(ResourceType.TOPIC, name), count, True, True)
+            for name, count in counts.items()
+        ]
+
+    def denied(self, results: Sequence[AuthorizationResult]) -> dict[TopicKey, ErrorCode]:
+        """The denied keys and their code: 29, or 100 for an id the proxy cannot name (checked
+        before authorization, as the broker resolves ids first)."""
+        names = self.names
+        if names is None:
+            key = cast(TopicKey, self.key)  # (a null topic id is a key too: 100)
+            if not results:
+                return {key: ErrorCode.unknown_topic_id}
+            if results[0] is AuthorizationResult.ALLOWED:
+                return {}
+            return {key: ErrorCode.topic_authorization_failed}
+        allowed = {
+            action.resource_pattern.name
+            for action, result in zip(self.actions, results, strict=True)
+            if result is AuthorizationResult.ALLOWED
+        }
+        denied: dict[TopicKey, ErrorCode] = {}
+        for key, name in names.items():
+            if name is None:
+                denied[key] = ErrorCode.unknown_topic_id
+            elif name not in allowed:
+                denied[key] = ErrorCode.topic_authorization_failed
+        return denied
+
+
 def authorize_topics(
     ctx: HandlerContext,
     request: Request,
@@ -115,24 +184,10 @@ def authorize_topics(
     keys: Iterable[TopicKey],
 ) -> dict[TopicKey, ErrorCode]:
     """``filterByAuthorized`` over the topics named by ``keys`` (one reference per key, so
-    duplicates count); returns the denied keys and their code: 29, or 100 for an id the proxy
-    cannot name (checked before authorization, as the broker resolves ids first)."""
-    keys = list(keys)
-    names = {k: (k if isinstance(k, str) else ctx.topic_name(k)) for k in keys}
-    allowed = filter_authorized(
-        ctx,
-        request,
-        operation,
-        ResourceType.TOPIC,
-        [name for k in keys if (name := names[k]) is not None],
-    )
-    denied: dict[TopicKey, ErrorCode] = {}
-    for key, name in names.items():
-        if name is None:
-            denied[key] = ErrorCode.unknown_topic_id
-        elif name not in allowed:
-            denied[key] = ErrorCode.topic_authorization_failed
-    return denied
+    duplicates count), in one call (:class:`TopicChecks`); returns the denied keys and their
+    code: 29, or 100 for an id the proxy cannot name."""
+    checks = TopicChecks(ctx, operation, list(keys))
+    return checks.denied(ctx.authorize(request, checks.actions) if checks.actions else [])
 
 
 def drop_denied_topics(

@@ -14,6 +14,14 @@ A handler turns one decoded request into a :data:`Verdict`, synchronously and wi
 Handlers are stateless singletons; what a connection knows lives in :class:`HandlerContext`,
 and what a handler must remember between requests of one connection (e.g. Fetch's session
 mirrors) in its :class:`ConnectionState`.
+
+The hot keys (Produce, Fetch) decide in two phases instead of asking the context for each
+check (docs/design.md#two-phase-handlers): ``on_request`` returns :class:`Authorize`, the
+actions to authorize and what the handler needs to read their results; the dispatcher
+(``ask.decide``) makes one ``authorize`` call for all of them and hands the results to
+:meth:`ApiHandler.on_authorized`, which builds the verdict — or returns a further
+:class:`Authorize` when Kafka makes a check only once an earlier one passed (a transactional
+Produce's topics, after WRITE on its transactional id).
 """
 
 from __future__ import annotations
@@ -57,17 +65,21 @@ ResponseRewrite = Callable[[ResponsePayload], ResponsePayload]
 _S = TypeVar("_S")
 
 
-@dataclass(frozen=True, slots=True)
 class Request:
-    """A request as the handler sees it."""
+    """A request as the handler sees it. A plain slots class, not a frozen dataclass: one is
+    built for every request, and a frozen dataclass sets each field through
+    ``object.__setattr__``. Handlers never change it."""
 
-    header: RequestHeaderInfo
-    frame: Frame
-    """The whole original frame, size prefix included."""
-    body: Any
-    """What :meth:`ApiHandler.read_request` made of the frame: decoded by kio when the handler
-    asked for it (``decode_request``), a skim of the few fields it needs (Produce), or
-    ``None``."""
+    __slots__ = ("body", "frame", "header")
+
+    def __init__(self, header: RequestHeaderInfo, frame: Frame, body: Any) -> None:
+        self.header = header
+        self.frame = frame
+        """The whole original frame, size prefix included."""
+        self.body = body
+        """What :meth:`ApiHandler.read_request` made of the frame: decoded by kio when the
+        handler asked for it (``decode_request``), a skim of the few fields it needs
+        (Produce), or ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,20 @@ class Close:
 
 
 Verdict = Forward | Respond | RespondLater | AskFirst | Close
+
+
+class Authorize:
+    """Phase one of a two-phase handler: authorize ``actions`` (in this order, in one call),
+    then call :meth:`ApiHandler.on_authorized` with ``state`` and the results. A plain slots
+    class: one is built per request on the data path."""
+
+    __slots__ = ("actions", "state")
+
+    def __init__(self, actions: Sequence[Action], state: Any) -> None:
+        self.actions = actions
+        self.state = state
+        """What the handler needs to read the results (its own type)."""
+
 
 FORWARD = Forward()
 """The verdict for "send the client's own bytes, return the broker's own bytes"."""
@@ -273,8 +299,19 @@ class ApiHandler:
             return decode_request(frame, header.api_key, header.api_version)
         return None
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
         return Close(f"{type(self).__name__} does not decide api key {self.api_key}")
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: Any,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict | Authorize:
+        """Phase two: the verdict once the actions of :class:`Authorize` are decided
+        (``results`` in their order). Only handlers that return :class:`Authorize` get here."""
+        return Close(f"{type(self).__name__} asked for authorization it does not read")
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         """The topic ids the request names (id-keyed versions). Ids the proxy has not seen yet

@@ -1,0 +1,597 @@
+"""Per-request cost of the allowed Produce and Fetch paths, by stage, without sockets.
+
+Why: the proxy's added latency and CPU per GB are per-request Python work (bench/RESULTS.md),
+and wall-clock timings on the shared 2-core machine move by tens of percent between runs.
+Instruction counts under ``valgrind --tool=callgrind`` do not: the same code path costs the
+same instructions however loaded the machine is. So every figure here is either CPU time
+(``--timer``, quick, noisy) or callgrind instructions (``--callgrind``, default, repeatable).
+
+What runs. One allowed Produce v11 (one topic, one partition, one ~1 KiB record batch) and one
+allowed sessionless Fetch v16 (one topic by id, one partition; a ~1 KiB answer, buffered) go
+through the real parts: a :class:`~kafkaguard.policy.standard.StandardAuthorizer` holding 1,000
+ACLs (``authorizer_bench.make_acls``) plus the client's PREFIXED ALLOW, the sans-I/O
+:class:`~kafkaguard.proxy.core.exchange.Exchange`, and the asyncio shell's two protocols
+(:class:`~kafkaguard.proxy.net.connection.ClientConnection` / ``UpstreamConnection``) with
+transports whose ``write``/``writelines`` are C no-ops (``deque(maxlen=0)``), so the figures
+are the Python path from ``data_received`` to the transport write, both directions. The byte
+relay (``proxy_bench._Pipe``) is measured the same way.
+
+Stages are measured one at a time, each its own loop over the same inputs (``STAGES``), then
+``round trip`` is the whole path; "rest" in the table is the round trip minus the stages
+(glue between them: the exchange's loops, command lists, attribute lookups). Per-iteration
+figures have the loop's own cost (the ``empty`` stage) taken off.
+
+How callgrind isolates a stage. The harness runs under ``valgrind --tool=callgrind
+--collect-atstart=no --toggle-collect=_operator_call --dump-after=_operator_call``: each stage's
+measured loop is called through ``operator.call`` (a C function nothing else on these paths
+uses), so only the loop is counted and each stage is dumped to its own file. Start-up, imports
+and warm-up are not counted.
+
+Usage::
+
+    python bench/exchange_cost_bench.py                 # callgrind, every stage (~2-4 min)
+    python bench/exchange_cost_bench.py --timer         # process_time, best of 5 (seconds)
+    python bench/exchange_cost_bench.py --stages 'produce round trip,relay round trip'
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import operator
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from authorizer_bench import make_acls  # noqa: E402
+
+from kafkaguard.policy.authorizer import Action  # noqa: E402
+from kafkaguard.policy.model import AclOperation  # noqa: E402
+from kafkaguard.protocol import codec  # noqa: E402
+from kafkaguard.protocol.framing import FrameBuffer  # noqa: E402
+from kafkaguard.protocol.header import peek_correlation_id, peek_request_header  # noqa: E402
+from kafkaguard.proxy.config import HostPort  # noqa: E402
+from kafkaguard.proxy.core.commands import SendBroker, SendClient  # noqa: E402
+from kafkaguard.proxy.core.dispatch import handle_request  # noqa: E402
+from kafkaguard.proxy.handlers import REGISTRY  # noqa: E402
+from kafkaguard.proxy.handlers.support.ask import _verdict  # noqa: E402
+from kafkaguard.proxy.handlers.support.authz import topic  # noqa: E402
+from kafkaguard.proxy.handlers.support.base import Request  # noqa: E402
+from kafkaguard.proxy.net.connection import ClientConnection, UpstreamConnection  # noqa: E402
+from tests.support.entities import req, resp  # noqa: E402
+from tests.support.exchange_driver import Driver  # noqa: E402
+from tests.support.handler_harness import acl  # noqa: E402
+
+TOPIC = "bench-orders"
+TOPIC_ID = uuid.UUID(int=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0)
+PRODUCE_VERSION = 11
+FETCH_VERSION = 16
+CLIENT_ID = "rdkafka"
+ITERATIONS = 2000
+"""Iterations per stage under callgrind (instructions per iteration are exact; more only
+costs time)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+def record_batch(size: int) -> bytes:
+    """A v2 record batch header (attributes 0: not transactional) and ``size`` bytes after it:
+    the proxy reads the header only (``has_transactional_batches``)."""
+    body = bytes(size)
+    length = 49 + len(body)  # from leaderEpoch to the end
+    return (
+        (0).to_bytes(8, "big")
+        + length.to_bytes(4, "big")
+        + (-1).to_bytes(4, "big", signed=True)
+        + b"\x02"
+        + bytes(4)  # crc (not checked by the proxy)
+        + bytes(2)  # attributes
+        + bytes(40)
+        + body
+    )
+
+
+def nested(schema: Any, *path: str) -> Any:
+    for name in path:
+        schema = codec.nested_type(schema, name)
+    return schema
+
+
+def produce_frames(correlation_id: int) -> tuple[bytes, bytes]:
+    schema = codec.request_schema(0, PRODUCE_VERSION)
+    partition = codec.make_entity(
+        nested(schema, "topic_data", "partition_data"), index=0, records=record_batch(1024)
+    )
+    topic_data = codec.make_entity(
+        nested(schema, "topic_data"), name=TOPIC, partition_data=(partition,)
+    )
+    request = codec.encode_request(
+        req(
+            0,
+            PRODUCE_VERSION,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(topic_data,),
+        ),
+        correlation_id,
+        CLIENT_ID,
+    )
+    rschema = codec.response_schema(0, PRODUCE_VERSION)
+    rpartition = codec.make_entity(
+        nested(rschema, "responses", "partition_responses"), index=0, base_offset=42
+    )
+    rtopic = codec.make_entity(
+        nested(rschema, "responses"), name=TOPIC, partition_responses=(rpartition,)
+    )
+    response = codec.encode_response(resp(0, PRODUCE_VERSION, responses=(rtopic,)), correlation_id)
+    return request, response
+
+
+def fetch_frames(correlation_id: int) -> tuple[bytes, bytes]:
+    schema = codec.request_schema(1, FETCH_VERSION)
+    partition = codec.make_entity(
+        nested(schema, "topics", "partitions"),
+        partition=0,
+        fetch_offset=1000,
+        partition_max_bytes=1 << 20,
+    )
+    topic_entry = codec.make_entity(
+        nested(schema, "topics"), topic_id=TOPIC_ID, partitions=(partition,)
+    )
+    request = codec.encode_request(
+        req(
+            1,
+            FETCH_VERSION,
+            max_wait=datetime.timedelta(milliseconds=500),
+            min_bytes=1,
+            max_bytes=50 << 20,
+            session_id=0,
+            session_epoch=-1,
+            topics=(topic_entry,),
+        ),
+        correlation_id,
+        CLIENT_ID,
+    )
+    rschema = codec.response_schema(1, FETCH_VERSION)
+    rpartition = codec.make_entity(
+        nested(rschema, "responses", "partitions"),
+        partition_index=0,
+        high_watermark=2000,
+        last_stable_offset=2000,
+        log_start_offset=0,
+        records=record_batch(1024),
+    )
+    rtopic = codec.make_entity(
+        nested(rschema, "responses"), topic_id=TOPIC_ID, partitions=(rpartition,)
+    )
+    response = codec.encode_response(resp(1, FETCH_VERSION, responses=(rtopic,)), correlation_id)
+    return request, response
+
+
+def acls() -> list[Any]:
+    """1,000 ACLs of other principals (the authorizer benchmark's mix) and the client's own."""
+    return [
+        *make_acls(1000, random.Random(27)),
+        acl("User:alice", "ALL", "TOPIC", "bench-", pattern="PREFIXED"),
+    ]
+
+
+def _sink() -> SimpleNamespace:
+    """A transport whose writes are C calls that keep nothing (uvloop's are C too)."""
+    drop: deque[Any] = deque(maxlen=0)
+    return SimpleNamespace(
+        write=drop.append, writelines=drop.extend, pause_reading=int, resume_reading=int
+    )
+
+
+class Path_:
+    """One connection through kafkaguard, ready for requests of one API."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.driver = Driver(acls())
+        self.driver.cluster.learn_topic_names([(TOPIC_ID, TOPIC)])
+        self.driver.connect()
+        self.exchange = self.driver.exchange
+        self.request, self.response = (produce_frames if api == "produce" else fetch_frames)(7)
+        client = ClientConnection(None, None, 0.0)  # type: ignore[arg-type]
+        client.exchange = self.exchange
+        client._transport = _sink()  # type: ignore[assignment]
+        upstream = UpstreamConnection(client, HostPort("127.0.0.1", 9))
+        upstream._transport = _sink()  # type: ignore[assignment]
+        client._upstream = upstream
+        self.client, self.upstream = client, upstream
+        self.header = peek_request_header(self.request)
+        self.handler = REGISTRY[self.header.api_key]
+        self.context = self.exchange.context
+        # One round trip to check the path is the allowed one and the response goes back.
+        commands = self.exchange.receive_client(self.request)
+        assert [type(c) for c in commands] == [SendBroker], commands
+        commands = self.exchange.receive_broker(self.response)
+        assert [type(c) for c in commands] == [SendClient], commands
+
+    def new_header(self) -> None:
+        """Each request has its own header: the KIP-504 context is built per request."""
+        self.context._context_header = None
+
+
+# --------------------------------------------------------------------------------------------
+# Stages: each returns one iteration's work as a closure.
+
+
+def _round_trip(p: Path_) -> Callable[[], None]:
+    client_data, broker_data = p.client.data_received, p.upstream.data_received
+    request, response = p.request, p.response
+
+    def step() -> None:
+        client_data(request)
+        broker_data(response)
+
+    return step
+
+
+def _exchange_only(p: Path_) -> Callable[[], None]:
+    receive_client, receive_broker = p.exchange.receive_client, p.exchange.receive_broker
+    request, response = p.request, p.response
+
+    def step() -> None:
+        receive_client(request)
+        receive_broker(response)
+
+    return step
+
+
+def _framing(p: Path_) -> Callable[[], None]:
+    client, broker = FrameBuffer(100 << 20), FrameBuffer((1 << 31) - 1)
+    request, response = p.request, p.response
+
+    def step() -> None:
+        client.feed(request)
+        broker.feed(response)
+
+    return step
+
+
+def _header(p: Path_) -> Callable[[], None]:
+    request, response = memoryview(p.request), memoryview(p.response)
+
+    def step() -> None:
+        peek_request_header(request)
+        peek_correlation_id(response)
+
+    return step
+
+
+def _decide(p: Path_) -> Callable[[], None]:
+    """Registry, version gate, read_request, handler, authorization: ``handle_request``."""
+    header, frame, ctx = p.header, memoryview(p.request), p.context
+
+    def step() -> None:
+        ctx._context_header = None
+        handle_request(header, frame, ctx)
+
+    return step
+
+
+def _read_request(p: Path_) -> Callable[[], None]:
+    header, frame, read = p.header, memoryview(p.request), p.handler.read_request
+
+    def step() -> None:
+        read(header, frame)
+
+    return step
+
+
+def _handler(p: Path_) -> Callable[[], None]:
+    """The handler's decision, authorization included (``on_request``, and for a two-phase
+    handler the one ``authorize`` call and ``on_authorized``), without the topic-id walk."""
+    frame = memoryview(p.request)
+    request = Request(p.header, frame, p.handler.read_request(p.header, frame))
+    handler, ctx = p.handler, p.context
+
+    def step() -> None:
+        ctx._context_header = None
+        _verdict(handler, request, ctx)
+
+    return step
+
+
+def _authorize(p: Path_) -> Callable[[], None]:
+    """One ``ctx.authorize`` of the request's one action: the KIP-504 context built, the
+    authorizer's index walked (no decision listener: audit off, the default)."""
+    frame = memoryview(p.request)
+    request = Request(p.header, frame, None)
+    operation = AclOperation.WRITE if p.header.api_key == 0 else AclOperation.READ
+    actions = [Action(operation, topic(TOPIC), 1, True, True)]
+    authorize, ctx = p.context.authorize, p.context
+
+    def step() -> None:
+        ctx._context_header = None
+        authorize(request, actions)
+
+    return step
+
+
+def _authorize_audited(p: Path_) -> Callable[[], None]:
+    """:func:`_authorize` with ``audit.enabled: true`` (defaults: allowed decisions aggregated
+    by the writer thread): the decision listener's hand-off (``AuditTrail.on_decision``, a
+    ``DecisionEvent`` queued for the writer) is the difference. On a connection of its own
+    (the other stages' authorizer has no listener); the writer thread is not started, its
+    queue is emptied after each call, as the thread would."""
+    from kafkaguard.audit import AuditTrail
+    from kafkaguard.audit.config import AuditConfig
+
+    trail = AuditTrail(
+        AuditConfig(enabled=True, dir=Path(tempfile.gettempdir()) / "kg-cost-audit"),
+        {"LISTENER": "enforce"},
+    )
+    writer = trail.writer
+    assert writer is not None
+    queue = writer._queue
+    own = Path_(p.api)
+    own.driver.authorizer.decision_listener = trail.on_decision
+    step = _authorize(own)
+
+    def audited() -> None:
+        step()
+        queue.clear()
+
+    return audited
+
+
+def _request_context(p: Path_) -> Callable[[], None]:
+    session, header = p.context.session, p.header
+
+    def step() -> None:
+        session.request_context(header)
+
+    return step
+
+
+def _apply(p: Path_) -> Callable[[], None]:
+    """``Exchange._apply`` of the allowed verdict (its in-flight slot included) and the
+    slot's release."""
+    frame = memoryview(p.request)
+    request = Request(p.header, frame, p.handler.read_request(p.header, frame))
+    verdict = _verdict(p.handler, request, p.context)
+    apply, header, inflight = p.exchange._apply, p.header, p.exchange._inflight
+    slots, upstream = inflight._slots, inflight._upstream
+
+    def step() -> None:
+        apply(verdict, header, frame, [])
+        slots.clear()
+        upstream.clear()
+
+    return step
+
+
+def _slot(p: Path_) -> Callable[[], None]:
+    """The in-flight slot: reserved, claimed by the response, released."""
+    inflight, header, response = p.exchange._inflight, p.header, p.response
+    cid, key, version = header.correlation_id, header.api_key, header.api_version
+
+    def step() -> None:
+        inflight.forward(cid, key, version, None, 0.0)
+        inflight.claim(cid).response = response
+        inflight.take_ready()
+
+    return step
+
+
+def _stats(p: Path_) -> Callable[[], None]:
+    """What one round trip counts: bytes both ways, the request and response counters and
+    the three latency histograms."""
+    stats, key = p.exchange.stats, p.header.api_key
+    count = p.exchange._count_response
+    slot = SimpleNamespace(api_key=key)
+
+    def step() -> None:
+        stats.bytes_from_client += 100
+        requests = stats.requests
+        requests[key] = requests.get(key, 0) + 1
+        stats.bytes_to_broker += 100
+        stats.bytes_from_broker += 100
+        count(stats.responses_from_broker, slot)  # type: ignore[arg-type]
+        stats.observe(stats.upstream_latency, key, 0.0002)
+        stats.observe_answer(key, 0.0003, 0.0002)
+        stats.bytes_to_client += 100
+
+    return step
+
+
+def _response_transform(p: Path_) -> Callable[[], None]:
+    """The response's rewrite on its raw bytes (the ``node_endpoints`` tail walk)."""
+    frame = memoryview(p.response)
+    request = Request(p.header, frame, p.handler.read_request(p.header, memoryview(p.request)))
+    transform = _verdict(p.handler, request, p.context).transform  # type: ignore[union-attr]
+    assert transform is not None
+
+    def step() -> None:
+        transform(frame)
+
+    return step
+
+
+def _shell(p: Path_) -> Callable[[], None]:
+    """The shell carrying out one SendBroker and one SendClient (dispatch by command type)."""
+    run = p.client._run
+    to_broker = [SendBroker([p.request])]
+    to_client = [SendClient([p.response])]
+
+    def step() -> None:
+        run(to_broker)  # type: ignore[arg-type]
+        run(to_client)  # type: ignore[arg-type]
+
+    return step
+
+
+def _relay(_: Path_) -> Callable[[], None]:
+    """The byte relay of ``proxy_bench.py``: request and response through ``_Pipe``."""
+    from proxy_bench import _Pipe
+
+    client_side, broker_side = _Pipe(), _Pipe()
+    client_side.peer, broker_side.peer = broker_side, client_side
+    client_side.transport, broker_side.transport = _sink(), _sink()  # type: ignore[assignment]
+    request, response = produce_frames(7)
+
+    def step() -> None:
+        client_side.data_received(request)
+        broker_side.data_received(response)
+
+    return step
+
+
+def _empty(_: Path_) -> Callable[[], None]:
+    def step() -> None:
+        pass
+
+    return step
+
+
+STAGE_FACTORIES: dict[str, Callable[[Path_], Callable[[], None]]] = {
+    "round trip": _round_trip,
+    "exchange": _exchange_only,
+    "framing": _framing,
+    "header peek": _header,
+    "decide": _decide,
+    "read_request": _read_request,
+    "handler": _handler,
+    "authorize": _authorize,
+    "authorize audited": _authorize_audited,
+    "request context": _request_context,
+    "verdict": _apply,
+    "in-flight slot": _slot,
+    "stats": _stats,
+    "response transform": _response_transform,
+    "shell": _shell,
+}
+"""Per API (``produce …`` / ``fetch …``)."""
+
+STAGES = [f"{api} {name}" for api in ("produce", "fetch") for name in STAGE_FACTORIES]
+STAGES += ["relay round trip", "empty"]
+
+
+def build(stage: str, paths: dict[str, Path_]) -> Callable[[], None]:
+    if stage == "relay round trip":
+        return _relay(paths["produce"])
+    if stage == "empty":
+        return _empty(paths["produce"])
+    api, name = stage.split(" ", 1)
+    return STAGE_FACTORIES[name](paths[api])
+
+
+def measured_loop(step: Callable[[], None], n: int) -> Callable[[], None]:
+    def loop() -> None:
+        for _ in range(n):
+            step()
+
+    return loop
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+def run_stages(stages: list[str], iterations: int, timer: bool) -> dict[str, float]:
+    """Run each stage's loop through ``operator.call`` (callgrind's toggle); with ``timer``,
+    the best of 5 ``process_time`` readings, in µs per iteration."""
+    paths = {"produce": Path_("produce"), "fetch": Path_("fetch")}
+    out: dict[str, float] = {}
+    for stage in stages:
+        step = build(stage, paths)
+        for _ in range(200):  # warm-up: caches, lazily built verdicts
+            step()
+        loop = measured_loop(step, iterations)
+        if timer:
+            best = float("inf")
+            for _ in range(5):
+                start = time.process_time()
+                loop()
+                best = min(best, time.process_time() - start)
+            out[stage] = best / iterations * 1e6
+        else:
+            operator.call(loop)
+        print(f"ran {stage}", file=sys.stderr, flush=True)
+    return out
+
+
+def callgrind(stages: list[str], iterations: int) -> dict[str, float]:
+    """Instructions per iteration of each stage, from one callgrind run (a dump per stage)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out_file = os.path.join(tmp, "cg.out")
+        argv = [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--toggle-collect=_operator_call",
+            "--dump-after=_operator_call",
+            f"--callgrind-out-file={out_file}",
+            sys.executable,
+            __file__,
+            "--child",
+            "--iterations",
+            str(iterations),
+            "--stages",
+            ",".join(stages),
+        ]
+        subprocess.run(argv, check=True, stderr=subprocess.DEVNULL)
+        dumps = sorted(glob.glob(out_file + ".*"), key=lambda f: int(f.rsplit(".", 1)[1]))
+        if len(dumps) != len(stages):
+            raise RuntimeError(f"{len(dumps)} callgrind dumps for {len(stages)} stages")
+        return {stage: _total(dump) / iterations for stage, dump in zip(stages, dumps, strict=True)}
+
+
+def _total(dump: str) -> int:
+    for line in Path(dump).read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dump}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stages", help=f"comma-separated subset of: {', '.join(STAGES)}")
+    parser.add_argument("--iterations", type=int, default=ITERATIONS)
+    parser.add_argument("--timer", action="store_true", help="process_time instead of callgrind")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    stages = args.stages.split(",") if args.stages else STAGES
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        parser.error(f"unknown stages: {', '.join(sorted(unknown))}")
+    if args.child:
+        run_stages(stages, args.iterations, timer=False)
+        return 0
+    if "empty" not in stages:
+        stages = [*stages, "empty"]
+    if args.timer:
+        figures = run_stages(stages, args.iterations * 10, timer=True)
+        unit = "µs (process_time, best of 5)"
+    else:
+        figures = callgrind(stages, args.iterations)
+        unit = "instructions (callgrind)"
+    loop_cost = figures.pop("empty")
+    print(f"per iteration, loop cost ({loop_cost:,.0f}) taken off: {unit}")
+    for stage, value in figures.items():
+        print(f"{stage:<34}{value - loop_cost:>14,.{3 if args.timer else 0}f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
