@@ -69,7 +69,8 @@ def raise_open_file_limit() -> int:
 
 
 def audit_connection(upstream: UpstreamConfig) -> dict[str, Any]:
-    """librdkafka settings of the audit topic's producer (kafkaguard/audit/kafka_sink.py):
+    """librdkafka settings of the audit topic's producer (kafkaguard/audit/kafka_sink.py) and
+    of the Kafka-topic ACL and SCRAM stores (docs/acl-store.md):
     the proxy's own way to the brokers, ``upstream`` with its TLS and SASL settings, so the
     producer writes as the proxy does, past the ACLs kafkaguard enforces on clients."""
     settings: dict[str, Any] = {
@@ -136,7 +137,11 @@ class ProxyServer:
         counted when the admin listener serves them)."""
         self._own_authorizer = authorizer is None
         self.authorizer = authorizer or build_authorizer(
-            config.policy, decision_listener=self.decisions or self._audit_hook
+            config.policy,
+            decision_listener=self.decisions or self._audit_hook,
+            connection=audit_connection(config.upstream)
+            if config.policy.acl_store.type == "kafka"
+            else None,
         )
         self.auth_executor = executor_for(config.limits)
         """Password hashing for every SASL listener: a bounded share of the CPU."""
@@ -524,6 +529,9 @@ class ProxyServer:
         for what, store in stores:
             if getattr(store, "connected", True) is False:
                 yield f"zookeeper: the {what} has no ZooKeeper session"
+            store_not_ready = getattr(store, "not_ready", None)
+            if callable(store_not_ready):  # the Kafka-topic stores (docs/acl-store.md)
+                yield from (f"{what}: {reason}" for reason in store_not_ready())
 
     async def close(self) -> None:
         if self.admin is not None:

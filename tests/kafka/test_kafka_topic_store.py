@@ -1,0 +1,270 @@
+"""The Kafka-topic ACL store (issue 26, docs/acl-store.md) on a three-broker Kafka 4.3.1
+cluster: replication, concurrent writers, tombstones, compaction actually run, a topic that is
+not compacted, a broker restart and a whole-cluster outage and return.
+
+The cluster is started once for the module (three JVMs); each test uses its own topic. The
+brokers check for cleanable logs every 500 ms so that a compaction happens within a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
+from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.policy.stores.kafka_topic import (
+    KafkaTopicAclStore,
+    binding_key,
+    decode_binding,
+    encode_binding,
+)
+from kafkaguard.topic_table import TopicSettings
+from tests.support.kafka_broker import (
+    KafkaBroker,
+    require_kafka,
+    restart_broker,
+    start_kafka_cluster,
+)
+from tests.support.proxy_fixture import unique_name
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+COMPACTING = {
+    "segment.ms": "100",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "0",
+    "min.compaction.lag.ms": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[KafkaBroker]]:
+    require_kafka()
+    brokers = start_kafka_cluster(
+        tmp_path_factory.mktemp("acl-store-cluster"),
+        extra_props={"log.cleaner.backoff.ms": "500", "log.cleaner.dedupe.buffer.size": "4194304"},
+    )
+    try:
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+def connection(cluster: list[KafkaBroker]) -> dict[str, Any]:
+    return {"bootstrap.servers": ",".join(b.bootstrap for b in cluster if b.proc is not None)}
+
+
+def store(cluster: list[KafkaBroker], topic: str, **configs: str) -> KafkaTopicAclStore:
+    return KafkaTopicAclStore(
+        connection(cluster), TopicSettings(topic, configs=configs, write_timeout_ms=5000)
+    )
+
+
+def topic_acls(n: int, prefix: str = "t") -> list[Any]:
+    return [
+        acl_binding(ResourceType.TOPIC, f"{prefix}{i}", f"User:u{i % 7}", AclOperation.READ)
+        for i in range(n)
+    ]
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+def test_record_format_round_trips_and_keys_are_canonical() -> None:
+    binding = acl_binding(ResourceType.GROUP, "g-ü", "User:a", AclOperation.READ, host="10.0.0.1")
+    assert decode_binding(encode_binding(binding)) == binding
+    assert (
+        binding_key(binding)
+        == (
+            '{"resourceType":"GROUP","patternType":"LITERAL","name":"g-ü","principal":"User:a",'
+            '"host":"10.0.0.1","operation":"READ","permissionType":"ALLOW"}'
+        ).encode()
+    )
+    with pytest.raises(ValueError, match="unsupported version 2"):
+        decode_binding(encode_binding(binding).replace(b'"version":1', b'"version":2'))
+
+
+def test_topic_created_compacted_and_replicated(cluster: list[KafkaBroker]) -> None:
+    topic = unique_name("_kafkaguard-acls")
+
+    async def scenario() -> None:
+        s = store(cluster, topic)
+        await s.start()
+        assert list(s.not_ready()) == []
+        await s.close()
+
+    run(scenario)
+    admin = AdminClient(connection(cluster))
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    assert [len(p.replicas) for p in meta.partitions.values()] == [3]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["min.insync.replicas"].value == "2"
+
+
+def test_not_compacted_topic_is_reported(cluster: list[KafkaBroker]) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    admin = AdminClient(connection(cluster))
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "delete"})])[topic].result(
+        20
+    )
+
+    async def scenario() -> None:
+        s = store(cluster, topic)
+        await s.start()
+        assert [r for r in s.not_ready() if "cleanup.policy is delete, not compact" in r]
+        await s.close()
+
+    run(scenario)
+
+
+def test_two_writers_at_once_lose_nothing_and_read_their_writes(
+    cluster: list[KafkaBroker],
+) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    mine = {"a": topic_acls(40, "a"), "b": topic_acls(40, "b")}
+
+    async def scenario() -> None:
+        a, b = store(cluster, topic), store(cluster, topic)
+        await asyncio.gather(a.start(), b.start())
+
+        async def writer(s: KafkaTopicAclStore, bindings: list[Any]) -> None:
+            for binding in bindings:
+                await s.add([binding])
+                assert binding in s.snapshot()  # read your writes, at once
+
+        await asyncio.gather(writer(a, mine["a"]), writer(b, mine["b"]))
+        everything = frozenset(mine["a"] + mine["b"])
+        await eventually(lambda: a.snapshot() == everything and b.snapshot() == everything)
+        doomed = mine["a"][:10]
+        await b.remove(doomed)
+        assert b.snapshot() == everything - frozenset(doomed)
+        await eventually(lambda: a.snapshot() == everything - frozenset(doomed))
+        await asyncio.gather(a.close(), b.close())
+
+    run(scenario)
+
+
+def count_records(cluster: list[KafkaBroker], topic: str) -> int:
+    consumer = Consumer(
+        connection(cluster)
+        | {"group.id": "counter", "enable.auto.commit": False, "enable.partition.eof": True}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    count = 0
+    try:
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, "no end of partition within 10 s"
+            if message.error() is not None:
+                return count
+            count += 1
+    finally:
+        consumer.close()
+
+
+def test_compaction_keeps_exactly_the_live_set(cluster: list[KafkaBroker]) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    acls = topic_acls(120, "c")
+    live = frozenset(acls[60:])
+
+    async def scenario() -> None:
+        s = store(cluster, topic, **COMPACTING)
+        await s.start()
+        for i in range(0, 120, 10):  # one segment per batch (segment.ms)
+            await s.add(acls[i : i + 10])
+            await asyncio.sleep(0.15)
+        for i in range(0, 60, 10):
+            await s.remove(acls[i : i + 10])
+            await asyncio.sleep(0.15)
+        assert s.snapshot() == live
+        await s.close()
+
+    run(scenario)
+    written = 180
+    deadline = time.monotonic() + 120
+    while (remaining := count_records(cluster, topic)) >= written - 30:
+        assert time.monotonic() < deadline, f"the log cleaner did not run ({remaining} records)"
+        time.sleep(1)
+
+    async def reload() -> None:
+        fresh = store(cluster, topic)
+        await fresh.start()
+        assert fresh.snapshot() == live
+        await fresh.close()
+
+    run(reload)
+
+
+def test_broker_restart_then_whole_cluster_outage_and_return(cluster: list[KafkaBroker]) -> None:
+    """Last in the module: it stops every broker."""
+    topic = unique_name("_kafkaguard-acls")
+    acls = topic_acls(30, "r")
+
+    async def scenario() -> None:
+        s = store(cluster, topic)
+        await s.start()
+        await s.add(acls[:10])
+        cluster[2].stop()
+        await s.add(acls[10:20])  # two of three replicas: min.insync.replicas holds
+        await asyncio.to_thread(restart_broker, cluster[2])
+        cluster[1].stop()
+        fresh = store(cluster, topic)
+        await fresh.start()
+        assert fresh.snapshot() == frozenset(acls[:20])
+        await fresh.close()
+        await asyncio.to_thread(restart_broker, cluster[1])
+
+        for broker in cluster:
+            await asyncio.to_thread(broker.stop)
+        await eventually(lambda: not s.reachable, 20)
+        assert s.snapshot() == frozenset(acls[:20])  # the ACLs in force are kept
+        started = time.monotonic()
+        with pytest.raises(AclStoreError, match="unreachable"):
+            await s.add(acls[20:])
+        assert time.monotonic() - started < 3.0  # refused at once, not after a timeout
+        assert [r for r in s.not_ready() if "unreachable" in r]
+        for broker in cluster:
+            await asyncio.to_thread(restart_broker, broker)
+        await eventually(lambda: s.reachable, 60)
+        await s.add(acls[20:])  # resumes without a restart
+        assert s.snapshot() == frozenset(acls)
+        await s.close()
+
+    run(scenario)
+
+
+def test_unreachable_at_start_waits_and_says_why(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        s = KafkaTopicAclStore(
+            {"bootstrap.servers": "127.0.0.1:1"}, TopicSettings("t", write_timeout_ms=1000)
+        )
+        task = asyncio.create_task(s.start())
+        await asyncio.sleep(3)
+        assert not task.done()
+        reasons = list(s.not_ready())
+        assert any("first full read not complete" in r for r in reasons), reasons
+        assert any("cannot read the topic" in r for r in reasons), reasons
+        await s.close()
+        task.cancel()
+
+    run(scenario)
