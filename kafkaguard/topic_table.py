@@ -100,47 +100,68 @@ def creation_plan(settings: TopicSettings, brokers: int) -> tuple[int, dict[str,
 
 def ensure_topic(connection: Mapping[str, Any], settings: TopicSettings, timeout_s: float) -> str:
     """Create the topic when missing; return its ``cleanup.policy`` (raises
-    :class:`TopicTableError` when the cluster does not answer). The topics are listed with a
-    Metadata request for all topics: one naming a missing topic could have the broker
-    auto-create it, uncompacted."""
+    :class:`TopicTableError` when the cluster does not answer)."""
+    ck = import_confluent_kafka()
+    from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin's, typed here
+
+    admin, brokers, policy = _describe(connection, settings.name, timeout_s)
+    if policy is not None:
+        return policy
+    replication, configs = creation_plan(settings, brokers)
+    new = NewTopic(settings.name, 1, replication, config=configs)
+    try:
+        admin.create_topics([new], request_timeout=timeout_s)[settings.name].result(timeout_s)
+        log.info(
+            "topic %s created (compacted, replication factor %d, min.insync.replicas %s)",
+            settings.name,
+            replication,
+            configs["min.insync.replicas"],
+        )
+    except ck.KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if not (
+            isinstance(error, ck.KafkaError) and error.code() == ck.KafkaError.TOPIC_ALREADY_EXISTS
+        ):
+            raise TopicTableError(f"cannot create topic {settings.name}: {exc}") from exc
+    except TimeoutError as exc:
+        raise TopicTableError(f"cannot create topic {settings.name}: no answer") from exc
+    policy = _describe(connection, settings.name, timeout_s)[2]
+    if policy is None:
+        raise TopicTableError(f"topic {settings.name} is not there after its creation")
+    return policy
+
+
+def topic_cleanup_policy(connection: Mapping[str, Any], name: str, timeout_s: float) -> str | None:
+    """The ``cleanup.policy`` of the topic, ``None`` when it does not exist (``check-config``:
+    it creates nothing). Raises :class:`TopicTableError` when the cluster does not answer."""
+    return _describe(connection, name, timeout_s)[2]
+
+
+def _describe(
+    connection: Mapping[str, Any], name: str, timeout_s: float
+) -> tuple[Any, int, str | None]:
+    """(admin client, brokers, ``cleanup.policy`` or None when missing). The topics are
+    listed with a Metadata request for all topics: one naming a missing topic could have the
+    broker auto-create it, uncompacted."""
     ck = import_confluent_kafka()
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._config import ConfigResource
-    from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin's, typed here
 
     admin = AdminClient({**connection, **_QUIET})
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except ck.KafkaException as exc:
         raise TopicTableError(f"cannot reach the cluster: {exc}") from exc
-    if settings.name not in metadata.topics:
-        replication, configs = creation_plan(settings, len(metadata.brokers))
-        new = NewTopic(settings.name, 1, replication, config=configs)
-        try:
-            admin.create_topics([new], request_timeout=timeout_s)[settings.name].result(timeout_s)
-            log.info(
-                "topic %s created (compacted, replication factor %d, min.insync.replicas %s)",
-                settings.name,
-                replication,
-                configs["min.insync.replicas"],
-            )
-        except ck.KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if not (
-                isinstance(error, ck.KafkaError)
-                and error.code() == ck.KafkaError.TOPIC_ALREADY_EXISTS
-            ):
-                raise TopicTableError(f"cannot create topic {settings.name}: {exc}") from exc
-        except TimeoutError as exc:
-            raise TopicTableError(f"cannot create topic {settings.name}: no answer") from exc
-    resource = ConfigResource(ConfigResource.Type.TOPIC, settings.name)
+    if name not in metadata.topics:
+        return admin, len(metadata.brokers), None
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     try:
         described = admin.describe_configs([resource], request_timeout=timeout_s)
         entries = described[resource].result(timeout_s)
     except (ck.KafkaException, TimeoutError) as exc:
-        raise TopicTableError(f"cannot describe topic {settings.name}: {exc!r}") from exc
+        raise TopicTableError(f"cannot describe topic {name}: {exc!r}") from exc
     policy = entries.get("cleanup.policy")
-    return str(policy.value) if policy is not None else "delete"
+    return admin, len(metadata.brokers), str(policy.value) if policy is not None else "delete"
 
 
 def is_compacted(cleanup_policy: str) -> bool:

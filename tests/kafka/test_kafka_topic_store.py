@@ -15,9 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AclBinding as CkAclBinding
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourcePatternType,
+)
+from confluent_kafka.admin import AclOperation as AclOperation_
+from confluent_kafka.admin import AclPermissionType as AclPermissionType_
+from confluent_kafka.admin import ResourceType as ResourceType_
 
+from kafkaguard.cli.serve import check_config
+from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
 from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.policy.stores.kafka_topic import (
@@ -26,6 +38,8 @@ from kafkaguard.policy.stores.kafka_topic import (
     decode_binding,
     encode_binding,
 )
+from kafkaguard.proxy.config import BrokerPorts, HostPort
+from kafkaguard.tansu import free_base
 from kafkaguard.topic_table import TopicSettings
 from tests.support.kafka_broker import (
     KafkaBroker,
@@ -33,7 +47,13 @@ from tests.support.kafka_broker import (
     restart_broker,
     start_kafka_cluster,
 )
-from tests.support.proxy_fixture import unique_name
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -213,6 +233,113 @@ def test_compaction_keeps_exactly_the_live_set(cluster: list[KafkaBroker]) -> No
         await fresh.close()
 
     run(reload)
+
+
+def kafka_policy(topic: str, super_users: frozenset[str]) -> PolicyConfig:
+    return PolicyConfig(
+        authorizer=AuthorizerConfig(super_users=super_users),
+        acl_store=AclStoreConfig(type="kafka", topic=topic),
+    )
+
+
+def start_proxy(cluster: list[KafkaBroker], policy: PolicyConfig) -> RunningProxy:
+    return start_proxy_thread(
+        proxy_config(
+            HostPort("127.0.0.1", cluster[0].port),
+            broker_ports=BrokerPorts(free_base([b.node_id for b in cluster]), {}),
+            policy=policy,
+        )
+    )
+
+
+def describe_acls(bootstrap: str) -> list[Any]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return list(admin.describe_acls(AclBindingFilter(
+        ResourceType_.ANY, None, ResourcePatternType.ANY, None, None,
+        AclOperation_.ANY, AclPermissionType_.ANY,
+    )).result(10))  # fmt: skip
+
+
+def topic_visible(bootstrap: str, name: str) -> bool:
+    """Whether Metadata through the proxy shows ``name`` (DESCRIBE, implied by READ) or
+    refuses it (TOPIC_AUTHORIZATION_FAILED)."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(name, timeout=10)
+    error = metadata.topics[name].error
+    if error is None:
+        return True
+    assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+    return False
+
+
+def test_create_acls_through_one_proxy_enforced_by_the_other(cluster: list[KafkaBroker]) -> None:
+    """``A`` lets every client administer ACLs (``User:ANONYMOUS`` is a super user there),
+    ``B`` has no super user: what is created through ``A`` is what ``B`` enforces."""
+    topic = unique_name("_kafkaguard-acls")
+    orders = unique_name("orders")
+    upstream_admin = AdminClient(connection(cluster))
+    upstream_admin.create_topics([NewTopic(orders, 1, 1)])[orders].result(20)
+    a = start_proxy(cluster, kafka_policy(topic, frozenset({"User:ANONYMOUS"})))
+    b = start_proxy(cluster, kafka_policy(topic, frozenset()))
+    try:
+        assert list(a.server.not_ready()) == [] and list(b.server.not_ready()) == []
+        assert not topic_visible(b.bootstrap, orders)
+        grants = [
+            CkAclBinding(
+                ResourceType_.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                "User:ANONYMOUS", "*", AclOperation_.DESCRIBE, AclPermissionType_.ALLOW,
+            ),
+            CkAclBinding(
+                ResourceType_.TOPIC, orders[:8], ResourcePatternType.PREFIXED,
+                "User:ANONYMOUS", "*", AclOperation_.READ, AclPermissionType_.ALLOW,
+            ),
+        ]  # fmt: skip
+        admin_a = AdminClient({"bootstrap.servers": a.bootstrap})
+        for future in admin_a.create_acls(grants).values():
+            future.result(10)
+        assert len(describe_acls(a.bootstrap)) == 2  # read your writes: as soon as answered
+        deadline = time.monotonic() + 10
+        while not topic_visible(b.bootstrap, orders):
+            assert time.monotonic() < deadline, "B never enforced the ACL created on A"
+            time.sleep(0.05)
+        assert sorted(map(str, describe_acls(b.bootstrap))) == sorted(map(str, grants))
+        doomed = AclBindingFilter(
+            ResourceType_.TOPIC, orders[:8], ResourcePatternType.PREFIXED, None, None,
+            AclOperation_.ANY, AclPermissionType_.ANY,
+        )  # fmt: skip
+        admin_a.delete_acls([doomed])[doomed].result(10)
+        assert len(describe_acls(a.bootstrap)) == 1
+        deadline = time.monotonic() + 10
+        while topic_visible(b.bootstrap, orders):
+            assert time.monotonic() < deadline, "B never applied the deletion made on A"
+            time.sleep(0.05)
+    finally:
+        stop_proxy_thread(a)
+        stop_proxy_thread(b)
+    restarted = start_proxy(cluster, kafka_policy(topic, frozenset()))
+    try:  # a proxy restart loses nothing
+        assert sorted(map(str, describe_acls(restarted.bootstrap))) == [str(grants[0])]
+    finally:
+        stop_proxy_thread(restarted)
+
+
+def test_check_config_refuses_a_topic_that_is_not_compacted(
+    cluster: list[KafkaBroker], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        f"upstream:\n  bootstrap_servers: [{cluster[0].bootstrap}]\n"
+        "listeners:\n  - name: PLAIN\n    security_protocol: PLAINTEXT\n    port: 19092\n"
+        f"acl_store:\n  type: kafka\n  topic: {topic}\n",
+        encoding="utf-8",
+    )
+    assert check_config(config) == 0  # missing: created when the proxy starts
+    admin = AdminClient(connection(cluster))
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "delete"})])[topic].result(
+        20
+    )
+    assert check_config(config) == 2
+    assert "cleanup.policy=delete, not compact" in capsys.readouterr().err
 
 
 def test_broker_restart_then_whole_cluster_outage_and_return(cluster: list[KafkaBroker]) -> None:
