@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AclBinding as CkAclBinding
 from confluent_kafka.admin import (
     AclBindingFilter,
@@ -23,6 +23,10 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
     ResourcePatternType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from confluent_kafka.admin import AclOperation as AclOperation_
 from confluent_kafka.admin import AclPermissionType as AclPermissionType_
@@ -39,6 +43,9 @@ from kafkaguard.policy.stores.kafka_topic import (
     encode_binding,
 )
 from kafkaguard.proxy.config import BrokerPorts, HostPort
+from kafkaguard.proxy.sasl import plain
+from kafkaguard.proxy.sasl.config import SaslKafkaConfig, SaslListenerConfig
+from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.tansu import free_base
 from kafkaguard.topic_table import TopicSettings
 from tests.support.kafka_broker import (
@@ -246,7 +253,7 @@ def start_proxy(cluster: list[KafkaBroker], policy: PolicyConfig) -> RunningProx
     return start_proxy_thread(
         proxy_config(
             HostPort("127.0.0.1", cluster[0].port),
-            broker_ports=BrokerPorts(free_base([b.node_id for b in cluster]), {}),
+            broker_ports=BrokerPorts(free_base(sorted({b.node_id for b in cluster})), {}),
             policy=policy,
         )
     )
@@ -340,6 +347,100 @@ def test_check_config_refuses_a_topic_that_is_not_compacted(
     )
     assert check_config(config) == 2
     assert "cleanup.policy=delete, not compact" in capsys.readouterr().err
+
+
+def start_scram_proxy(cluster: list[KafkaBroker], tmp_path: Path, topic: str) -> RunningProxy:
+    """SASL_PLAINTEXT with PLAIN ``admin`` (a super user, from the credentials file) and SCRAM
+    users from the Kafka topic ``topic``."""
+    credentials = tmp_path / "users.yaml"
+    admin = {"PLAIN": plain.make_credential("admin-secret", iterations=4096).to_string()}
+    write_users_file(credentials, {"admin": admin})
+    sasl = SaslListenerConfig(
+        enabled_mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        credentials_file=credentials,
+        scram_credentials="kafka",
+        kafka=SaslKafkaConfig(topic=topic),
+        failed_authentication_delay_ms=0,
+    )
+    return start_proxy_thread(
+        proxy_config(
+            HostPort("127.0.0.1", cluster[0].port),
+            broker_ports=BrokerPorts(free_base(sorted({b.node_id for b in cluster})), {}),
+            name="SASL_PLAINTEXT",
+            security_protocol="SASL_PLAINTEXT",
+            sasl=sasl,
+            policy=PolicyConfig(authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"}))),
+        )
+    )
+
+
+def sasl_client(bootstrap: str, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def logs_in(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
+    admin = AdminClient(sasl_client(bootstrap, mechanism, user, password) | {"log_level": 0})
+    try:
+        admin.list_topics(timeout=5)
+    except KafkaException as exc:
+        assert exc.args[0].code() in (
+            KafkaError._AUTHENTICATION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT
+        ), exc  # fmt: skip
+        return False
+    return True
+
+
+def test_scram_user_created_through_one_proxy_logs_in_through_the_other(
+    cluster: list[KafkaBroker], tmp_path: Path
+) -> None:
+    topic = unique_name("_kafkaguard-users")
+    a = start_scram_proxy(cluster, tmp_path, topic)
+    b = start_scram_proxy(cluster, tmp_path, topic)
+    try:
+        assert list(b.server.not_ready()) == []
+        assert not logs_in(b.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret")
+        admin_a = AdminClient(sasl_client(a.bootstrap, "PLAIN", "admin", "admin-secret"))
+        upsert = UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"alice-secret"
+        )
+        too_few = UserScramCredentialUpsertion(
+            "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 1000), b"bob-secret"
+        )
+        futures = admin_a.alter_user_scram_credentials([upsert, too_few])
+        futures["alice"].result(10)
+        with pytest.raises(KafkaException, match="Too few iterations"):
+            futures["bob"].result(10)
+        described = admin_a.describe_user_scram_credentials(["alice"])["alice"].result(10)
+        info = described.scram_credential_infos
+        assert [(i.mechanism, i.iterations) for i in info] == [(ScramMechanism.SCRAM_SHA_256, 4096)]
+        deadline = time.monotonic() + 10
+        while not logs_in(b.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret"):
+            assert time.monotonic() < deadline, "B never accepted the user created through A"
+            time.sleep(0.1)
+        assert not logs_in(b.bootstrap, "SCRAM-SHA-256", "alice", "wrong")
+        assert not logs_in(b.bootstrap, "SCRAM-SHA-512", "alice", "alice-secret")
+    finally:
+        stop_proxy_thread(a)
+        stop_proxy_thread(b)
+    records = count_records(cluster, topic)
+    assert records == 1  # one (user, mechanism) record, salted hashes only
+    cluster[2].stop()
+    restart_broker(cluster[2])
+    restarted = start_scram_proxy(cluster, tmp_path, topic)
+    try:  # a broker restart and a proxy restart lose nothing
+        assert logs_in(restarted.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret")
+        admin = AdminClient(sasl_client(restarted.bootstrap, "PLAIN", "admin", "admin-secret"))
+        deletion = UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)
+        admin.alter_user_scram_credentials([deletion])["alice"].result(10)
+        assert not logs_in(restarted.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret")
+    finally:
+        stop_proxy_thread(restarted)
 
 
 def test_broker_restart_then_whole_cluster_outage_and_return(cluster: list[KafkaBroker]) -> None:

@@ -96,6 +96,15 @@ def audit_connection(upstream: UpstreamConfig) -> dict[str, Any]:
     return settings
 
 
+def store_connection(config: ProxyConfig, listener: ListenerConfig) -> dict[str, Any] | None:
+    """The upstream connection of a listener's ``scram_credentials: kafka`` store (else None:
+    no password file is read for nothing)."""
+    sasl = listener.sasl
+    if sasl is None or sasl.scram_credentials != "kafka":
+        return None
+    return audit_connection(config.upstream)
+
+
 class ProxyServer:
     def __init__(
         self,
@@ -154,6 +163,7 @@ class ProxyServer:
                 log_only=modes[listener.name] == LOG_ONLY,
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
+                store_connection=store_connection(config, listener),
             )
             for listener in config.listeners
         ]
@@ -312,6 +322,7 @@ class ProxyServer:
                 log_only=config.listener_enforcement(listener) == LOG_ONLY,
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
+                store_connection=store_connection(config, listener),
             )
             await runtime.open()
         except BaseException as exc:  # cancelled (a shutdown) too: release what it took
