@@ -32,10 +32,13 @@ from confluent_kafka.admin import AclOperation as AclOperation_
 from confluent_kafka.admin import AclPermissionType as AclPermissionType_
 from confluent_kafka.admin import ResourceType as ResourceType_
 
+from kafkaguard.cli import main
 from kafkaguard.cli.serve import check_config
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
+from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.policy.stores.file import read_acl_file
 from kafkaguard.policy.stores.kafka_topic import (
     KafkaTopicAclStore,
     binding_key,
@@ -43,7 +46,7 @@ from kafkaguard.policy.stores.kafka_topic import (
     encode_binding,
 )
 from kafkaguard.proxy.config import BrokerPorts, HostPort
-from kafkaguard.proxy.sasl import plain
+from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import SaslKafkaConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.tansu import free_base
@@ -441,6 +444,47 @@ def test_scram_user_created_through_one_proxy_logs_in_through_the_other(
         assert not logs_in(restarted.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret")
     finally:
         stop_proxy_thread(restarted)
+
+
+def test_migrations_both_ways_are_idempotent(
+    cluster: list[KafkaBroker], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    acl_topic, users_topic = unique_name("_kafkaguard-acls"), unique_name("_kafkaguard-users")
+    acls = topic_acls(5, "m")
+    acl_file = tmp_path / "acls.yaml"
+    acl_file.write_text(format_acl_text(acls), encoding="utf-8")
+    users_file = tmp_path / "users.yaml"
+    alice = scram.make_credential("SCRAM-SHA-512", "alice-secret", iterations=4096)
+    write_users_file(users_file, {"alice": {"SCRAM-SHA-512": alice.to_kafka_string()}})
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        f"upstream:\n  bootstrap_servers: [{cluster[0].bootstrap}]\n"
+        "listeners:\n  - name: S\n    security_protocol: SASL_PLAINTEXT\n    port: 19092\n"
+        "    sasl:\n      enabled_mechanisms: [SCRAM-SHA-512]\n"
+        f"      scram_credentials: kafka\n      kafka: {{topic: {users_topic}}}\n"
+        f"acl_store:\n  type: kafka\n  topic: {acl_topic}\n",
+        encoding="utf-8",
+    )
+    to_kafka = ["acls", "migrate", "--from", "file", "--to", "kafka", "--config", str(config)]
+    assert main([*to_kafka, "--acl-file", str(acl_file)]) == 0
+    assert "(5 new, 0 already present)" in capsys.readouterr().out
+    assert main([*to_kafka, "--acl-file", str(acl_file)]) == 0
+    assert "(0 new, 5 already present)" in capsys.readouterr().out
+    back = tmp_path / "back.yaml"
+    from_kafka = ["acls", "migrate", "--from", "kafka", "--to", "file", "--config", str(config)]
+    assert main([*from_kafka, "--acl-file", str(back)]) == 0
+    assert read_acl_file(back)[0] == frozenset(acls)
+
+    users = ["users", "migrate", "--from", "file", "--to", "kafka", "--config", str(config)]
+    assert main([*users, "--file", str(users_file)]) == 0
+    assert "(1 new, 0 already present)" in capsys.readouterr().out
+    assert main([*users, "--file", str(users_file)]) == 0
+    assert "(0 new, 1 already present)" in capsys.readouterr().out
+    assert main(["users", "list", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == "alice: SCRAM-SHA-512\n"
+    assert main(["users", "remove", "--config", str(config), "--user", "alice"]) == 0
+    assert main(["users", "list", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == ""
 
 
 def test_broker_restart_then_whole_cluster_outage_and_return(cluster: list[KafkaBroker]) -> None:
