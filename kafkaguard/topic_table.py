@@ -449,7 +449,10 @@ class TopicTable:
                 loading = False
                 self._post(self._finish_load)
                 self.progress = "following"
-            batch = self._take(ck, consumer.consume(500, 0.1), positions)
+            # poll() returns on the first record; consume(n, timeout) would wait for n of them
+            first = consumer.poll(0.1)
+            messages = [first, *consumer.consume(499, 0)] if first is not None else []
+            batch = self._take(ck, messages, positions)
             if batch:
                 read += len(batch)
                 self._post(self._consumed, batch)
