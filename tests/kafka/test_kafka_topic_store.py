@@ -55,6 +55,7 @@ from tests.support.kafka_broker import (
     KafkaBroker,
     require_kafka,
     restart_broker,
+    run_kafka_tool,
     start_kafka_cluster,
 )
 from tests.support.proxy_fixture import (
@@ -330,6 +331,35 @@ def test_create_acls_through_one_proxy_enforced_by_the_other(cluster: list[Kafka
         assert sorted(map(str, describe_acls(restarted.bootstrap))) == [str(grants[0])]
     finally:
         stop_proxy_thread(restarted)
+
+
+def test_kafka_acls_tool_through_one_proxy_is_enforced_by_the_other(
+    cluster: list[KafkaBroker],
+) -> None:
+    """The "done when" of issue 26: Kafka's own ``kafka-acls.sh --add`` (AclCommand) through
+    one proxy, enforced by the other."""
+    topic = unique_name("_kafkaguard-acls")
+    payments = unique_name("payments")
+    upstream_admin = AdminClient(connection(cluster))
+    upstream_admin.create_topics([NewTopic(payments, 1, 1)])[payments].result(20)
+    a = start_proxy(cluster, kafka_policy(topic, frozenset({"User:ANONYMOUS"})))
+    b = start_proxy(cluster, kafka_policy(topic, frozenset()))
+    try:
+        assert not topic_visible(b.bootstrap, payments)
+        result = run_kafka_tool(
+            "org.apache.kafka.tools.AclCommand",
+            "--bootstrap-server", a.bootstrap, "--add", "--allow-principal", "User:ANONYMOUS",
+            "--operation", "Read", "--topic", payments,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"name={payments}, patternType=LITERAL" in result.stdout
+        deadline = time.monotonic() + 10
+        while not topic_visible(b.bootstrap, payments):
+            assert time.monotonic() < deadline, "B never enforced the ACL kafka-acls added on A"
+            time.sleep(0.05)
+    finally:
+        stop_proxy_thread(a)
+        stop_proxy_thread(b)
 
 
 def test_check_config_refuses_a_topic_that_is_not_compacted(
