@@ -20,7 +20,7 @@ from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only 
 from kafkaguard.certs import cli as certs_cli
 from kafkaguard.cli import config_schema, explain, reload, serve
 from kafkaguard.policy import acls_cli
-from kafkaguard.proxy.app import users_cli
+from kafkaguard.proxy.app import store_migrate, users_cli
 
 DESCRIPTION = """\
 kafkaguard: a Kafka wire-protocol proxy that enforces Kafka's ACLs (principals, resources,
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="add, remove and list ACLs in the configured store (like kafka-acls.sh)",
     )
     acls_cli.add_arguments(acls)
-    acls.set_defaults(handler=acls_cli.run)
+    acls.set_defaults(handler=store_migrate.run_acls)  # the kafka side of migrate, else acls_cli
     certs = commands.add_parser(
         "certs",
         **_described("certs"),

@@ -19,7 +19,7 @@ import yaml
 
 from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.stores.base import AclStoreError
-from kafkaguard.proxy.app.config_files import check_files
+from kafkaguard.proxy.app.config_files import check_files, check_store_topics
 from kafkaguard.proxy.app.log_format import SUPERVISOR, configure_logging, console, set_worker
 from kafkaguard.proxy.app.server import (
     ProxyServer,
@@ -214,10 +214,11 @@ def check_config(config_path: Path) -> int:
     try:
         config = load_config(config_path)
         check_files(config)
+        store_warnings = check_store_topics(config)
     except ConfigError as exc:
         print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    for warning in config_warnings(config):
+    for warning in [*config_warnings(config), *store_warnings]:
         print(f"kafkaguard: warning: {config_path}: {warning}", file=sys.stderr)  # noqa: T201
     print(f"{config_path}: ok")  # noqa: T201
     return 0

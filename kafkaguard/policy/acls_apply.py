@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -446,8 +446,10 @@ def client_properties(path: Path) -> dict[str, str]:
     return properties
 
 
-def _target(args: argparse.Namespace) -> AclTarget:
-    """The one store ``apply`` changes: named by exactly one of the store options."""
+def _target(args: argparse.Namespace, connection: Mapping[str, Any] | None) -> AclTarget:
+    """The one store ``apply`` changes: named by exactly one of the store options.
+    ``connection``: the librdkafka settings of ``--config``'s upstream, which a ``kafka`` store
+    needs (kafkaguard/proxy/app/store_migrate.py gives them)."""
     given = [
         flag
         for flag, value in (
@@ -486,7 +488,7 @@ def _target(args: argparse.Namespace) -> AclTarget:
                 Path(args.zookeeper_digest_auth_file) if args.zookeeper_digest_auth_file else None
             ),
         )
-    return build_store(store)
+    return build_store(store, connection)
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -525,14 +527,18 @@ async def apply_acls(
         await target.close()
 
 
-def run(args: argparse.Namespace, out: Callable[[str], None]) -> None:
+def run(
+    args: argparse.Namespace,
+    out: Callable[[str], None],
+    connection: Mapping[str, Any] | None = None,
+) -> None:
     """``acls apply``; errors propagate to :func:`kafkaguard.policy.acls_cli.run` (exit 1/2)."""
     if not args.apply_file:
         raise UsageError("apply needs -f FILE (kafkaguard ACLs or Strimzi KafkaUser resources)")
     desired = load_desired(Path(args.apply_file))
     for note in desired.notes:
         out(f"Note: {note}")
-    target = _target(args)
+    target = _target(args, connection)
     try:
         asyncio.run(apply_acls(target, desired, prune=args.prune, dry_run=args.dry_run, out=out))
     except ConfigError as exc:

@@ -76,10 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="'user:password' or JAAS file for ZooKeeper (with --zookeeper-connect)",
     )
     parser.add_argument(
-        "--from", dest="from_store", choices=["file", "zookeeper"], help="migrate: the source"
+        "--from",
+        dest="from_store",
+        choices=["file", "zookeeper", "kafka"],
+        help="migrate: the source",
     )
     parser.add_argument(
-        "--to", dest="to_store", choices=["file", "zookeeper"], help="migrate: the target"
+        "--to", dest="to_store", choices=["file", "zookeeper", "kafka"], help="migrate: the target"
     )
     action = parser.add_mutually_exclusive_group(required=False)
     action.add_argument("--add", action="store_true", help="add ACLs")

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy import acls_apply
@@ -315,15 +315,20 @@ def _print(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def run(args: argparse.Namespace, out: Callable[[str], None] | None = None) -> int:
-    """Execute; returns the process exit code (0 ok, 1 error, 2 usage)."""
+def run(
+    args: argparse.Namespace,
+    out: Callable[[str], None] | None = None,
+    connection: Mapping[str, Any] | None = None,
+) -> int:
+    """Execute; returns the process exit code (0 ok, 1 error, 2 usage). ``connection``: the
+    upstream settings a ``kafka`` store of ``apply --config`` is reached with."""
     write = out or _print
     try:
         if args.acls_command == "migrate":
             _migrate(args, write)
             return 0
         if args.acls_command == "apply":
-            acls_apply.run(args, write)
+            acls_apply.run(args, write, connection)
             return 0
         check_args(args)
         path = _open_store(args)

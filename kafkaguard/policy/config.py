@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.audit_log import DecisionEvent
@@ -19,8 +19,11 @@ from kafkaguard.policy.authorizer import Authorizer, load_authorizer
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.stores.base import AclStore, MemoryAclStore
 
+if TYPE_CHECKING:
+    from kafkaguard.topic_table import TopicSettings
+
 DEFAULT_AUTHORIZER_CLASS = "kafkaguard.policy.standard:StandardAuthorizer"
-STORE_TYPES = ("file", "memory", "zookeeper")
+STORE_TYPES = ("file", "memory", "zookeeper", "kafka")
 
 
 def parse_super_users(value: str) -> frozenset[str]:
@@ -72,6 +75,14 @@ class AclStoreConfig:
     chroot: str = ""
     digest_auth_file: Path | None = None
     session_timeout_s: float = 18.0
+    # type: kafka (issue 26) -- a compacted topic on the protected cluster (docs/acl-store.md)
+    topic: str = "_kafkaguard-acls"
+    replication_factor: int = -1
+    """-1: min(3, brokers)."""
+    min_insync_replicas: int = -1
+    """-1: min(2, replication factor)."""
+    topic_configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    write_timeout_ms: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +151,7 @@ def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
     if poll < 0:
         raise section.error("poll_interval_s", "must be >= 0 (0 disables polling)")
     zk = _zookeeper_options(section, kind)
+    kafka = _kafka_options(section, kind)
     section.reject_unknown()
     path: Path | None = None
     if kind == "file":
@@ -148,7 +160,38 @@ def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
         path = Path(raw_path)
         if not path.is_absolute() and not section.file.startswith("<"):
             path = Path(section.file).resolve().parent / path
-    return AclStoreConfig(type=kind, path=path, poll_interval_s=poll, **zk)
+    return AclStoreConfig(type=kind, path=path, poll_interval_s=poll, **zk, **kafka)
+
+
+def _kafka_options(section: ConfigSection, kind: str) -> dict[str, Any]:
+    """``type: kafka`` keys: ``topic``, ``replication_factor``, ``min_insync_replicas``,
+    ``topic_configs`` (more configs of a topic the proxy creates), ``write_timeout_ms``."""
+    topic = section.get_str("topic", "_kafkaguard-acls") or ""
+    replication = section.get_int("replication_factor", -1)
+    min_isr = section.get_int("min_insync_replicas", -1)
+    raw_configs = section.raw("topic_configs", {}) or {}
+    write_timeout = section.get_int("write_timeout_ms", 10_000)
+    if kind != "kafka":
+        return {}
+    if not topic or len(topic) > 249 or not all(c.isalnum() or c in "._-" for c in topic):
+        raise section.error("topic", "must be a Kafka topic name ([a-zA-Z0-9._-], 1-249)")
+    if replication == 0 or replication < -1:
+        raise section.error("replication_factor", "must be >= 1 (or -1: min(3, brokers))")
+    if min_isr == 0 or min_isr < -1:
+        raise section.error("min_insync_replicas", "must be >= 1 (or -1: min(2, replication))")
+    if replication > 0 and min_isr > replication:
+        raise section.error("min_insync_replicas", "must not exceed replication_factor")
+    if not isinstance(raw_configs, dict) or not all(isinstance(k, str) for k in raw_configs):
+        raise section.error("topic_configs", "must map topic config names to values")
+    if write_timeout < 1:
+        raise section.error("write_timeout_ms", "must be >= 1")
+    return {
+        "topic": topic,
+        "replication_factor": replication,
+        "min_insync_replicas": min_isr,
+        "topic_configs": MappingProxyType({k: str(v) for k, v in raw_configs.items()}),
+        "write_timeout_ms": write_timeout,
+    }
 
 
 def _zookeeper_options(section: ConfigSection, kind: str) -> dict[str, Any]:
@@ -192,8 +235,9 @@ def parse_policy_config(root: ConfigSection) -> PolicyConfig:
     return PolicyConfig(authorizer=authorizer, acl_store=store)
 
 
-def build_store(cfg: AclStoreConfig) -> AclStore:
-    """The seam for more store types (a ZooKeeper store, issue 6, registers here)."""
+def build_store(cfg: AclStoreConfig, connection: Mapping[str, Any] | None = None) -> AclStore:
+    """The seam for more store types. ``connection``: librdkafka settings reaching the
+    protected cluster (the proxy's upstream), which a ``kafka`` store needs."""
     if cfg.type == "memory":
         return MemoryAclStore()
     if cfg.type == "file":
@@ -213,7 +257,26 @@ def build_store(cfg: AclStoreConfig) -> AclStore:
             digest_auth_file=cfg.digest_auth_file,
             session_timeout_s=cfg.session_timeout_s,
         )
+    if cfg.type == "kafka":
+        from kafkaguard.policy.stores.kafka_topic import KafkaTopicAclStore
+
+        if connection is None:
+            raise ConfigError("acl_store.type kafka needs the upstream connection settings")
+        return KafkaTopicAclStore(connection, kafka_topic_settings(cfg))
     raise ConfigError(f"unknown acl_store.type {cfg.type!r}")
+
+
+def kafka_topic_settings(cfg: AclStoreConfig) -> TopicSettings:
+    """The topic of a ``kafka`` store."""
+    from kafkaguard.topic_table import TopicSettings
+
+    return TopicSettings(
+        cfg.topic,
+        cfg.replication_factor,
+        cfg.min_insync_replicas,
+        dict(cfg.topic_configs),
+        cfg.write_timeout_ms,
+    )
 
 
 def build_authorizer(
@@ -221,6 +284,7 @@ def build_authorizer(
     *,
     store: AclStore | None = None,
     decision_listener: Callable[[DecisionEvent], None] | None = None,
+    connection: Mapping[str, Any] | None = None,
 ) -> Authorizer:
     """Instantiate ``authorizer.class`` as ``Class(config, store, decision_listener=...)``.
 
@@ -228,7 +292,7 @@ def build_authorizer(
     ignore the store. Its ``start()`` must load (or start) the store it was given.
     """
     if store is None:
-        store = build_store(cfg.acl_store)
+        store = build_store(cfg.acl_store, connection)
     return load_authorizer(
         cfg.authorizer.class_path, cfg.authorizer, store, decision_listener=decision_listener
     )

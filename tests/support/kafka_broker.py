@@ -377,10 +377,15 @@ def start_kafka(
 
 
 def start_kafka_cluster(
-    tmp_dir: Path, size: int = 3, *, version: str = KAFKA_VERSION
+    tmp_dir: Path,
+    size: int = 3,
+    *,
+    version: str = KAFKA_VERSION,
+    extra_props: dict[str, str] | None = None,
 ) -> list[KafkaBroker]:
     """An upstream cluster of ``size`` brokers: node 1 is also the (single) controller, nodes
-    2.. are brokers only. Same contract as :func:`start_kafka`; stop every broker returned."""
+    2.. are brokers only. Same contract as :func:`start_kafka`; stop every broker returned
+    (:func:`restart_broker` starts a stopped one again)."""
     ports = {free_port() for _ in range(size + 1)}
     while len(ports) < size + 1:
         ports.add(free_port())
@@ -397,7 +402,7 @@ def start_kafka_cluster(
                 controller_port,
                 node_id=node_id,
                 controller=node_id == NODE_ID,
-            )
+            ) | (extra_props or {})
             brokers.append(_launch("upstream", directory, props, cluster_id, version))
     except BaseException:
         for broker in brokers:
@@ -426,10 +431,24 @@ def _launch(
     )
     if fmt.returncode != 0:
         raise RuntimeError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
-    log = open(tmp_dir / "server.log", "ab")  # noqa: SIM115 - the child owns it from here
+    port = int(props["listeners"].split(",")[0].rsplit(":", 1)[1])
+    broker = KafkaBroker(f"127.0.0.1:{port}", port, int(props["node.id"]), tmp_dir, flavour)
+    atexit.register(broker.stop)
+    _run_node(broker, java)
+    return broker
+
+
+def _run_node(broker: KafkaBroker, java: list[str]) -> None:
+    """Start the JVM of a formatted node; returns once it answers Metadata listing itself."""
+    log = open(broker.log_dir / "server.log", "ab")  # noqa: SIM115 - the child owns it from here
     try:
         proc = subprocess.Popen(
-            [*java, f"-Dkafka.logs.dir={tmp_dir}", "kafka.Kafka", str(config)],
+            [
+                *java,
+                f"-Dkafka.logs.dir={broker.log_dir}",
+                "kafka.Kafka",
+                str(broker.log_dir / "server.properties"),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -437,16 +456,20 @@ def _launch(
         )
     finally:
         log.close()
-    port = int(props["listeners"].split(",")[0].rsplit(":", 1)[1])
-    node_id = int(props["node.id"])
-    broker = KafkaBroker(f"127.0.0.1:{port}", port, node_id, tmp_dir, flavour, proc)
-    atexit.register(broker.stop)
+    broker.proc = proc
     try:
         _wait_ready(broker, proc, READY_TIMEOUT_S)
     except BaseException:
         broker.stop()
         raise
-    return broker
+
+
+def restart_broker(broker: KafkaBroker, version: str = KAFKA_VERSION) -> None:
+    """Start a stopped node again on its data (a broker restart: nothing is reformatted)."""
+    if broker.proc is not None and broker.proc.poll() is None:
+        raise RuntimeError(f"node {broker.node_id} is still running")
+    java = ["java", *JVM_OPTS, *log_config_args(broker.log_dir, level="info", to_stderr=False)]
+    _run_node(broker, [*java, "-cp", check_runtime(version)])
 
 
 def require_kafka(version: str = KAFKA_VERSION) -> str:

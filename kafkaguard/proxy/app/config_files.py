@@ -54,6 +54,29 @@ def check_files(config: ProxyConfig) -> None:
             raise root.section("acl_store").error("path", str(exc)) from None
 
 
+def check_store_topics(config: ProxyConfig, timeout_s: float = 5.0) -> list[str]:
+    """``acl_store: {type: kafka}``: an existing topic must be compacted (a
+    :class:`ConfigError`); a missing one is created at start, an unreachable cluster only
+    warned about (the check may run where the cluster cannot be reached). Creates nothing."""
+    store = config.policy.acl_store
+    if store.type != "kafka":
+        return []
+    from kafkaguard.proxy.app.server import audit_connection
+    from kafkaguard.topic_table import TopicTableError, is_compacted, topic_cleanup_policy
+
+    try:
+        policy = topic_cleanup_policy(audit_connection(config.upstream), store.topic, timeout_s)
+    except (TopicTableError, OSError) as exc:
+        return [f"acl_store: cannot check topic {store.topic}: {exc}"]
+    if policy is not None and not is_compacted(policy):
+        raise ConfigError(
+            f"{config.source}: acl_store.topic: topic {store.topic} has "
+            f"cleanup.policy={policy}, not compact (deleted ACLs could come back, and old ones "
+            "be deleted by age); make it compact or name another topic"
+        )
+    return []
+
+
 def _check_sasl(section: ConfigSection, sasl: SaslListenerConfig) -> None:
     if sasl.credentials_file is not None:
         try:
@@ -78,4 +101,4 @@ def _check_sasl(section: ConfigSection, sasl: SaslListenerConfig) -> None:
             raise oauth_section.error("public_key_files", str(exc)) from None
 
 
-__all__ = ["ConfigError", "check_files"]
+__all__ = ["ConfigError", "check_files", "check_store_topics"]

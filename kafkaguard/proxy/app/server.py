@@ -70,7 +70,8 @@ def raise_open_file_limit() -> int:
 
 
 def audit_connection(upstream: UpstreamConfig) -> dict[str, Any]:
-    """librdkafka settings of the audit topic's producer (kafkaguard/audit/kafka_sink.py):
+    """librdkafka settings of the audit topic's producer (kafkaguard/audit/kafka_sink.py) and
+    of the Kafka-topic ACL and SCRAM stores (docs/acl-store.md):
     the proxy's own way to the brokers, ``upstream`` with its TLS and SASL settings, so the
     producer writes as the proxy does, past the ACLs kafkaguard enforces on clients."""
     settings: dict[str, Any] = {
@@ -94,6 +95,15 @@ def audit_connection(upstream: UpstreamConfig) -> dict[str, Any]:
         settings["sasl.username"] = sasl.username
         settings["sasl.password"] = read_password(sasl.password_file)
     return settings
+
+
+def store_connection(config: ProxyConfig, listener: ListenerConfig) -> dict[str, Any] | None:
+    """The upstream connection of a listener's ``scram_credentials: kafka`` store (else None:
+    no password file is read for nothing)."""
+    sasl = listener.sasl
+    if sasl is None or sasl.scram_credentials != "kafka":
+        return None
+    return audit_connection(config.upstream)
 
 
 class ProxyServer:
@@ -137,7 +147,11 @@ class ProxyServer:
         counted when the admin listener serves them)."""
         self._own_authorizer = authorizer is None
         self.authorizer = authorizer or build_authorizer(
-            config.policy, decision_listener=self.decisions or self._audit_hook
+            config.policy,
+            decision_listener=self.decisions or self._audit_hook,
+            connection=audit_connection(config.upstream)
+            if config.policy.acl_store.type == "kafka"
+            else None,
         )
         self.guard = InternalTopicGuard(self.authorizer, internal_topics(config))
         """What the listeners ask: the authorizer behind the internal-topics rule."""
@@ -152,6 +166,7 @@ class ProxyServer:
                 log_only=modes[listener.name] == LOG_ONLY,
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
+                store_connection=store_connection(config, listener),
             )
             for listener in config.listeners
         ]
@@ -310,6 +325,7 @@ class ProxyServer:
                 log_only=config.listener_enforcement(listener) == LOG_ONLY,
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
+                store_connection=store_connection(config, listener),
             )
             await runtime.open()
         except BaseException as exc:  # cancelled (a shutdown) too: release what it took
@@ -528,6 +544,9 @@ class ProxyServer:
         for what, store in stores:
             if getattr(store, "connected", True) is False:
                 yield f"zookeeper: the {what} has no ZooKeeper session"
+            store_not_ready = getattr(store, "not_ready", None)
+            if callable(store_not_ready):  # the Kafka-topic stores (docs/acl-store.md)
+                yield from (f"{what}: {reason}" for reason in store_not_ready())
 
     async def close(self) -> None:
         if self.admin is not None:
@@ -558,9 +577,18 @@ def install_event_loop_policy() -> str:
 
 
 def internal_topics(config: ProxyConfig) -> InternalTopics:
-    """The proxy's internal topics: ``_kafkaguard-*`` and the configured audit topic
-    (whether or not records go there now: the name is the proxy's), and who may touch them."""
+    """The proxy's internal topics: ``_kafkaguard-*``, the configured audit topic (whether or
+    not records go there now: the name is the proxy's) and the Kafka-topic stores' topics
+    (docs/acl-store.md), and who may touch them."""
+    stores = {config.policy.acl_store.topic} if config.policy.acl_store.type == "kafka" else set()
+    stores.update(
+        listener.sasl.kafka.topic
+        for listener in config.listeners
+        if listener.sasl is not None
+        and listener.sasl.scram_credentials == "kafka"
+        and listener.sasl.kafka is not None
+    )
     return InternalTopics(
-        names=frozenset({config.audit.kafka.topic}),
+        names=frozenset({config.audit.kafka.topic, *stores}),
         principals=config.policy.authorizer.internal_topic_principals,
     )

@@ -40,12 +40,18 @@ from kafkaguard.proxy.sasl.credentials import (
     read_users_file,
     write_users_file,
 )
+from kafkaguard.proxy.sasl.kafka_credentials import KafkaCredentialError
 from kafkaguard.proxy.sasl.scram import CredentialFormatError
 from kafkaguard.proxy.sasl.zookeeper_credentials import ZooKeeperCredentialError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="users_command", required=True)
+    from kafkaguard.proxy.app.store_migrate import add_users_migrate_arguments
+
+    add_users_migrate_arguments(
+        actions.add_parser("migrate", help="copy every SCRAM credential into another store")
+    )
     for name, text in (
         ("add", "add or replace a user's credentials"),
         ("remove", "remove a user (or some of its mechanisms)"),
@@ -180,7 +186,16 @@ def _read_password(from_stdin: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:  # noqa: C901 - one branch per kafka-configs.sh action and error
+    if args.users_command == "migrate":
+        from kafkaguard.proxy.app.store_migrate import run_users_migrate
+
+        return run_users_migrate(args)
     try:
+        from kafkaguard.proxy.app.store_migrate import run_users_on_kafka
+
+        on_kafka = run_users_on_kafka(args, lambda: _read_password(args.password_stdin))
+        if on_kafka is not None:
+            return on_kafka
         target = _zookeeper_target(args)
         if target is not None:
             return _run_zookeeper(args, target)
@@ -218,6 +233,6 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one branch per kafka-c
         print(f"{path}: {args.user}: {', '.join(sorted(entry))}")  # noqa: T201
         return 0
     except (ConfigError, CredentialFormatError, ValueError, OSError, ZooKeeperCredentialError,
-            AclStoreError) as exc:  # fmt: skip
+            AclStoreError, KafkaCredentialError) as exc:  # fmt: skip
         print(f"kafkaguard users: {exc}", file=sys.stderr)  # noqa: T201
         return 2

@@ -24,7 +24,7 @@ authorizer) and keeps hiding broker addresses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from kafkaguard.policy.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from kafkaguard.policy.model import AclOperation
@@ -39,11 +39,68 @@ from kafkaguard.proxy.handlers.support.base import (
     HandlerContext,
     Request,
     Respond,
+    RespondLater,
     Verdict,
 )
 from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, partition_errors
+from kafkaguard.proxy.sasl import scram
+from kafkaguard.proxy.sasl.kafka_credentials import KafkaCredentialError, KafkaTopicCredentialStore
+from kafkaguard.proxy.sasl.scram import ScramCredential
 
 _DENIED = ErrorCode.cluster_authorization_failed
+_SCRAM_TYPES: Final = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+"""``org.apache.kafka.clients.admin.ScramMechanism.type()``."""
+_SCRAM_NAMES: Final = {code: name for name, code in _SCRAM_TYPES.items()}
+_MAX_ITERATIONS: Final = 16384
+"""``ScramControlManager.MAX_ITERATIONS``."""
+_TWICE: Final = (
+    ErrorCode.duplicate_resource,
+    "A user credential cannot be altered twice in the same request",
+)
+_DELETE_MISSING: Final = "Attempt to delete a user credential that does not exist"
+_DESCRIBE_DUPLICATE_USER: Final = (
+    "Cannot describe SCRAM credentials for the same user twice in a single request: "
+)
+_DESCRIBE_MISSING_USER: Final = "Attempt to describe a user credential that does not exist: "
+
+
+def _topic_credentials(ctx: HandlerContext) -> KafkaTopicCredentialStore | None:
+    """The listener's ``scram_credentials: kafka`` store: the proxy then keeps the SCRAM users
+    and answers AlterUserScramCredentials / DescribeUserScramCredentials itself."""
+    sasl = ctx.sasl
+    store = sasl.server.store if sasl is not None else None
+    return store if isinstance(store, KafkaTopicCredentialStore) else None
+
+
+def _check_user_and_mechanism(name: str, mechanism: str | None) -> tuple[ErrorCode, str] | None:
+    """``ScramControlManager.validateScramUsernameAndMechanism``."""
+    if not name:
+        return ErrorCode.unacceptable_credential, "Username must not be empty"
+    if mechanism is None:
+        return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
+    return None
+
+
+def _deletion_error(
+    store: KafkaTopicCredentialStore, name: str, mechanism: str | None
+) -> tuple[ErrorCode, str] | None:
+    """``ScramControlManager.validateDeletion``."""
+    error = _check_user_and_mechanism(name, mechanism)
+    if error is None and mechanism not in store.iterations(name):
+        return ErrorCode.resource_not_found, _DELETE_MISSING
+    return error
+
+
+def _upsertion_error(
+    name: str, mechanism: str | None, iterations: int
+) -> tuple[ErrorCode, str] | None:
+    """``ScramControlManager.validateUpsertion``."""
+    error = _check_user_and_mechanism(name, mechanism)
+    if error is None and iterations < scram.MIN_ITERATIONS:
+        return ErrorCode.unacceptable_credential, "Too few iterations"
+    if error is None and iterations > _MAX_ITERATIONS:
+        return ErrorCode.unacceptable_credential, "Too many iterations"
+    return error
 
 
 class ClusterCheckHandler(ApiHandler):
@@ -261,6 +318,46 @@ class DescribeUserScramCredentialsHandler(ClusterCheckHandler):
     operation = AclOperation.DESCRIBE
     decode_request = True
 
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        verdict = super().on_request(request, ctx)
+        store = _topic_credentials(ctx)
+        if verdict is not FORWARD or store is None:
+            return verdict
+        return Respond(self._describe(store, request.body, request.header.api_version))
+
+    def _describe(self, store: KafkaTopicCredentialStore, body: Any, version: int) -> Any:
+        """``ScramImage.describe`` over the proxy's Kafka-topic store (docs/acl-store.md)."""
+        schema = self._schema(version)
+        result_type = codec.nested_type(schema, "results")
+        info_type = codec.nested_type(result_type, "credential_infos")
+        if not body.users:
+            names: dict[str, bool] = dict.fromkeys(store.users(), False)
+        else:
+            names = {}
+            for user in body.users:
+                names[user.name] = user.name in names
+        results = []
+        for name, duplicate in names.items():
+            if duplicate:
+                results.append(codec.make_entity(
+                    result_type, ErrorCode.duplicate_resource, user=name,
+                    error_message=f"{_DESCRIBE_DUPLICATE_USER}{name}",
+                ))  # fmt: skip
+                continue
+            found = store.iterations(name)
+            if not found:
+                results.append(codec.make_entity(
+                    result_type, ErrorCode.resource_not_found, user=name,
+                    error_message=f"{_DESCRIBE_MISSING_USER}{name}",
+                ))  # fmt: skip
+                continue
+            infos = tuple(
+                info_type(mechanism=_SCRAM_TYPES[m], iterations=n)
+                for m, n in sorted(found.items(), key=lambda item: _SCRAM_TYPES[item[0]])
+            )
+            results.append(codec.make_entity(result_type, user=name, credential_infos=infos))
+        return codec.make_entity(schema, results=tuple(results))
+
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
         result_type = codec.nested_type(schema, "results")
@@ -276,6 +373,69 @@ class AlterUserScramCredentialsHandler(ClusterCheckHandler):
     api_key = 51
     operation = AclOperation.ALTER
     decode_request = True
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+        verdict = super().on_request(request, ctx)
+        store = _topic_credentials(ctx)
+        if verdict is not FORWARD or store is None:
+            return verdict
+        body, version = request.body, request.header.api_version
+
+        async def respond() -> Respond:
+            return Respond(await self._alter(store, body, version))
+
+        return RespondLater(respond)
+
+    async def _alter(  # noqa: C901 - mirrors ScramControlManager.alterCredentials
+        self, store: KafkaTopicCredentialStore, body: Any, version: int
+    ) -> Any:
+        """``ScramControlManager.alterCredentials`` over the proxy's Kafka-topic store: a user
+        named twice is refused, the rest is written at once (docs/acl-store.md)."""
+        errors: dict[str, tuple[ErrorCode, str]] = {}
+        deletions: dict[str, tuple[str, str]] = {}
+        upsertions: dict[str, tuple[str, str, ScramCredential]] = {}
+        for deletion in body.deletions:
+            name, mechanism = deletion.name, _SCRAM_NAMES.get(int(deletion.mechanism))
+            if name in errors:
+                continue
+            if deletions.pop(name, None) is not None:
+                errors[name] = _TWICE
+            elif (error := _deletion_error(store, name, mechanism)) is not None:
+                errors[name] = error
+            elif mechanism is not None:
+                deletions[name] = (name, mechanism)
+        for upsertion in body.upsertions:
+            name, mechanism = upsertion.name, _SCRAM_NAMES.get(int(upsertion.mechanism))
+            if name in errors:
+                continue
+            if deletions.pop(name, None) is not None or upsertions.pop(name, None) is not None:
+                errors[name] = _TWICE
+            elif (error := _upsertion_error(name, mechanism, upsertion.iterations)) is not None:
+                errors[name] = error
+            elif mechanism is not None:
+                credential = scram.credential_from_salted_password(
+                    mechanism,
+                    bytes(upsertion.salt),
+                    bytes(upsertion.salted_password),
+                    int(upsertion.iterations),
+                )
+                upsertions[name] = (name, mechanism, credential)
+        written = [*deletions, *upsertions]
+        if written:
+            try:
+                await store.alter(list(upsertions.values()), list(deletions.values()))
+            except KafkaCredentialError as exc:
+                failure = (ErrorCode.unknown_server_error, f"Failed to store credentials: {exc}")
+                errors = dict.fromkeys(written, failure) | errors
+                written = []
+        schema = self._schema(version)
+        result_type = codec.nested_type(schema, "results")
+        results = [codec.make_entity(result_type, user=name) for name in written]
+        results += [
+            codec.make_entity(result_type, code, user=name, error_message=message)
+            for name, (code, message) in errors.items()
+        ]
+        return codec.make_entity(schema, results=tuple(results))
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)

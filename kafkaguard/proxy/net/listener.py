@@ -42,7 +42,7 @@ import contextlib
 import logging
 import socket
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from kafkaguard.certs.tls import ServerTls
@@ -109,7 +109,10 @@ class ListenerRuntime:
         log_only: bool = False,
         auth_executor: AuthExecutor | None = None,
         reuse_port: bool = False,
+        store_connection: Mapping[str, Any] | None = None,
     ) -> None:
+        """``store_connection``: librdkafka settings reaching the protected cluster, for a
+        ``scram_credentials: kafka`` store (docs/acl-store.md)."""
         self.config = config
         self.reuse_port = reuse_port
         """``workers`` > 1: every port is bound with ``SO_REUSEPORT``, shared with the other
@@ -157,7 +160,9 @@ class ListenerRuntime:
         (files reloaded for new connections when they change)."""
         self.sasl: SaslServer | None = (
             SaslServer(
-                config.sasl, store=build_credential_store(config.sasl), executor=auth_executor
+                config.sasl,
+                store=build_credential_store(config.sasl, store_connection),
+                executor=auth_executor,
             )
             if config.sasl is not None
             else None

@@ -6,17 +6,19 @@ one; SASL only ever sees decrypted Kafka frames.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from kafkaguard.config_tree import ConfigSection
-from kafkaguard.policy.config import _zookeeper_options
+from kafkaguard.policy.config import _kafka_options, _zookeeper_options
 from kafkaguard.policy.principal_mapping import KerberosShortNamer
 from kafkaguard.proxy.sasl import oauthbearer, plain, scram
+from kafkaguard.topic_table import TopicSettings
 
 MECHANISMS: Final = (plain.MECHANISM, *scram.MECHANISMS, oauthbearer.MECHANISM)
-SCRAM_SOURCES: Final = ("file", "zookeeper")
+SCRAM_SOURCES: Final = ("file", "zookeeper", "kafka")
 DEFAULT_MAX_RECEIVE_SIZE: Final = 524288
 """Kafka's ``sasl.server.max.receive.size``: the largest request accepted before
 authentication completes."""
@@ -57,6 +59,28 @@ class SaslZooKeeperConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SaslKafkaConfig:
+    """Where ``scram_credentials: kafka`` keeps the users: a compacted topic on the protected
+    cluster (docs/acl-store.md#scram-users; the keys and meaning of ``acl_store`` with
+    ``type: kafka``)."""
+
+    topic: str = "_kafkaguard-users"
+    replication_factor: int = -1
+    min_insync_replicas: int = -1
+    topic_configs: Mapping[str, str] = field(default_factory=dict)
+    write_timeout_ms: int = 10_000
+
+    def settings(self) -> TopicSettings:
+        return TopicSettings(
+            self.topic,
+            self.replication_factor,
+            self.min_insync_replicas,
+            dict(self.topic_configs),
+            self.write_timeout_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SaslListenerConfig:
     enabled_mechanisms: tuple[str, ...]
     credentials_file: Path | None = None
@@ -75,6 +99,7 @@ class SaslListenerConfig:
     """Where SCRAM credentials come from: ``file`` (``credentials_file``) or ``zookeeper``
     (Kafka's ``/config/users/<name>``, live; PLAIN still comes from ``credentials_file``)."""
     zookeeper: SaslZooKeeperConfig | None = None
+    kafka: SaslKafkaConfig | None = None
 
 
 def _path(section: ConfigSection, key: str, value: str) -> Path:
@@ -82,6 +107,20 @@ def _path(section: ConfigSection, key: str, value: str) -> Path:
     if not path.is_absolute() and not section.file.startswith("<"):
         path = Path(section.file).resolve().parent / path
     return path
+
+
+def _kafka_topic(section: ConfigSection) -> SaslKafkaConfig:
+    """``sasl.kafka`` (optional): ``topic``, ``replication_factor``, ``min_insync_replicas``,
+    ``write_timeout_ms``, as for ``acl_store`` with ``type: kafka``."""
+    options = _kafka_options(section, "kafka")
+    section.reject_unknown()
+    return SaslKafkaConfig(
+        topic=options["topic"] if "topic" in section else "_kafkaguard-users",
+        replication_factor=options["replication_factor"],
+        min_insync_replicas=options["min_insync_replicas"],
+        topic_configs=options["topic_configs"],
+        write_timeout_ms=options["write_timeout_ms"],
+    )
 
 
 def parse_sasl_config(  # noqa: C901 - one check per documented sasl: key
@@ -103,8 +142,13 @@ def parse_sasl_config(  # noqa: C901 - one check per documented sasl: key
         zk_section.reject_unknown()
     elif "zookeeper" in section:
         raise section.error("zookeeper", "is only for scram_credentials: zookeeper")
+    kafka: SaslKafkaConfig | None = None
+    if scram_source == "kafka":
+        kafka = _kafka_topic(section.section("kafka"))
+    elif "kafka" in section:
+        raise section.error("kafka", "is only for scram_credentials: kafka")
     needs_credentials = set(mechanisms) & {plain.MECHANISM, *scram.MECHANISMS}
-    if scram_source == "zookeeper":
+    if scram_source in ("zookeeper", "kafka"):
         needs_credentials -= set(scram.MECHANISMS)
     if needs_credentials and credentials is None:
         raise section.error(
@@ -139,6 +183,7 @@ def parse_sasl_config(  # noqa: C901 - one check per documented sasl: key
         ),
         scram_credentials=scram_source,
         zookeeper=zookeeper,
+        kafka=kafka,
     )
     section.reject_unknown()
     return config

@@ -111,6 +111,15 @@ def make_credential(
         raise ValueError(f"iterations must be at least {MIN_ITERATIONS}")
     salt = salt if salt is not None else secrets.token_bytes(32)
     salted = hashlib.pbkdf2_hmac(hash_name, password.encode("utf-8"), salt, iterations)
+    return credential_from_salted_password(mechanism, salt, salted, iterations)
+
+
+def credential_from_salted_password(
+    mechanism: str, salt: bytes, salted: bytes, iterations: int
+) -> ScramCredential:
+    """``ScramControlManager.finishUpsertion``: the stored and server keys of a salted password
+    (what AlterUserScramCredentials carries; the password itself never reaches the broker)."""
+    hash_name = HASHES[mechanism]
     client_key = _hmac(hash_name, salted, b"Client Key")
     stored_key = hashlib.new(hash_name, client_key).digest()
     server_key = _hmac(hash_name, salted, b"Server Key")

@@ -4,7 +4,8 @@ and the file store do not import each other."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from kafkaguard.proxy.sasl.credentials import CredentialStore, FileCredentialStore
 from kafkaguard.proxy.sasl.zookeeper_credentials import ZooKeeperCredentialStore
@@ -13,14 +14,25 @@ if TYPE_CHECKING:
     from kafkaguard.proxy.sasl.config import SaslListenerConfig
 
 
-def build_credential_store(config: SaslListenerConfig) -> CredentialStore | None:
+def build_credential_store(
+    config: SaslListenerConfig, connection: Mapping[str, Any] | None = None
+) -> CredentialStore | None:
     """The store of a SASL listener: the credentials file, and for ``scram_credentials:
-    zookeeper`` a ZooKeeper store for SCRAM that asks the file (if any) for PLAIN."""
+    zookeeper`` (``kafka``) a ZooKeeper (Kafka topic) store for SCRAM that asks the file (if
+    any) for PLAIN. ``connection``: librdkafka settings reaching the protected cluster."""
     file_store = (
         FileCredentialStore(config.credentials_file)
         if config.credentials_file is not None
         else None
     )
+    if config.scram_credentials == "kafka" and config.kafka is not None:
+        from kafkaguard.proxy.sasl.kafka_credentials import KafkaTopicCredentialStore
+
+        if connection is None:
+            raise ValueError("scram_credentials: kafka needs the upstream connection settings")
+        return KafkaTopicCredentialStore(
+            connection, config.kafka.settings(), plain_store=file_store
+        )
     if config.scram_credentials != "zookeeper" or config.zookeeper is None:
         return file_store
     zk = config.zookeeper

@@ -1,0 +1,615 @@
+"""The Kafka-topic ACL store (issue 26, docs/acl-store.md) on a three-broker Kafka 4.3.1
+cluster: replication, concurrent writers, tombstones, compaction actually run, a topic that is
+not compacted, a broker restart and a whole-cluster outage and return.
+
+The cluster is started once for the module (three JVMs); each test uses its own topic. The
+brokers check for cleanable logs every 500 ms so that a compaction happens within a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AclBinding as CkAclBinding
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourcePatternType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+from confluent_kafka.admin import AclOperation as AclOperation_
+from confluent_kafka.admin import AclPermissionType as AclPermissionType_
+from confluent_kafka.admin import ResourceType as ResourceType_
+
+from kafkaguard.cli import main
+from kafkaguard.cli.serve import check_config
+from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
+from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
+from kafkaguard.policy.stores.acl_file_format import format_acl_text
+from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.policy.stores.file import read_acl_file
+from kafkaguard.policy.stores.kafka_topic import (
+    KafkaTopicAclStore,
+    binding_key,
+    decode_binding,
+    encode_binding,
+)
+from kafkaguard.proxy.config import BrokerPorts, HostPort
+from kafkaguard.proxy.sasl import plain, scram
+from kafkaguard.proxy.sasl.config import SaslKafkaConfig, SaslListenerConfig
+from kafkaguard.proxy.sasl.credentials import write_users_file
+from kafkaguard.tansu import free_base
+from kafkaguard.topic_table import TopicSettings
+from tests.support.kafka_broker import (
+    KafkaBroker,
+    require_kafka,
+    restart_broker,
+    run_kafka_tool,
+    start_kafka_cluster,
+)
+from tests.support.proxy_fixture import (
+    RunningProxy,
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+COMPACTING = {
+    "segment.ms": "100",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "0",
+    "min.compaction.lag.ms": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[KafkaBroker]]:
+    require_kafka()
+    brokers = start_kafka_cluster(
+        tmp_path_factory.mktemp("acl-store-cluster"),
+        extra_props={"log.cleaner.backoff.ms": "500", "log.cleaner.dedupe.buffer.size": "4194304"},
+    )
+    try:
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+def connection(cluster: list[KafkaBroker]) -> dict[str, Any]:
+    return {"bootstrap.servers": ",".join(b.bootstrap for b in cluster if b.proc is not None)}
+
+
+def store(cluster: list[KafkaBroker], topic: str, **configs: str) -> KafkaTopicAclStore:
+    return KafkaTopicAclStore(
+        connection(cluster), TopicSettings(topic, configs=configs, write_timeout_ms=5000)
+    )
+
+
+def topic_acls(n: int, prefix: str = "t") -> list[Any]:
+    return [
+        acl_binding(ResourceType.TOPIC, f"{prefix}{i}", f"User:u{i % 7}", AclOperation.READ)
+        for i in range(n)
+    ]
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+def test_record_format_round_trips_and_keys_are_canonical() -> None:
+    binding = acl_binding(ResourceType.GROUP, "g-ü", "User:a", AclOperation.READ, host="10.0.0.1")
+    assert decode_binding(encode_binding(binding)) == binding
+    assert (
+        binding_key(binding)
+        == (
+            '{"resourceType":"GROUP","patternType":"LITERAL","name":"g-ü","principal":"User:a",'
+            '"host":"10.0.0.1","operation":"READ","permissionType":"ALLOW"}'
+        ).encode()
+    )
+    with pytest.raises(ValueError, match="unsupported version 2"):
+        decode_binding(encode_binding(binding).replace(b'"version":1', b'"version":2'))
+
+
+def test_topic_created_compacted_and_replicated(cluster: list[KafkaBroker]) -> None:
+    topic = unique_name("_kafkaguard-acls")
+
+    async def scenario() -> None:
+        s = store(cluster, topic)
+        await s.start()
+        assert list(s.not_ready()) == []
+        await s.close()
+
+    run(scenario)
+    admin = AdminClient(connection(cluster))
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    assert [len(p.replicas) for p in meta.partitions.values()] == [3]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["min.insync.replicas"].value == "2"
+
+
+def test_not_compacted_topic_is_reported(cluster: list[KafkaBroker]) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    admin = AdminClient(connection(cluster))
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "delete"})])[topic].result(
+        20
+    )
+
+    async def scenario() -> None:
+        s = store(cluster, topic)
+        await s.start()
+        assert [r for r in s.not_ready() if "cleanup.policy is delete, not compact" in r]
+        await s.close()
+
+    run(scenario)
+
+
+def test_two_writers_at_once_lose_nothing_and_read_their_writes(
+    cluster: list[KafkaBroker],
+) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    mine = {"a": topic_acls(40, "a"), "b": topic_acls(40, "b")}
+
+    async def scenario() -> None:
+        a, b = store(cluster, topic), store(cluster, topic)
+        await asyncio.gather(a.start(), b.start())
+
+        async def writer(s: KafkaTopicAclStore, bindings: list[Any]) -> None:
+            for binding in bindings:
+                await s.add([binding])
+                assert binding in s.snapshot()  # read your writes, at once
+
+        await asyncio.gather(writer(a, mine["a"]), writer(b, mine["b"]))
+        everything = frozenset(mine["a"] + mine["b"])
+        await eventually(lambda: a.snapshot() == everything and b.snapshot() == everything)
+        doomed = mine["a"][:10]
+        await b.remove(doomed)
+        assert b.snapshot() == everything - frozenset(doomed)
+        await eventually(lambda: a.snapshot() == everything - frozenset(doomed))
+        await asyncio.gather(a.close(), b.close())
+
+    run(scenario)
+
+
+def count_records(cluster: list[KafkaBroker], topic: str) -> int:
+    consumer = Consumer(
+        connection(cluster)
+        | {"group.id": "counter", "enable.auto.commit": False, "enable.partition.eof": True}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    count = 0
+    try:
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, "no end of partition within 10 s"
+            if message.error() is not None:
+                return count
+            count += 1
+    finally:
+        consumer.close()
+
+
+def test_compaction_keeps_exactly_the_live_set(cluster: list[KafkaBroker]) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    acls = topic_acls(120, "c")
+    live = frozenset(acls[60:])
+
+    async def scenario() -> None:
+        s = store(cluster, topic, **COMPACTING)
+        await s.start()
+        for i in range(0, 120, 10):  # one segment per batch (segment.ms)
+            await s.add(acls[i : i + 10])
+            await asyncio.sleep(0.15)
+        for i in range(0, 60, 10):
+            await s.remove(acls[i : i + 10])
+            await asyncio.sleep(0.15)
+        assert s.snapshot() == live
+        await s.close()
+
+    run(scenario)
+    written = 180
+    deadline = time.monotonic() + 120
+    while (remaining := count_records(cluster, topic)) >= written - 30:
+        assert time.monotonic() < deadline, f"the log cleaner did not run ({remaining} records)"
+        time.sleep(1)
+
+    async def reload() -> None:
+        fresh = store(cluster, topic)
+        await fresh.start()
+        assert fresh.snapshot() == live
+        await fresh.close()
+
+    run(reload)
+
+
+def kafka_policy(topic: str, super_users: frozenset[str]) -> PolicyConfig:
+    return PolicyConfig(
+        authorizer=AuthorizerConfig(super_users=super_users),
+        acl_store=AclStoreConfig(type="kafka", topic=topic),
+    )
+
+
+def start_proxy(cluster: list[KafkaBroker], policy: PolicyConfig) -> RunningProxy:
+    return start_proxy_thread(
+        proxy_config(
+            HostPort("127.0.0.1", cluster[0].port),
+            broker_ports=BrokerPorts(free_base(sorted({b.node_id for b in cluster})), {}),
+            policy=policy,
+        )
+    )
+
+
+def describe_acls(bootstrap: str) -> list[Any]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return list(admin.describe_acls(AclBindingFilter(
+        ResourceType_.ANY, None, ResourcePatternType.ANY, None, None,
+        AclOperation_.ANY, AclPermissionType_.ANY,
+    )).result(10))  # fmt: skip
+
+
+def topic_visible(bootstrap: str, name: str) -> bool:
+    """Whether Metadata through the proxy shows ``name`` (DESCRIBE, implied by READ) or
+    refuses it (TOPIC_AUTHORIZATION_FAILED)."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(name, timeout=10)
+    error = metadata.topics[name].error
+    if error is None:
+        return True
+    assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+    return False
+
+
+def test_create_acls_through_one_proxy_enforced_by_the_other(cluster: list[KafkaBroker]) -> None:
+    """``A`` lets every client administer ACLs (``User:ANONYMOUS`` is a super user there),
+    ``B`` has no super user: what is created through ``A`` is what ``B`` enforces."""
+    topic = unique_name("_kafkaguard-acls")
+    orders = unique_name("orders")
+    upstream_admin = AdminClient(connection(cluster))
+    upstream_admin.create_topics([NewTopic(orders, 1, 1)])[orders].result(20)
+    a = start_proxy(cluster, kafka_policy(topic, frozenset({"User:ANONYMOUS"})))
+    b = start_proxy(cluster, kafka_policy(topic, frozenset()))
+    try:
+        assert list(a.server.not_ready()) == [] and list(b.server.not_ready()) == []
+        assert not topic_visible(b.bootstrap, orders)
+        grants = [
+            CkAclBinding(
+                ResourceType_.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                "User:ANONYMOUS", "*", AclOperation_.DESCRIBE, AclPermissionType_.ALLOW,
+            ),
+            CkAclBinding(
+                ResourceType_.TOPIC, orders[:8], ResourcePatternType.PREFIXED,
+                "User:ANONYMOUS", "*", AclOperation_.READ, AclPermissionType_.ALLOW,
+            ),
+        ]  # fmt: skip
+        admin_a = AdminClient({"bootstrap.servers": a.bootstrap})
+        for future in admin_a.create_acls(grants).values():
+            future.result(10)
+        assert len(describe_acls(a.bootstrap)) == 2  # read your writes: as soon as answered
+        deadline = time.monotonic() + 10
+        while not topic_visible(b.bootstrap, orders):
+            assert time.monotonic() < deadline, "B never enforced the ACL created on A"
+            time.sleep(0.05)
+        assert sorted(map(str, describe_acls(b.bootstrap))) == sorted(map(str, grants))
+        doomed = AclBindingFilter(
+            ResourceType_.TOPIC, orders[:8], ResourcePatternType.PREFIXED, None, None,
+            AclOperation_.ANY, AclPermissionType_.ANY,
+        )  # fmt: skip
+        admin_a.delete_acls([doomed])[doomed].result(10)
+        assert len(describe_acls(a.bootstrap)) == 1
+        deadline = time.monotonic() + 10
+        while topic_visible(b.bootstrap, orders):
+            assert time.monotonic() < deadline, "B never applied the deletion made on A"
+            time.sleep(0.05)
+    finally:
+        stop_proxy_thread(a)
+        stop_proxy_thread(b)
+    restarted = start_proxy(cluster, kafka_policy(topic, frozenset()))
+    try:  # a proxy restart loses nothing
+        assert sorted(map(str, describe_acls(restarted.bootstrap))) == [str(grants[0])]
+    finally:
+        stop_proxy_thread(restarted)
+
+
+def test_kafka_acls_tool_through_one_proxy_is_enforced_by_the_other(
+    cluster: list[KafkaBroker],
+) -> None:
+    """The "done when" of issue 26: Kafka's own ``kafka-acls.sh --add`` (AclCommand) through
+    one proxy, enforced by the other."""
+    topic = unique_name("_kafkaguard-acls")
+    payments = unique_name("payments")
+    upstream_admin = AdminClient(connection(cluster))
+    upstream_admin.create_topics([NewTopic(payments, 1, 1)])[payments].result(20)
+    a = start_proxy(cluster, kafka_policy(topic, frozenset({"User:ANONYMOUS"})))
+    b = start_proxy(cluster, kafka_policy(topic, frozenset()))
+    try:
+        assert not topic_visible(b.bootstrap, payments)
+        result = run_kafka_tool(
+            "org.apache.kafka.tools.AclCommand",
+            "--bootstrap-server", a.bootstrap, "--add", "--allow-principal", "User:ANONYMOUS",
+            "--operation", "Read", "--topic", payments,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"name={payments}, patternType=LITERAL" in result.stdout
+        deadline = time.monotonic() + 10
+        while not topic_visible(b.bootstrap, payments):
+            assert time.monotonic() < deadline, "B never enforced the ACL kafka-acls added on A"
+            time.sleep(0.05)
+    finally:
+        stop_proxy_thread(a)
+        stop_proxy_thread(b)
+
+
+def test_check_config_refuses_a_topic_that_is_not_compacted(
+    cluster: list[KafkaBroker], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = unique_name("_kafkaguard-acls")
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        f"upstream:\n  bootstrap_servers: [{cluster[0].bootstrap}]\n"
+        "listeners:\n  - name: PLAIN\n    security_protocol: PLAINTEXT\n    port: 19092\n"
+        f"acl_store:\n  type: kafka\n  topic: {topic}\n",
+        encoding="utf-8",
+    )
+    assert check_config(config) == 0  # missing: created when the proxy starts
+    admin = AdminClient(connection(cluster))
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "delete"})])[topic].result(
+        20
+    )
+    assert check_config(config) == 2
+    assert "cleanup.policy=delete, not compact" in capsys.readouterr().err
+
+
+def start_scram_proxy(cluster: list[KafkaBroker], tmp_path: Path, topic: str) -> RunningProxy:
+    """SASL_PLAINTEXT with PLAIN ``admin`` (a super user, from the credentials file) and SCRAM
+    users from the Kafka topic ``topic``."""
+    credentials = tmp_path / "users.yaml"
+    admin = {"PLAIN": plain.make_credential("admin-secret", iterations=4096).to_string()}
+    write_users_file(credentials, {"admin": admin})
+    sasl = SaslListenerConfig(
+        enabled_mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        credentials_file=credentials,
+        scram_credentials="kafka",
+        kafka=SaslKafkaConfig(topic=topic),
+        failed_authentication_delay_ms=0,
+    )
+    return start_proxy_thread(
+        proxy_config(
+            HostPort("127.0.0.1", cluster[0].port),
+            broker_ports=BrokerPorts(free_base(sorted({b.node_id for b in cluster})), {}),
+            name="SASL_PLAINTEXT",
+            security_protocol="SASL_PLAINTEXT",
+            sasl=sasl,
+            policy=PolicyConfig(authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"}))),
+        )
+    )
+
+
+def sasl_client(bootstrap: str, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def logs_in(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
+    admin = AdminClient(sasl_client(bootstrap, mechanism, user, password) | {"log_level": 0})
+    try:
+        admin.list_topics(timeout=5)
+    except KafkaException as exc:
+        assert exc.args[0].code() in (
+            KafkaError._AUTHENTICATION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT
+        ), exc  # fmt: skip
+        return False
+    return True
+
+
+def test_scram_user_created_through_one_proxy_logs_in_through_the_other(
+    cluster: list[KafkaBroker], tmp_path: Path
+) -> None:
+    topic = unique_name("_kafkaguard-users")
+    a = start_scram_proxy(cluster, tmp_path, topic)
+    b = start_scram_proxy(cluster, tmp_path, topic)
+    try:
+        assert list(b.server.not_ready()) == []
+        assert not logs_in(b.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret")
+        admin_a = AdminClient(sasl_client(a.bootstrap, "PLAIN", "admin", "admin-secret"))
+        upsert = UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"alice-secret"
+        )
+        too_few = UserScramCredentialUpsertion(
+            "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 1000), b"bob-secret"
+        )
+        futures = admin_a.alter_user_scram_credentials([upsert, too_few])
+        futures["alice"].result(10)
+        with pytest.raises(KafkaException, match="Too few iterations"):
+            futures["bob"].result(10)
+        described = admin_a.describe_user_scram_credentials(["alice"])["alice"].result(10)
+        info = described.scram_credential_infos
+        assert [(i.mechanism, i.iterations) for i in info] == [(ScramMechanism.SCRAM_SHA_256, 4096)]
+        deadline = time.monotonic() + 10
+        while not logs_in(b.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret"):
+            assert time.monotonic() < deadline, "B never accepted the user created through A"
+            time.sleep(0.1)
+        assert not logs_in(b.bootstrap, "SCRAM-SHA-256", "alice", "wrong")
+        assert not logs_in(b.bootstrap, "SCRAM-SHA-512", "alice", "alice-secret")
+    finally:
+        stop_proxy_thread(a)
+        stop_proxy_thread(b)
+    records = count_records(cluster, topic)
+    assert records == 1  # one (user, mechanism) record, salted hashes only
+    cluster[2].stop()
+    restart_broker(cluster[2])
+    restarted = start_scram_proxy(cluster, tmp_path, topic)
+    try:  # a broker restart and a proxy restart lose nothing
+        assert logs_in(restarted.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret")
+        admin = AdminClient(sasl_client(restarted.bootstrap, "PLAIN", "admin", "admin-secret"))
+        deletion = UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)
+        admin.alter_user_scram_credentials([deletion])["alice"].result(10)
+        assert not logs_in(restarted.bootstrap, "SCRAM-SHA-256", "alice", "alice-secret")
+    finally:
+        stop_proxy_thread(restarted)
+
+
+def test_migrations_both_ways_are_idempotent(
+    cluster: list[KafkaBroker], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    acl_topic, users_topic = unique_name("_kafkaguard-acls"), unique_name("_kafkaguard-users")
+    acls = topic_acls(5, "m")
+    acl_file = tmp_path / "acls.yaml"
+    acl_file.write_text(format_acl_text(acls), encoding="utf-8")
+    users_file = tmp_path / "users.yaml"
+    alice = scram.make_credential("SCRAM-SHA-512", "alice-secret", iterations=4096)
+    write_users_file(users_file, {"alice": {"SCRAM-SHA-512": alice.to_kafka_string()}})
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        f"upstream:\n  bootstrap_servers: [{cluster[0].bootstrap}]\n"
+        "listeners:\n  - name: S\n    security_protocol: SASL_PLAINTEXT\n    port: 19092\n"
+        "    sasl:\n      enabled_mechanisms: [SCRAM-SHA-512]\n"
+        f"      scram_credentials: kafka\n      kafka: {{topic: {users_topic}}}\n"
+        f"acl_store:\n  type: kafka\n  topic: {acl_topic}\n",
+        encoding="utf-8",
+    )
+    to_kafka = ["acls", "migrate", "--from", "file", "--to", "kafka", "--config", str(config)]
+    assert main([*to_kafka, "--acl-file", str(acl_file)]) == 0
+    assert "(5 new, 0 already present)" in capsys.readouterr().out
+    assert main([*to_kafka, "--acl-file", str(acl_file)]) == 0
+    assert "(0 new, 5 already present)" in capsys.readouterr().out
+    back = tmp_path / "back.yaml"
+    from_kafka = ["acls", "migrate", "--from", "kafka", "--to", "file", "--config", str(config)]
+    assert main([*from_kafka, "--acl-file", str(back)]) == 0
+    assert read_acl_file(back)[0] == frozenset(acls)
+
+    users = ["users", "migrate", "--from", "file", "--to", "kafka", "--config", str(config)]
+    assert main([*users, "--file", str(users_file)]) == 0
+    assert "(1 new, 0 already present)" in capsys.readouterr().out
+    assert main([*users, "--file", str(users_file)]) == 0
+    assert "(0 new, 1 already present)" in capsys.readouterr().out
+    assert main(["users", "list", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == "alice: SCRAM-SHA-512\n"
+    assert main(["users", "remove", "--config", str(config), "--user", "alice"]) == 0
+    assert main(["users", "list", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_acls_apply_makes_the_kafka_store_match_a_strimzi_file(
+    cluster: list[KafkaBroker], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``acls apply --config`` reaches a ``kafka`` store with the config's upstream; applying
+    the same file again changes nothing, and the topic then holds exactly the file's ACLs."""
+    acl_topic = unique_name("_kafkaguard-acls")
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        f"upstream:\n  bootstrap_servers: [{cluster[0].bootstrap}]\n"
+        "listeners:\n  - name: P\n    port: 19092\n"
+        f"acl_store:\n  type: kafka\n  topic: {acl_topic}\n",
+        encoding="utf-8",
+    )
+    users = tmp_path / "users.yaml"
+    users.write_text(
+        "apiVersion: kafka.strimzi.io/v1\nkind: KafkaUser\nmetadata: {name: alice}\n"
+        "spec:\n  authorization:\n    type: simple\n    acls:\n"
+        "      - resource: {type: topic, name: orders, patternType: literal}\n"
+        "        operations: [Read, Describe]\n",
+        encoding="utf-8",
+    )
+    apply = ["acls", "apply", "-f", str(users), "--config", str(config)]
+    assert main(apply) == 0
+    assert capsys.readouterr().out.count("+ ") == 2
+    assert main(apply) == 0
+    assert "+ " not in capsys.readouterr().out
+
+    async def scenario() -> None:
+        reader = store(cluster, acl_topic)
+        await reader.start()
+        try:
+            assert {
+                (b.entry.principal, b.entry.operation, b.pattern.name) for b in reader.snapshot()
+            } == {
+                ("User:alice", AclOperation.READ, "orders"),
+                ("User:alice", AclOperation.DESCRIBE, "orders"),
+            }
+        finally:
+            await reader.close()
+
+    run(scenario)
+
+
+def test_broker_restart_then_whole_cluster_outage_and_return(cluster: list[KafkaBroker]) -> None:
+    """Last in the module: it stops every broker."""
+    topic = unique_name("_kafkaguard-acls")
+    acls = topic_acls(30, "r")
+
+    async def scenario() -> None:
+        s = store(cluster, topic)
+        await s.start()
+        await s.add(acls[:10])
+        cluster[2].stop()
+        await s.add(acls[10:20])  # two of three replicas: min.insync.replicas holds
+        await asyncio.to_thread(restart_broker, cluster[2])
+        cluster[1].stop()
+        fresh = store(cluster, topic)
+        await fresh.start()
+        assert fresh.snapshot() == frozenset(acls[:20])
+        await fresh.close()
+        await asyncio.to_thread(restart_broker, cluster[1])
+
+        for broker in cluster:
+            await asyncio.to_thread(broker.stop)
+        await eventually(lambda: not s.reachable, 20)
+        assert s.snapshot() == frozenset(acls[:20])  # the ACLs in force are kept
+        started = time.monotonic()
+        with pytest.raises(AclStoreError, match="unreachable"):
+            await s.add(acls[20:])
+        assert time.monotonic() - started < 3.0  # refused at once, not after a timeout
+        assert [r for r in s.not_ready() if "unreachable" in r]
+        for broker in cluster:
+            await asyncio.to_thread(restart_broker, broker)
+        await eventually(lambda: s.reachable, 60)
+        await s.add(acls[20:])  # resumes without a restart
+        assert s.snapshot() == frozenset(acls)
+        await s.close()
+
+    run(scenario)
+
+
+def test_unreachable_at_start_waits_and_says_why(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        s = KafkaTopicAclStore(
+            {"bootstrap.servers": "127.0.0.1:1"}, TopicSettings("t", write_timeout_ms=1000)
+        )
+        task = asyncio.create_task(s.start())
+        await asyncio.sleep(3)
+        assert not task.done()
+        reasons = list(s.not_ready())
+        assert any("first full read not complete" in r for r in reasons), reasons
+        assert any("cannot read the topic" in r for r in reasons), reasons
+        await s.close()
+        task.cancel()
+
+    run(scenario)
