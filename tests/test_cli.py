@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kafkaguard.cli import main
+from kafkaguard.protocol import IMPLEMENTATION
 from kafkaguard.proxy.config import load_config
 from kafkaguard.tansu import TansuBroker, free_port
 
@@ -92,4 +93,6 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out == f"kafkaguard {version('kafkaguard')}\n"
+    assert capsys.readouterr().out == (
+        f"kafkaguard {version('kafkaguard')} (protocol: {IMPLEMENTATION})\n"
+    )

@@ -17,6 +17,7 @@ from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only 
 from kafkaguard.certs import cli as certs_cli
 from kafkaguard.cli import explain, reload, serve
 from kafkaguard.policy import acls_cli
+from kafkaguard.protocol import IMPLEMENTATION
 from kafkaguard.proxy.app import users_cli
 
 DESCRIPTION = """\
@@ -32,7 +33,11 @@ kafkaguard COMMAND --help."""
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkaguard", description=DESCRIPTION, epilog=EPILOG)
-    parser.add_argument("--version", action="version", version=f"kafkaguard {version()}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"kafkaguard {version()} (protocol: {IMPLEMENTATION})",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run", help="run the proxy (SIGHUP reloads, SIGTERM drains and stops)"
