@@ -57,7 +57,7 @@ def _stale() -> list[str]:
     return [name for name in COMPILED_MODULES if built.get(name) != current[name]]
 
 
-class _PureFinder(importlib.machinery.PathFinder):
+class PurePythonFinder(importlib.machinery.PathFinder):
     """Finds the ``.py`` source of a compiled module, never its extension."""
 
     @classmethod
@@ -90,8 +90,8 @@ def _select() -> bool:
         return True
     if problem and os.environ.get(REQUIRE_COMPILED_ENV, "") not in ("", "0"):
         raise ImportError(f"{REQUIRE_COMPILED_ENV} is set but {problem}")
-    if any(_extension(name) for name in COMPILED_MODULES) and _PureFinder not in sys.meta_path:
-        sys.meta_path.insert(0, _PureFinder)
+    if any(_extension(name) for name in COMPILED_MODULES) and PurePythonFinder not in sys.meta_path:
+        sys.meta_path.insert(0, PurePythonFinder)
     return False
 
 
