@@ -9,18 +9,21 @@ responses framed, their correlation ids peeked and their tails walked, the Fetch
 ``node_endpoints`` (KIP-951) rewritten. Which implementation runs is the process's
 (``KAFKAGUARD_PURE_PYTHON=1`` for pure Python; ``kafkaguard.protocol.COMPILED`` says).
 
-    python bench/protocol_bench.py [--requests N] [--rounds R]
-        wall-clock median of R rounds of N requests, in µs per request
-    valgrind --tool=callgrind python bench/protocol_bench.py --requests N --rounds 1
-        instructions: run with N and with 0 requests; the difference over N is per request
+    python bench/protocol_bench.py [--requests N] [--rounds R] [--stage STAGE]
+        wall-clock median of R rounds of N requests, in µs per request (or of one stage)
+    valgrind --tool=callgrind --collect-atstart=no --toggle-collect=_operator_call \
+        --dump-after=_operator_call python bench/protocol_bench.py --callgrind --requests N
+        instructions: one dump per stage and one for the round trips, each over N
 """
 
 from __future__ import annotations
 
 import argparse
+import operator
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from kafkaguard import protocol
@@ -146,18 +149,82 @@ def run(client: list[bytes], broker: list[bytes]) -> int:
     return out
 
 
+def stages() -> dict[str, Callable[[], object]]:
+    """Each stage of :func:`run` alone, on one request's frames (``--stage``)."""
+    produce, fetch = produce_request(1), fetch_request(1)
+    produce_out, fetch_out = produce_response(1), fetch_response(1)
+    header = peek_request_header(produce)
+    produce_tail = NodeEndpointsTail(0, PRODUCE_VERSION, advertise, not_walked)
+    fetch_tail = NodeEndpointsTail(1, FETCH_VERSION, advertise, not_walked)
+    frames, queue = FrameBuffer(), InflightQueue(1 << 30)
+    stream = produce + fetch + produce_out + fetch_out
+
+    def slot() -> object:
+        queue.forward(1, 0, PRODUCE_VERSION, None)
+        queue.claim(1).response = produce_out
+        return queue.take_ready()
+
+    return {
+        "framing": lambda: frames.feed(stream),
+        "header": lambda: (peek_request_header(produce), peek_request_header(fetch)),
+        "produce-skim": lambda: skim_produce_request(
+            produce, PRODUCE_VERSION, header.client_id_end
+        ),
+        "fetch-request": lambda: codec.decode_request(fetch, 1, FETCH_VERSION),
+        "inflight": slot,
+        "produce-tail": lambda: produce_tail(produce_out),
+        "fetch-tail-rewrite": lambda: fetch_tail(fetch_out),
+    }
+
+
+def callgrind(requests: int) -> None:
+    """Every stage ``requests`` times, then ``requests`` round trips, each inside one
+    ``operator.call``: under ``valgrind --tool=callgrind --collect-atstart=no
+    --toggle-collect=_operator_call --dump-after=_operator_call`` each is one dump, holding the
+    instructions of that work alone (no start-up, no set-up)."""
+    run(*prepare(50))
+    client, broker = prepare(requests)
+    for name, stage in stages().items():
+        stage()
+
+        def repeat(stage: Callable[[], object] = stage) -> None:
+            for _ in range(requests):
+                stage()
+
+        print(name, flush=True)
+        operator.call(repeat)
+    print("all", flush=True)
+    operator.call(run, client, broker)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--stage", choices=[*stages(), "all"], default="all")
     parser.add_argument(
-        "--prepare-only", action="store_true", help="build the streams, walk nothing (callgrind)"
+        "--callgrind",
+        action="store_true",
+        help="each stage, then the round trip, once inside operator.call (see the module doc)",
     )
     args = parser.parse_args()
+    if args.callgrind:
+        callgrind(args.requests)
+        return
+    if args.stage != "all":
+        stage = stages()[args.stage]
+        stage()
+        times = []
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            for _ in range(args.requests):
+                stage()
+            times.append(time.perf_counter() - start)
+        median = statistics.median(times) / max(args.requests, 1) * 1e6
+        print(f"compiled={protocol.COMPILED} stage={args.stage} median={median:.2f} us")
+        return
     run(*prepare(50))  # warm: kio's and guard's per-schema caches, as in a running proxy
     client, broker = prepare(args.requests)
-    if args.prepare_only:
-        return
     times = []
     for _ in range(args.rounds):
         start = time.perf_counter()
