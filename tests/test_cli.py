@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafkaguard.cli import build_parser, main
+from kafkaguard.protocol import IMPLEMENTATION
 from kafkaguard.proxy.config import load_config
 from kafkaguard.tansu import TansuBroker, free_port
 
@@ -93,7 +94,9 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out == f"kafkaguard {version('kafkaguard')}\n"
+    assert capsys.readouterr().out == (
+        f"kafkaguard {version('kafkaguard')} (protocol: {IMPLEMENTATION})\n"
+    )
 
 
 def test_every_command_has_help_written_for_users() -> None:

@@ -20,6 +20,7 @@ from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only 
 from kafkaguard.certs import cli as certs_cli
 from kafkaguard.cli import config_schema, explain, reload, serve
 from kafkaguard.policy import acls_cli
+from kafkaguard.protocol import IMPLEMENTATION
 from kafkaguard.proxy.app import store_migrate, users_cli
 
 DESCRIPTION = """\
@@ -62,8 +63,10 @@ in-memory broker on 127.0.0.1:9192. Everything written is lost at exit. Change t
 with kafkaguard acls --config DIR/config.yaml while it runs.""",
     "acls": """\
 Add, remove and list ACLs in the store a configuration names (acl_store: a file or
-ZooKeeper), with kafka-acls.sh's options and meaning, or copy every ACL from one store to
-another (--from/--to). A running proxy picks changes up by itself.""",
+ZooKeeper), with kafka-acls.sh's options and meaning; copy every ACL from one store to
+another (migrate --from/--to, the Kafka-topic store included); or make a store, or a running
+proxy, hold exactly the ACLs of a file of kafkaguard ACLs or Strimzi KafkaUser resources
+(apply -f FILE [--prune] [--dry-run]). A running proxy picks changes up by itself.""",
     "certs": """\
 Mint certificates for trying TLS listeners: a development CA, server certificates (with
 the names clients connect to) and client certificates (whose subject becomes the principal).
@@ -71,8 +74,8 @@ For development and tests; use your own PKI in production.""",
     "users": """\
 Manage the SASL users of a listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512): add or replace a
 user's credentials, remove a user, list users. Only salted hashes are stored, in Kafka's SCRAM
-format (a credentials file, or ZooKeeper as Kafka keeps them). A running proxy picks changes
-up by itself.""",
+format (a credentials file, ZooKeeper as Kafka keeps them, or the _kafkaguard-users topic).
+A running proxy picks changes up by itself.""",
     "check-config": """\
 Check a configuration file as run and reload would: every key and value, and every file it
 names (certificates and keys, CA files, the ACL file, credentials, JWKS). Errors name the
@@ -107,7 +110,11 @@ def _print_config_schema() -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkaguard", description=DESCRIPTION, epilog=EPILOG)
-    parser.add_argument("--version", action="version", version=f"kafkaguard {version()}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"kafkaguard {version()} (protocol: {IMPLEMENTATION})",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run", **_described("run"), help="run the proxy (SIGHUP reloads, SIGTERM drains and stops)"

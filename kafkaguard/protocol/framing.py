@@ -74,9 +74,10 @@ class FrameBuffer:
         if size > self._max:
             raise FrameTooLarge(size, self._max)
 
-    def feed(self, data: bytes) -> list[Frame]:
-        """Absorb ``data`` (immutable: frames may be views of it); return the frames it
-        completes, each with its size prefix."""
+    def feed(self, data: bytes | memoryview) -> list[Frame]:
+        """Absorb ``data`` (immutable, bytes or a view of bytes: frames may be views of it);
+        return the frames it completes, each with its size prefix. A view is what the exchange
+        passes after the end of a streamed response (the compiled module checks the type)."""
         frames: list[Frame] = []
         view = memoryview(data)
         end = len(data)

@@ -158,3 +158,13 @@ def test_negative_size_is_malformed(split: bool) -> None:
             buf.feed(data[1:])
         else:
             buf.feed(data)
+
+
+def test_views_of_bytes_are_fed_as_bytes_are() -> None:
+    """The exchange feeds the rest of a read as a memoryview after a streamed response ends
+    (``Exchange.receive_broker``): the compiled module, which checks argument types, takes it
+    as the Python source does."""
+    data = _stream([b"one", b"two", b"three"])
+    buf = FrameBuffer()
+    got = buf.feed(memoryview(data)[:9]) + buf.feed(memoryview(data)[9:])
+    assert [bytes(f) for f in got] == [frame(b"one"), frame(b"two"), frame(b"three")]

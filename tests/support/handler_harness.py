@@ -239,7 +239,7 @@ class HandlerHarness:
         if verdict.rewrite is None and verdict.transform is None:
             return broker_response
         api_key, version = int(broker_response.__api_key__), int(broker_response.__version__)
-        header = RequestHeaderInfo(api_key, version, 1, None, 0)
+        header = RequestHeaderInfo(api_key, version, 1, "", 0)
         frame = codec.encode_response(broker_response, 1)
         transform = verdict.transform
         if transform is None:

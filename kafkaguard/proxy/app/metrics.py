@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from kafkaguard import version
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
-from kafkaguard.protocol import codec
+from kafkaguard.protocol import IMPLEMENTATION, codec
 from kafkaguard.proxy.config import MetricsConfig
 from kafkaguard.proxy.core.commands import CloseCause
 from kafkaguard.proxy.core.limits import REFUSALS
@@ -205,8 +205,12 @@ class ProxyCollector(Collector):
         listeners = list(server.listeners)
         yield InfoMetricFamily(
             "kafkaguard_build",
-            "kafkaguard version and Python runtime.",
-            value={"version": version(), "python": sys.version.split()[0]},
+            "kafkaguard version, Python runtime, and whether the protocol modules run compiled.",
+            value={
+                "version": version(),
+                "python": sys.version.split()[0],
+                "implementation": IMPLEMENTATION,
+            },
         )
         if self._not_ready is not None:
             failing = self._not_ready()

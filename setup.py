@@ -1,0 +1,81 @@
+"""Builds the compiled protocol modules with mypyc at install, from the same source that runs as
+pure Python (docs/design.md#the-compiled-protocol-modules); everything else is in
+pyproject.toml.
+
+The modules are those of ``kafkaguard.protocol.build.COMPILED_MODULES``. They are compiled on this
+machine by its C compiler; nothing prebuilt is fetched. Any failure (no compiler, no Python
+headers, mypyc refusing a module) leaves a working install of the pure-Python modules, with
+a warning. The build records the sha256 of every compiled source in
+``kafkaguard/protocol/compiled.json``, by which an import recognises a stale build.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).parent
+PACKAGE = ROOT / "kafkaguard" / "protocol"
+
+
+def _load_build() -> Any:
+    """``kafkaguard/protocol/build.py``, loaded from its file alone: the package's
+    dependencies are not in the build environment."""
+    spec = importlib.util.spec_from_file_location("_kafkaguard_build", PACKAGE / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BUILD = _load_build()
+
+
+def _warn(what: str) -> None:
+    sys.stderr.write(
+        f"warning: kafkaguard's compiled protocol modules were not built ({what}); "
+        "the pure-Python modules are installed and used instead\n"
+    )
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that never fails the install, and records what it compiled."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - any failure falls back to pure Python
+            traceback.print_exc()
+            _warn(f"{type(exc).__name__}: {exc}")
+            return
+        if not self.extensions:
+            return
+        manifest = json.dumps(BUILD.source_digests(PACKAGE), indent=1, sort_keys=True) + "\n"
+        targets = [Path(self.build_lib) / "kafkaguard" / "protocol"]
+        if self.inplace or self.editable_mode:
+            targets.append(PACKAGE)
+        for target in targets:
+            target.mkdir(parents=True, exist_ok=True)
+            (target / BUILD.MANIFEST).write_text(manifest)
+
+
+def _extensions() -> list[Any]:
+    package = Path("kafkaguard", "protocol")
+    sources = [str(BUILD.module_path(package, name)) for name in BUILD.COMPILED_MODULES]
+    try:
+        from mypyc.build import mypycify
+
+        return list(mypycify(sources, opt_level="3", group_name="kafkaguard.protocol"))
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - mypyc's refusal is not fatal
+        _warn(f"mypyc: {type(exc).__name__}: {exc}")
+        return []
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
