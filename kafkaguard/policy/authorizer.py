@@ -143,6 +143,10 @@ class RequestContext(_RequestContextFields):
             ),
         )
 
+    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
+        """Copies and pickles are made through the keyword constructor."""
+        return (), self._asdict()
+
     @classmethod
     def of_request(
         cls,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
+import pickle
 
 import pytest
 
@@ -68,3 +70,12 @@ def test_a_kept_context_never_changes_under_its_authorizer() -> None:
         correlation_id=7,
     )
     assert built == kept and built.host == "10.0.0.7"
+
+
+def test_a_context_copies_and_pickles_whole() -> None:
+    """Audit replay and tools pickle and copy contexts: every field comes back."""
+    session = Session("L", SecurityProtocol.SSL, peer_address(("::1", 5000, 0, 0)))
+    context = session.request_context(RequestHeaderInfo(3, 12, 7, "client", 0))
+    for again in (copy.copy(context), pickle.loads(pickle.dumps(context))):
+        assert again == context and type(again) is RequestContext
+        assert again.host == "0:0:0:0:0:0:0:1"
