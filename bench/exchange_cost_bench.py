@@ -184,6 +184,53 @@ def fetch_frames(correlation_id: int) -> tuple[bytes, bytes]:
     return request, response
 
 
+API_VERSIONS_VERSION = 3
+
+
+def api_versions_frames(correlation_id: int) -> tuple[bytes, bytes]:
+    """A client's ApiVersions v3 and a KRaft broker's answer: every API the codec knows at its
+    versions, three supported and two finalized features (Kafka 4.x's shape)."""
+    request = codec.encode_request(
+        req(18, API_VERSIONS_VERSION, client_software_name="rdkafka", client_software_version="2"),
+        correlation_id,
+        CLIENT_ID,
+    )
+    rschema = codec.response_schema(18, API_VERSIONS_VERSION)
+    keys = tuple(
+        codec.make_entity(
+            nested(rschema, "api_keys"),
+            api_key=key,
+            min_version=codec.codec_versions(key).start,
+            max_version=codec.codec_versions(key).stop - 1,
+        )
+        for key in sorted(codec.API_NAMES)
+    )
+    features = tuple(
+        codec.make_entity(
+            nested(rschema, "supported_features"), name=n, min_version=1, max_version=m
+        )
+        for n, m in (("group.version", 1), ("metadata.version", 25), ("kraft.version", 1))
+    )
+    finalized = tuple(
+        codec.make_entity(
+            nested(rschema, "finalized_features"), name=n, min_version_level=m, max_version_level=m
+        )
+        for n, m in (("metadata.version", 25), ("group.version", 1))
+    )
+    response = codec.encode_response(
+        resp(
+            18,
+            API_VERSIONS_VERSION,
+            api_keys=keys,
+            supported_features=features,
+            finalized_features=finalized,
+            finalized_features_epoch=42,
+        ),
+        correlation_id,
+    )
+    return request, response
+
+
 def acls() -> list[Any]:
     """1,000 ACLs of other principals (the authorizer benchmark's mix) and the client's own."""
     return [
@@ -457,6 +504,19 @@ def _relay(_: Path_) -> Callable[[], None]:
     return step
 
 
+def _api_versions(p: Path_) -> Callable[[], None]:
+    """A new connection's ApiVersions on ``p``'s connection: the request forwarded, the
+    broker's answer rewritten (the same answer each time, as a cluster gives every client)."""
+    request, response = api_versions_frames(7)
+    client_data, broker_data = p.client.data_received, p.upstream.data_received
+
+    def step() -> None:
+        client_data(request)
+        broker_data(response)
+
+    return step
+
+
 def _empty(_: Path_) -> Callable[[], None]:
     def step() -> None:
         pass
@@ -484,7 +544,7 @@ STAGE_FACTORIES: dict[str, Callable[[Path_], Callable[[], None]]] = {
 """Per API (``produce …`` / ``fetch …``)."""
 
 STAGES = [f"{api} {name}" for api in ("produce", "fetch") for name in STAGE_FACTORIES]
-STAGES += ["relay round trip", "empty"]
+STAGES += ["relay round trip", "api_versions round trip", "empty"]
 
 
 def build(stage: str, paths: dict[str, Path_]) -> Callable[[], None]:
@@ -492,6 +552,8 @@ def build(stage: str, paths: dict[str, Path_]) -> Callable[[], None]:
         return _relay(paths["produce"])
     if stage == "empty":
         return _empty(paths["produce"])
+    if stage == "api_versions round trip":
+        return _api_versions(paths["produce"])
     api, name = stage.split(" ", 1)
     return STAGE_FACTORIES[name](paths[api])
 

@@ -41,16 +41,16 @@ class Session:
 
     def request_context(self, header: RequestHeaderInfo) -> RequestContext:
         """KIP-504's context of one request of this connection, as the authorizer sees it."""
-        return RequestContext(
-            listener_name=self.listener_name,
-            security_protocol=self.security_protocol,
-            principal=self.principal,
-            client_address=self.client_address,
-            api_key=header.api_key,
-            api_version=header.api_version,
-            client_id=header.client_id,
-            correlation_id=header.correlation_id,
-            host=self.client_host,
+        return RequestContext.of_request(
+            self.listener_name,
+            self.security_protocol,
+            self.principal,
+            self.client_address,
+            self.client_host,
+            header.api_key,
+            header.api_version,
+            header.client_id,
+            header.correlation_id,
         )
 
 

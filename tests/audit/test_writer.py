@@ -162,7 +162,7 @@ def test_allowed_aggregated_per_window_denied_individual(tmp_path: Path) -> None
     clock = Clock(T0 + 125)
     writer = AuditWriter(config(tmp_path), clock=clock)
     allowed = decisions(topic("ok"))[0]
-    allowed_other_client = decisions(topic("ok"), ctx=replace(context(), client_id="c2"))[0]
+    allowed_other_client = decisions(topic("ok"), ctx=context()._replace(client_id="c2"))[0]
     denied = decisions(topic("nope"))[0]
     for at in (T0 + 1, T0 + 2, T0 + 59.9):  # window [10:59, 11:00)
         assert writer.offer(at, allowed, "enforce")

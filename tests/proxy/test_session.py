@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
+import pickle
 
 import pytest
 
-from kafkaguard.policy.authorizer import SecurityProtocol
+from kafkaguard.policy.authorizer import RequestContext, SecurityProtocol
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
 from kafkaguard.proxy.session import Session, peer_address
 
@@ -35,3 +37,45 @@ def test_a_null_client_id_reaches_the_authorizer_and_the_audit_empty() -> None:
     session = Session("L", SecurityProtocol.PLAINTEXT, peer_address(("10.0.0.7", 5000)))
     context = session.request_context(peek_request_header(frame))
     assert context.client_id == ""
+
+
+def test_a_kept_context_never_changes_under_its_authorizer() -> None:
+    """KIP-504's context is Kafka's immutable ``RequestContext``: an authorizer may keep the
+    one it was given; nothing may change it, and the next request gets its own."""
+    session = Session("L", SecurityProtocol.PLAINTEXT, peer_address(("10.0.0.7", 5000)))
+    kept = session.request_context(RequestHeaderInfo(0, 11, 7, "first", 0))
+    with pytest.raises(AttributeError):
+        kept.correlation_id = 8  # type: ignore[misc]
+    later = session.request_context(RequestHeaderInfo(1, 16, 8, "second", 0))
+    assert (kept.api_key, kept.api_version, kept.correlation_id, kept.client_id) == (
+        0,
+        11,
+        7,
+        "first",
+    )
+    assert (later.api_key, later.api_version, later.correlation_id, later.client_id) == (
+        1,
+        16,
+        8,
+        "second",
+    )
+    built = RequestContext(
+        listener_name="L",
+        security_protocol=SecurityProtocol.PLAINTEXT,
+        principal=session.principal,
+        client_address=ipaddress.ip_address("10.0.0.7"),
+        api_key=0,
+        api_version=11,
+        client_id="first",
+        correlation_id=7,
+    )
+    assert built == kept and built.host == "10.0.0.7"
+
+
+def test_a_context_copies_and_pickles_whole() -> None:
+    """Audit replay and tools pickle and copy contexts: every field comes back."""
+    session = Session("L", SecurityProtocol.SSL, peer_address(("::1", 5000, 0, 0)))
+    context = session.request_context(RequestHeaderInfo(3, 12, 7, "client", 0))
+    for again in (copy.copy(context), pickle.loads(pickle.dumps(context))):
+        assert again == context and type(again) is RequestContext
+        assert again.host == "0:0:0:0:0:0:0:1"

@@ -46,6 +46,7 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
 from kafkaguard.proxy.core.dispatch import handle_request, response_transform
 from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
 from kafkaguard.proxy.handlers.support.base import (
     AskFirst,
     ConnectionState,
@@ -116,6 +117,7 @@ class HandlerHarness:
         self.api_versions_response: Any = None
         """The last ApiVersions response recorded (the proxy answers a deferred client's
         ApiVersions from the broker's latest)."""
+        self.api_versions_answers = AnswerMemo()
         self.upstream_deferred = False
         """True: a SASL listener's client before authentication (no broker connection)."""
         self.connection_state = ConnectionState()

@@ -41,6 +41,7 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.protocol.codec import ResponsePayload
 from kafkaguard.protocol.header import RequestHeaderInfo
+from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
 from kafkaguard.proxy.handlers.support.base import ConnectionState, Request
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ class ClusterView(Protocol):
     def latest_api_versions(self, version: int) -> ResponsePayload | None: ...
 
     def supported_versions(self, api_key: int) -> range: ...
+
+    @property
+    def api_versions_answers(self) -> AnswerMemo: ...
 
 
 class NodePorts(Protocol):
@@ -234,3 +238,7 @@ class ConnectionContext:
 
     def supported_versions(self, api_key: int) -> range:
         return self._cluster.supported_versions(api_key)
+
+    @property
+    def api_versions_answers(self) -> AnswerMemo:
+        return self._cluster.api_versions_answers

@@ -15,6 +15,12 @@ forwarded one), at the client's version, narrowed the same way, throttle time 0.
 An ApiVersions request of a version the proxy does not know is answered, as Kafka does
 (``KafkaApis.handleApiVersionsRequest``), with a v0-shaped UNSUPPORTED_VERSION response that
 lists the supported versions, so the client can retry with one it shares.
+
+Every client connection starts with ApiVersions, and the broker's answer is the same for all
+of them until the broker changes: the cluster's ``AnswerMemo`` (``support/answer_memo.py``)
+keeps the client's answer to the last few distinct broker answers, so a byte-identical one is
+not decoded and re-encoded again. The broker is still asked every time; only the rewrite is
+reused.
 """
 
 from __future__ import annotations
@@ -60,7 +66,12 @@ class ApiVersionsHandler(ApiHandler):
             ctx.record_broker_api_versions(response)
             return _narrowed(ctx, response)
 
-        return Forward(rewrite=rewrite)
+        return Forward(
+            rewrite=rewrite,
+            transform=ctx.api_versions_answers.transform(
+                request.header, rewrite, ctx.record_broker_api_versions
+            ),
+        )
 
     def unsupported_version(self, header: RequestHeaderInfo, ctx: HandlerContext) -> Verdict:
         schema = response_schema(self.api_key, 0)

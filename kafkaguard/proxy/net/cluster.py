@@ -22,6 +22,7 @@ from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
 from kafkaguard.proxy.sasl.authenticator import API_VERSIONS
 from kafkaguard.proxy.sasl.client import (
     SASL_AUTHENTICATE,
@@ -66,6 +67,8 @@ class UpstreamCluster:
         self._supported: dict[int, range] = {}
         self._api_versions: dict[int, Any] = {}
         """The broker's latest error-free ApiVersions response of each version seen."""
+        self.api_versions_answers = AnswerMemo()
+        """Clients' ApiVersions answers by the broker's (their rewrite depends on it alone)."""
         self.topic_names: dict[UUID, str] = {}
         """Topic ids seen in broker responses; an id never seen is unknown (fail closed)."""
         self._brokers_asked: asyncio.Task[None] | None = None
@@ -131,12 +134,15 @@ class UpstreamCluster:
         """Keep an error-free ApiVersions response of the broker: its ranges bound
         :meth:`supported_versions`; later clients may be answered from it
         (:meth:`latest_api_versions`)."""
+        version = int(response.__version__)
+        if self._api_versions.get(version) is response:
+            return  # kept already, and every kept response has the current ranges
         versions = _version_ranges(response)
         if versions != self._broker_versions:
             self._broker_versions = versions
             self._supported.clear()
             self._api_versions.clear()  # the broker changed: answers of other versions are stale
-        self._api_versions[int(response.__version__)] = response
+        self._api_versions[version] = response
 
     def latest_api_versions(self, version: int) -> Any | None:
         """The broker's latest ApiVersions response to answer a ``version`` request from: of

@@ -32,6 +32,7 @@ class Context:
     def __init__(self, *, deferred: bool) -> None:
         self.upstream_deferred = deferred
         self.cluster = UpstreamCluster((), 1.0)
+        self.api_versions_answers = self.cluster.api_versions_answers
 
     def record_broker_api_versions(self, response: Any) -> None:
         self.cluster.record_broker_api_versions(response)
@@ -91,12 +92,13 @@ def request(version: int) -> Request:
     return Request(peek_request_header(frame), frame, None)
 
 
-def forwarded(version: int, broker: Any) -> bytes:
-    """What a client on an authenticated connection receives: the broker's answer, rewritten."""
+def forwarded(version: int, broker: Any, correlation_id: int = 7) -> bytes:
+    """What a client on an authenticated connection receives: the broker's answer, rewritten
+    (decoded, rewritten and encoded afresh)."""
     ctx = Context(deferred=False)
     verdict = REGISTRY[18].on_request(request(version), cast(HandlerContext, ctx))
     assert isinstance(verdict, Forward) and verdict.rewrite is not None
-    return codec.encode_response(verdict.rewrite(broker), 7)
+    return codec.encode_response(verdict.rewrite(broker), correlation_id)
 
 
 def answered(version: int, ctx: Context) -> bytes:
@@ -153,3 +155,58 @@ def test_a_changed_broker_replaces_every_remembered_answer() -> None:
     # No stale v4 answer is kept: this one is derived from the v0 one, which has no features.
     assert response.supported_features == ()
     assert response.finalized_features_epoch == -1
+
+
+def through_memo(ctx: Context, version: int, broker: Any, correlation_id: int) -> bytes:
+    """What a client on an authenticated connection of ``ctx``'s cluster receives when the
+    broker answers ``broker`` (encoded as the broker would) to its request."""
+    body = make(
+        codec.request_schema(18, version), client_software_name="t", client_software_version="1"
+    )
+    frame = codec.encode_request(body, correlation_id, "test")
+    verdict = REGISTRY[18].on_request(
+        Request(peek_request_header(frame), frame, None), cast(HandlerContext, ctx)
+    )
+    assert isinstance(verdict, Forward) and verdict.transform is not None
+    return bytes(verdict.transform(codec.encode_response(broker, correlation_id)))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_repeated_broker_answer_gets_the_same_answer_with_its_own_correlation_id(
+    version: int,
+) -> None:
+    ctx = Context(deferred=False)
+    first = through_memo(ctx, version, broker_answer(version), 11)
+    again = through_memo(ctx, version, broker_answer(version), 12)
+    assert first == forwarded(version, broker_answer(version), 11)
+    assert again == forwarded(version, broker_answer(version), 12)
+    assert codec.decode_response(again, 18, version) == codec.decode_response(first, 18, version)
+
+
+def test_a_changed_broker_answer_is_not_served_from_the_memo() -> None:
+    """The memo follows the broker's bytes: a new feature level, or a narrower API range, is
+    rewritten afresh, and what the broker said last is what the proxy keeps."""
+    ctx = Context(deferred=False)
+    before = broker_answer(NEWEST)
+    through_memo(ctx, NEWEST, before, 11)
+    new_epoch = dataclasses.replace(before, finalized_features_epoch=43)
+    narrower = dataclasses.replace(before, api_keys=before.api_keys[1:])  # no Produce
+    for changed in (new_epoch, narrower, before):
+        answer = through_memo(ctx, NEWEST, changed, 12)
+        assert answer == forwarded(NEWEST, changed, 12)
+        assert ctx.latest_api_versions(NEWEST) == changed
+    answer = through_memo(ctx, NEWEST, narrower, 13)  # a memo hit that changes the broker
+    response: Any = codec.decode_response(answer, 18, NEWEST)
+    assert 0 not in {e.api_key for e in response.api_keys}
+    assert ctx.supported_versions(0) == range(0)
+
+
+def test_an_error_answer_passes_as_the_broker_sent_it() -> None:
+    ctx = Context(deferred=False)
+    refused = dataclasses.replace(
+        broker_answer(NEWEST), error_code=ErrorCode.unsupported_version, api_keys=()
+    )
+    for correlation_id in (11, 12):
+        answer = through_memo(ctx, NEWEST, refused, correlation_id)
+        assert answer == codec.encode_response(refused, correlation_id)
+    assert ctx.latest_api_versions(NEWEST) is None

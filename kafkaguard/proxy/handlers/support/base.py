@@ -57,6 +57,7 @@ from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.protocol.inflight import ResponseTransform
 
 if TYPE_CHECKING:
+    from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
     from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
     from kafkaguard.proxy.session import Session
 
@@ -269,6 +270,11 @@ class HandlerContext(Protocol):
 
     def supported_versions(self, api_key: int) -> range:
         """What the proxy advertises: handler ∩ codec ∩ broker."""
+        ...
+
+    @property
+    def api_versions_answers(self) -> AnswerMemo:
+        """The upstream cluster's rewritten ApiVersions answers (shared by its connections)."""
         ...
 
 
