@@ -34,7 +34,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from kafkaguard.audit.spark.facts import write_facts
+from kafkaguard.audit.spark.facts import FACTS_MAX_SHARE, rows_per_hour, write_facts
 from kafkaguard.audit.spark.hours import (
     DEFAULT_GRACE_S,
     MARKER,
@@ -93,14 +93,6 @@ def _json_part(
     return _as_partition_strings(counted.where(is_valid()))
 
 
-def _records_per_hour(spark: SparkSession, written: Path) -> dict[Hour, int]:
-    if not any(written.glob("date=*/hour=*/*.parquet")):
-        return {}
-    df = spark.read.schema(COMPACTED_SCHEMA).option("basePath", str(written)).parquet(str(written))
-    rows = df.groupBy("date", "hour").count().collect()
-    return {Hour(r["date"].isoformat(), int(r["hour"])): int(r["count"]) for r in rows}
-
-
 def _sources(plan: Plan) -> list[Path]:
     files = [f.directory / name for f in plan.new for name in sorted(f.closed)]
     return files + [m.files.directory / name for m in plan.merge for name in m.late]
@@ -143,7 +135,7 @@ def execute(
     try:
         spark = session() if sources else None
         outcome = _write(spark, input_dir, sources, staging) if spark else Outcome()
-        written = _records_per_hour(spark, staging) if spark else {}
+        written = rows_per_hour(spark, staging, COMPACTED_SCHEMA) if spark else {}
         earlier = {m.files.hour: m.marker for m in plan.merge}
         for files in sorted([*plan.new, *(m.files for m in plan.merge)], key=lambda f: f.hour):
             hour, before = files.hour, earlier.get(files.hour)
@@ -182,7 +174,13 @@ def compact(
         plan = plan_compaction(input_dir, output, at, grace)
         outcome = execute(session, input_dir, output, plan)
         lines = summary(plan, outcome, output, grace)
-        written = write_facts(session, output)
+        written, kept = write_facts(session, output)
         if written:
-            lines.append(f"hourly facts (for propose and report) of {written} hours written")
+            line = f"hourly facts (for propose and report) of {written} hours written"
+            if kept < written:
+                line += (
+                    f"; {written - kept} of them read from their records (facts above "
+                    f"{FACTS_MAX_SHARE:.0%} of the records)"
+                )
+            lines.append(line)
         return lines
