@@ -34,7 +34,13 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from kafkaguard.audit.spark.facts import FACTS_MAX_SHARE, rows_per_hour, write_facts
+from kafkaguard.audit.spark.facts import (
+    ESTIMATE_MARGIN,
+    FACT_KEYS,
+    FACTS_MAX_SHARE,
+    rows_per_hour,
+    write_facts,
+)
 from kafkaguard.audit.spark.hours import (
     DEFAULT_GRACE_S,
     MARKER,
@@ -89,6 +95,9 @@ def _json_part(
         F.count(F.lit(1)).alias("lines"),
         F.count_if(bad).alias("bad_lines"),
         F.collect_set(F.when(bad, label)).alias("bad_hours"),
+        F.approx_count_distinct(F.when(~bad, F.struct(label, *FACT_KEYS))).alias(
+            "distinct_decisions"
+        ),
     )
     return _as_partition_strings(counted.where(is_valid()))
 
@@ -110,6 +119,7 @@ def _write(spark: SparkSession, input_dir: Path, sources: list[Path], staging: P
         lines=int(metrics["lines"]),
         bad_lines=int(metrics["bad_lines"]),
         bad_hours=sorted(str(h) for h in metrics["bad_hours"]),
+        distinct_decisions=int(metrics["distinct_decisions"]),
     )
 
 
@@ -174,7 +184,15 @@ def compact(
         plan = plan_compaction(input_dir, output, at, grace)
         outcome = execute(session, input_dir, output, plan)
         lines = summary(plan, outcome, output, grace)
-        written, kept = write_facts(session, output)
+        # Hours just compacted whose facts would not shrink them (estimated during the same
+        # scan) are not summed at all: only their markers are written (FACTS_MAX_SHARE).
+        valid = outcome.lines - outcome.bad_lines
+        no_facts = (
+            {files.hour for files in plan.new}
+            if outcome.distinct_decisions > (FACTS_MAX_SHARE + ESTIMATE_MARGIN) * valid
+            else set()
+        )
+        written, kept = write_facts(session, output, no_facts)
         if written:
             line = f"hourly facts (for propose and report) of {written} hours written"
             if kept < written:

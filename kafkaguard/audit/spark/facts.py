@@ -20,7 +20,11 @@ records): where nearly every record is a distinct decision, facts are as many ro
 records and reading them adds a second listing and a union for nothing (bench/RESULTS.md,
 issue 29: 922,055 facts from 1M records made ``propose`` and ``report`` slower). Such an
 hour's facts directory holds the marker alone: current, so not computed again, and its
-records are read.
+records are read. The compaction's scan estimates the distinct decisions of the hours it
+compacts (HyperLogLog, in the same pass): when they clearly exceed that share of the records
+read (:data:`ESTIMATE_MARGIN`),
+those hours are not summed at all (an hourly run decides per hour; a backfill of many hours
+on their average). Otherwise each hour's facts are counted and kept or dropped.
 
 :func:`read_facts` takes an hour's facts when they are current, stored and the hour lies
 wholly inside the window, and the records (Parquet or JSON, :func:`.source.read_audit`) for
@@ -33,7 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Final
@@ -87,6 +91,11 @@ job about what a record does (fewer columns, but a second tree of files and a un
 the jobs were slower with facts than without. Where decisions repeat (producers and consumers
 check the same ACL thousands of times an hour; ``audit.allowed: aggregate`` writes one record
 per distinct check and window) facts are a small fraction of the records."""
+ESTIMATE_MARGIN: Final = 0.1
+"""The compaction skips summing its hours only when its estimate of their facts exceeds
+:data:`FACTS_MAX_SHARE` + this share of their records: HyperLogLog's estimate is within a
+few percent (5% relative standard deviation), and the count of each summed hour decides
+exactly."""
 
 
 def to_facts(events: DataFrame) -> DataFrame:
@@ -161,11 +170,14 @@ def _shrinks(facts: int, marker: Path) -> bool:
     return compacted is not None and facts <= FACTS_MAX_SHARE * compacted.records
 
 
-def write_facts(session: Callable[[], SparkSession], output: Path) -> tuple[int, int]:
+def write_facts(
+    session: Callable[[], SparkSession], output: Path, no_facts: Collection[Hour] = ()
+) -> tuple[int, int]:
     """Compute and move into place the facts of every compacted hour under ``output`` whose
     facts are not current (call it holding the compaction lock), keeping them only where
     they shrink the hour (:data:`FACTS_MAX_SHARE`); the hours written, and how many of them
-    keep facts.
+    keep facts. ``no_facts``: hours known not to shrink (the compaction's estimate), given
+    their marker alone without being read.
 
     A crash leaves a staging directory (``_tmp-facts-*``, deleted by the next run) and hours
     whose facts are not current, which the next run writes: jobs read their records
@@ -180,7 +192,9 @@ def write_facts(session: Callable[[], SparkSession], output: Path) -> tuple[int,
     replaced = output / f"{TMP_PREFIX}facts-replaced-{stamp}"
     kept = 0
     try:
-        with_data = [h for h in stale if any((output / h.relative).glob("*.parquet"))]
+        with_data = [
+            h for h in stale if h not in no_facts and any((output / h.relative).glob("*.parquet"))
+        ]
         counted: dict[Hour, int] = {}
         if with_data:
             spark = session()

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from kafkaguard.audit.events import AuditEvent
-from kafkaguard.audit.spark.facts import FACTS_DIR, fact_hours, read_facts, to_facts
+from kafkaguard.audit.spark.facts import FACTS_DIR, fact_hours, read_facts, to_facts, write_facts
 from kafkaguard.audit.spark.hours import MARKER, Hour
 from kafkaguard.audit.spark.propose import observed_grants
 from kafkaguard.audit.spark.report import build_report
@@ -29,9 +29,9 @@ HOURS = [Hour("2026-11-22", h) for h in (10, 11, 12)]
 
 
 def _repeated(records: list[AuditEvent]) -> list[AuditEvent]:
-    """Each record and the same decision again half a second later: an hour of them has
-    half as many facts as records, so compaction keeps its facts (``FACTS_MAX_SHARE``)."""
-    again = [replace(r, time=r.time.replace(".000Z", ".500Z")) for r in records]
+    """Each record and the same decision again a little later: an hour of them has half as
+    many facts as records, so compaction keeps its facts (``FACTS_MAX_SHARE``)."""
+    again = [replace(r, time=r.time[:-2] + str(int(r.time[-2]) + 1) + "Z") for r in records]
     return sorted([*records, *again], key=lambda r: r.time)
 
 
@@ -117,7 +117,8 @@ def test_facts_are_kept_only_for_hours_they_shrink(spark: SparkSession, tmp_path
     as many as the records): the facts of 10 are read, the records of 11 and 12, with the
     results of the records alone."""
     hour_10 = [r for r in TRAIL if r.time < T.format("11")]
-    trail = _trail(tmp_path / "audit", [*_repeated(hour_10), *TRAIL[len(hour_10) :]])
+    repeated = _repeated(_repeated(hour_10))  # 12 records, 3 facts; 7 facts of 16 records
+    trail = _trail(tmp_path / "audit", [*repeated, *TRAIL[len(hour_10) :]])
     lines = _compact(spark, trail)
     assert lines[-1] == (
         "hourly facts (for propose and report) of 3 hours written; 2 of them read from their "
@@ -137,3 +138,21 @@ def test_facts_are_kept_only_for_hours_they_shrink(spark: SparkSession, tmp_path
         _same_results(spark, trail, window)
     # Hours read from their records are current: a second run computes nothing.
     assert not any("hourly facts" in line for line in _compact(spark, trail))
+
+
+def test_hours_estimated_not_to_shrink_are_not_read(spark: SparkSession, tmp_path: Path) -> None:
+    """The compaction's estimate says the facts would not shrink these hours: their markers
+    are written without reading them (no session is even asked for)."""
+    trail = _trail(tmp_path / "audit", _repeated(TRAIL))
+    out = trail / "_compacted"
+    _compact(spark, trail)
+    shutil.rmtree(out / FACTS_DIR)
+
+    def no_session() -> SparkSession:
+        raise AssertionError("hours estimated not to shrink were read")
+
+    assert write_facts(no_session, out, set(HOURS)) == (3, 0)
+    for hour in HOURS:
+        assert [p.name for p in (out / FACTS_DIR / hour.relative).iterdir()] == [MARKER]
+    assert _from_facts(spark, trail, TimeRange()) == set()
+    _same_results(spark, trail, TimeRange())
