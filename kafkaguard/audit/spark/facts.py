@@ -22,9 +22,9 @@ issue 29: 922,055 facts from 1M records made ``propose`` and ``report`` slower).
 hour's facts directory holds the marker alone: current, so not computed again, and its
 records are read. The compaction's scan estimates the distinct decisions of the hours it
 compacts (HyperLogLog, in the same pass): when they clearly exceed that share of the records
-read (:data:`ESTIMATE_MARGIN`),
-those hours are not summed at all (an hourly run decides per hour; a backfill of many hours
-on their average). Otherwise each hour's facts are counted and kept or dropped.
+read (:data:`ESTIMATE_MARGIN`), those hours are not summed at all (an hourly run decides per
+hour; a backfill of many hours on their average). Otherwise each hour's facts are counted
+and kept or dropped.
 
 :func:`read_facts` takes an hour's facts when they are current, stored and the hour lies
 wholly inside the window, and the records (Parquet or JSON, :func:`.source.read_audit`) for
