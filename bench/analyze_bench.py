@@ -40,8 +40,9 @@ analyze`` process (``python -m kafkaguard analyze ...``), cold JVM included: ``c
 (records and hourly facts), then ``propose``, ``report --html``, ``unused`` and ``whatif`` on
 the compacted trail with the hourly facts, then ``propose`` and ``report`` again without them
 (the facts directory removed: the compacted records are read). Wall time from the process's
-start to its exit; peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python),
-polled while it runs. With ``--duckdb`` the reference computes the same tables from the raw
+start to its exit; CPU seconds of its processes (on a shared machine the steadier figure);
+peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python), polled while it
+runs. ``--conf KEY=VALUE`` passes a Spark setting to every job (e.g. JVM options to compare). With ``--duckdb`` the reference computes the same tables from the raw
 JSON lines, once.
 
 Peak memory: the kernel's high-water mark of resident memory (``VmHWM`` in
