@@ -40,8 +40,9 @@ analyze`` process (``python -m kafkaguard analyze ...``), cold JVM included: ``c
 (records and hourly facts), then ``propose``, ``report --html``, ``unused`` and ``whatif`` on
 the compacted trail with the hourly facts, then ``propose`` and ``report`` again without them
 (the facts directory removed: the compacted records are read). Wall time from the process's
-start to its exit; peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python),
-polled while it runs. With ``--duckdb`` the reference computes the same tables from the raw
+start to its exit; CPU seconds of its processes (on a shared machine the steadier figure);
+peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python), polled while it
+runs. ``--conf KEY=VALUE`` passes a Spark setting to every job (e.g. JVM options to compare). With ``--duckdb`` the reference computes the same tables from the raw
 JSON lines, once.
 
 Peak memory: the kernel's high-water mark of resident memory (``VmHWM`` in
@@ -55,6 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -528,22 +530,41 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _hwm_mib(pid: int) -> tuple[bool, int]:
-    """(is it a JVM, its VmHWM in MiB); (False, 0) once it is gone."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _hwm_mib(pid: int) -> tuple[bool, int, float]:
+    """(is it a JVM, its VmHWM in MiB, its CPU seconds so far); (False, 0, 0) once gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         java = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"java")
     except OSError:
-        return False, 0
+        return False, 0, 0.0
+    cpu = (int(stat[11]) + int(stat[12])) / CLOCK_TICKS  # utime + stime (proc(5))
     for line in status.splitlines():
         if line.startswith("VmHWM:"):
-            return java, int(line.split()[1]) // 1024
-    return java, 0
+            return java, int(line.split()[1]) // 1024, cpu
+    return java, 0, cpu
 
 
-def cold_job(*argv: str) -> tuple[float, int, int, list[str]]:
-    """One fresh ``kafkaguard analyze`` process: seconds, peak RSS of its JVM and of its
-    Python (MiB), and what it printed."""
+class Cold:
+    """What one fresh process took: wall seconds, CPU seconds of its processes (sampled
+    every 0.2 s: what a process spends in its last 0.2 s is missed; repeatable under load,
+    unlike wall time), peak RSS of its JVM and of its Python (MiB), and what it printed."""
+
+    def __init__(self, seconds: float, cpu: float, jvm: int, python: int, printed: list[str]):
+        self.seconds, self.cpu, self.jvm, self.python, self.printed = (
+            seconds,
+            cpu,
+            jvm,
+            python,
+            printed,
+        )
+
+
+def cold_job(*argv: str) -> Cold:
+    """One fresh ``kafkaguard analyze`` process (:class:`Cold`)."""
     env = os.environ | {"PYTHONPATH": str(REPO)}
     began = time.perf_counter()
     proc = subprocess.Popen(
@@ -554,9 +575,11 @@ def cold_job(*argv: str) -> tuple[float, int, int, list[str]]:
         text=True,
     )
     jvm = python = 0
+    cpu: dict[int, float] = {}
     while proc.poll() is None:
         for pid in _descendants(proc.pid):
-            java, hwm = _hwm_mib(pid)
+            java, hwm, used = _hwm_mib(pid)
+            cpu[pid] = max(used, cpu.get(pid, 0.0))
             if java:
                 jvm = max(jvm, hwm)
             elif pid == proc.pid:
@@ -566,7 +589,7 @@ def cold_job(*argv: str) -> tuple[float, int, int, list[str]]:
     printed = (proc.stdout.read() if proc.stdout else "").splitlines()
     if proc.returncode != 0:
         raise RuntimeError(f"analyze {' '.join(argv)} failed: {printed[-5:]}")
-    return seconds, jvm, python, printed
+    return Cold(seconds, sum(cpu.values()), jvm, python, printed)
 
 
 COLD_ACLS = """\
@@ -578,21 +601,27 @@ acls:
 """
 
 
-def cold(data: Path, out: Path, events: int, duck: bool) -> None:
-    """``--cold``: every job a fresh process (module docstring)."""
+def cold(data: Path, out: Path, events: int, duck: bool, conf: list[str]) -> None:
+    """``--cold``: every job a fresh process (module docstring), with ``--conf`` ``conf``."""
     compacted = out / "compacted"
     acls = out / "acls.yaml"
     acls.write_text(COLD_ACLS, encoding="utf-8")
-    common = ("--input", str(data), "--compacted", str(compacted))
+    settings = [arg for setting in conf for arg in ("--conf", setting)]
+    common = ("--input", str(data), "--compacted", str(compacted), *settings)
 
-    def show(label: str, result: tuple[float, int, int, list[str]], rate: bool = False) -> None:
-        seconds, jvm, python, _ = result
-        extra = f"  {events / seconds:>10,.0f} events/s" if rate else ""
-        print(f"{label:<34} {seconds:7.1f} s{extra}; peak RSS JVM {jvm} MiB, Python {python} MiB")
+    def show(label: str, result: Cold, rate: bool = False) -> None:
+        extra = f"  {events / result.seconds:>10,.0f} events/s" if rate else ""
+        print(
+            f"{label:<34} {result.seconds:7.1f} s{extra} (CPU {result.cpu:6.1f} s); peak RSS "
+            f"JVM {result.jvm} MiB, Python {result.python} MiB; load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
 
     show(
         "compact (records + facts)",
-        cold_job("compact", "--input", str(data), "--output", str(compacted), "--grace", "0"),
+        cold_job(
+            "compact", "--input", str(data), "--output", str(compacted), "--grace", "0", *settings
+        ),
         rate=True,
     )
     for label, argv in (
@@ -608,8 +637,14 @@ def cold(data: Path, out: Path, events: int, duck: bool) -> None:
     show("report --html (records)", cold_job("report", *common, "--html", str(out / "s.html")))
     assert (out / "q.yaml").read_text(encoding="utf-8") == with_facts
     if duck:
+        began = resource.getrusage(resource.RUSAGE_SELF)
         grants_s, report_s, _ = duckdb_jobs(data, None)
-        print(f"DuckDB on the raw JSON: grants {grants_s:.1f} s, cube + roll-ups {report_s:.1f} s")
+        ended = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = ended.ru_utime + ended.ru_stime - began.ru_utime - began.ru_stime
+        print(
+            f"DuckDB on the raw JSON: grants {grants_s:.1f} s, cube + roll-ups {report_s:.1f} s "
+            f"(CPU {cpu:.1f} s for both); load {os.getloadavg()[0]:.1f}"
+        )
 
 
 def _arguments() -> argparse.Namespace:
@@ -630,6 +665,13 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--cold", action="store_true", help="each job a fresh `kafkaguard analyze` process"
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --cold: a Spark setting for every job (repeatable)",
     )
     args = parser.parse_args()
     if args.duckdb:
@@ -662,7 +704,7 @@ def main() -> int:
         print(f"input: {_size(list(data.rglob('*.jsonl')))}, {args.days} days")
         if args.cold:
             spark.stop()  # the jobs start their own
-            cold(data, out, args.events, args.duckdb)
+            cold(data, out, args.events, args.duckdb, args.conf)
             return 0
         compacted = args.compacted or out / "compacted"
         if args.compacted is None:

@@ -3,14 +3,21 @@ what is counted instead (docs/audit.md, "What is written")."""
 
 from __future__ import annotations
 
+import urllib.request
+import uuid
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from kio.schema.create_topics.v7 import request as ct_req
+from kio.schema.metadata.v12 import request as md_req
+from prometheus_client.parser import text_string_to_metric_families
 
 from kafkaguard.audit import AuditTrail
 from kafkaguard.audit.config import AuditConfig, AuditRule, parse_audit_config
 from kafkaguard.config_tree import ConfigError, ConfigSection
-from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import (
     AclOperation,
     PatternType,
@@ -18,9 +25,21 @@ from kafkaguard.policy.model import (
     acl_binding,
 )
 from kafkaguard.policy.standard import StandardAuthorizer
+from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.proxy.config import AdminConfig
+from kafkaguard.tansu import TansuBroker
 from tests.audit.test_writer import context, records, topic
+from tests.support.proxy_fixture import (
+    proxy_config,
+    start_proxy_thread,
+    stop_proxy_thread,
+    unique_name,
+)
+from tests.support.raw_client import RawKafkaClient
 
 METADATA, FIND_COORDINATOR = 3, 10
+ZERO_UUID = uuid.UUID(int=0)
+NO_ACLS = PolicyConfig(authorizer=AuthorizerConfig(), acl_store=AclStoreConfig(type="memory"))
 
 
 def parse(text: str) -> AuditConfig:
@@ -170,3 +189,79 @@ def test_wildcard_literal_matches_every_name() -> None:
     auth.authorize(context(), [topic("anything")])
     assert rule.matches(events[0])  # type: ignore[arg-type]
     assert not AuditRule(resource_name="anything-else").matches(events[0])  # type: ignore[arg-type]
+
+
+@pytest.mark.integration
+def test_metrics_expose_what_the_trail_left_out(tansu: TansuBroker, tmp_path: Path) -> None:
+    """A running proxy's ``/metrics``: audited, unlogged and excluded decisions per listener,
+    equal to the trail's counters. No ACLs and no super user: every check is denied."""
+    topic_name = unique_name("audited")
+    with RawKafkaClient(tansu.address.host, tansu.address.port) as direct:
+        _, created = direct.request(
+            ct_req.CreateTopicsRequest(
+                topics=(
+                    ct_req.CreatableTopic(
+                        name=topic_name,
+                        num_partitions=1,
+                        replication_factor=1,
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=timedelta(seconds=30),
+                validate_only=False,
+            )
+        )
+    assert created.topics[0].error_code == ErrorCode.none
+    audit = parse(
+        f"""
+audit:
+  enabled: true
+  dir: {tmp_path}
+  exclude:
+    - {{apis: [Metadata], resource_name: "excluded-", pattern_type: PREFIXED}}
+"""
+    )
+    config = replace(
+        proxy_config(tansu.address, policy=NO_ACLS), audit=audit, admin=AdminConfig(port=0)
+    )
+    running = start_proxy_thread(config)
+    try:
+        host, port = running.bootstrap.rsplit(":", 1)
+        with RawKafkaClient(host, int(port)) as client:
+            for names in ([topic_name], ["excluded-1", "excluded-2"], None):  # None: all
+                topics = None
+                if names is not None:
+                    topics = tuple(
+                        md_req.MetadataRequestTopic(topic_id=ZERO_UUID, name=n) for n in names
+                    )
+                client.request(
+                    md_req.MetadataRequest(
+                        topics=topics,
+                        allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False,
+                    )
+                )
+        assert running.server.admin is not None
+        url = f"http://127.0.0.1:{running.server.admin.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        counters = running.server.audit.counters["PLAINTEXT"]
+    finally:
+        stop_proxy_thread(running)
+    exposed = {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "kafkaguard_audit_decisions"
+        for sample in family.samples
+        if sample.name == "kafkaguard_audit_decisions_total"
+        and sample.labels["listener"] == "PLAINTEXT"
+    }
+    # The named topic's DESCRIBE is audited; the two excluded- names are excluded; the
+    # all-topics request filters the created topic (and any other) silently: unlogged.
+    assert (counters.decisions, counters.excluded) == (1, 2) and counters.unlogged >= 1
+    assert exposed == {
+        "audited": counters.decisions,
+        "excluded": counters.excluded,
+        "unlogged": counters.unlogged,
+    }

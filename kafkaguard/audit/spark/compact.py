@@ -34,7 +34,13 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from kafkaguard.audit.spark.facts import write_facts
+from kafkaguard.audit.spark.facts import (
+    ESTIMATE_MARGIN,
+    FACT_KEYS,
+    FACTS_MAX_SHARE,
+    rows_per_hour,
+    write_facts,
+)
 from kafkaguard.audit.spark.hours import (
     DEFAULT_GRACE_S,
     MARKER,
@@ -89,16 +95,11 @@ def _json_part(
         F.count(F.lit(1)).alias("lines"),
         F.count_if(bad).alias("bad_lines"),
         F.collect_set(F.when(bad, label)).alias("bad_hours"),
+        F.approx_count_distinct(F.when(~bad, F.struct(label, *FACT_KEYS))).alias(
+            "distinct_decisions"
+        ),
     )
     return _as_partition_strings(counted.where(is_valid()))
-
-
-def _records_per_hour(spark: SparkSession, written: Path) -> dict[Hour, int]:
-    if not any(written.glob("date=*/hour=*/*.parquet")):
-        return {}
-    df = spark.read.schema(COMPACTED_SCHEMA).option("basePath", str(written)).parquet(str(written))
-    rows = df.groupBy("date", "hour").count().collect()
-    return {Hour(r["date"].isoformat(), int(r["hour"])): int(r["count"]) for r in rows}
 
 
 def _sources(plan: Plan) -> list[Path]:
@@ -118,6 +119,7 @@ def _write(spark: SparkSession, input_dir: Path, sources: list[Path], staging: P
         lines=int(metrics["lines"]),
         bad_lines=int(metrics["bad_lines"]),
         bad_hours=sorted(str(h) for h in metrics["bad_hours"]),
+        distinct_decisions=int(metrics["distinct_decisions"]),
     )
 
 
@@ -143,7 +145,7 @@ def execute(
     try:
         spark = session() if sources else None
         outcome = _write(spark, input_dir, sources, staging) if spark else Outcome()
-        written = _records_per_hour(spark, staging) if spark else {}
+        written = rows_per_hour(spark, staging, COMPACTED_SCHEMA) if spark else {}
         earlier = {m.files.hour: m.marker for m in plan.merge}
         for files in sorted([*plan.new, *(m.files for m in plan.merge)], key=lambda f: f.hour):
             hour, before = files.hour, earlier.get(files.hour)
@@ -182,7 +184,21 @@ def compact(
         plan = plan_compaction(input_dir, output, at, grace)
         outcome = execute(session, input_dir, output, plan)
         lines = summary(plan, outcome, output, grace)
-        written = write_facts(session, output)
+        # Hours just compacted whose facts would not shrink them (estimated during the same
+        # scan) are not summed at all: only their markers are written (FACTS_MAX_SHARE).
+        valid = outcome.lines - outcome.bad_lines
+        no_facts = (
+            {files.hour for files in plan.new}
+            if outcome.distinct_decisions > (FACTS_MAX_SHARE + ESTIMATE_MARGIN) * valid
+            else set()
+        )
+        written, kept = write_facts(session, output, no_facts)
         if written:
-            lines.append(f"hourly facts (for propose and report) of {written} hours written")
+            line = f"hourly facts (for propose and report) of {written} hours written"
+            if kept < written:
+                line += (
+                    f"; {written - kept} of them read from their records (facts above "
+                    f"{FACTS_MAX_SHARE:.0%} of the records)"
+                )
+            lines.append(line)
         return lines

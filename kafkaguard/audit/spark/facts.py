@@ -15,9 +15,21 @@ equals the hour's: a run computes them for every hour where it does not (hours j
 compacted or merged, hours compacted before facts existed), so runs are incremental and
 idempotent like the compaction itself; an hour is moved into place with one rename.
 
-:func:`read_facts` takes an hour's facts when they are current and the hour lies wholly
-inside the window, and the records (Parquet or JSON, :func:`.source.read_audit`) for the
-rest: the same results either way (``tests/audit/spark/test_facts.py`` compares them).
+Facts are kept only for an hour they shrink (at most :data:`FACTS_MAX_SHARE` of its
+records): where nearly every record is a distinct decision, facts are as many rows as the
+records and reading them adds a second listing and a union for nothing (bench/RESULTS.md,
+issue 29: 922,055 facts from 1M records made ``propose`` and ``report`` slower). Such an
+hour's facts directory holds the marker alone: current, so not computed again, and its
+records are read. The compaction's scan estimates the distinct decisions of the hours it
+compacts (HyperLogLog, in the same pass): when they clearly exceed that share of the records
+read (:data:`ESTIMATE_MARGIN`), those hours are not summed at all (an hourly run decides per
+hour; a backfill of many hours on their average). Otherwise each hour's facts are counted
+and kept or dropped.
+
+:func:`read_facts` takes an hour's facts when they are current, stored and the hour lies
+wholly inside the window, and the records (Parquet or JSON, :func:`.source.read_audit`) for
+the rest: the same results either way (``tests/audit/spark/test_facts.py`` compares them,
+also with hours of both kinds in one read).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Final
@@ -34,7 +46,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from kafkaguard.audit.spark.hours import MARKER, TMP_PREFIX, Hour, commit
+from kafkaguard.audit.spark.hours import MARKER, TMP_PREFIX, Hour, Marker, commit
 from kafkaguard.audit.spark.schema import AUDIT_SCHEMA, COMPACTED_SCHEMA, EVENT_TIME
 from kafkaguard.audit.spark.source import (
     TimeRange,
@@ -73,6 +85,17 @@ FACTS_SCHEMA: Final = StructType(
     ]
 )
 FACT_COLUMNS: Final = tuple(f.name for f in FACTS_SCHEMA.fields)
+FACTS_MAX_SHARE: Final = 0.5
+"""An hour's facts are kept when they are at most this share of its records. A fact costs a
+job about what a record does (fewer columns, but a second tree of files and a union): at 0.92
+the jobs were slower with facts than without. Where decisions repeat (producers and consumers
+check the same ACL thousands of times an hour; ``audit.allowed: aggregate`` writes one record
+per distinct check and window) facts are a small fraction of the records."""
+ESTIMATE_MARGIN: Final = 0.1
+"""The compaction skips summing its hours only when its estimate of their facts exceeds
+:data:`FACTS_MAX_SHARE` + this share of their records: HyperLogLog's estimate is within a
+few percent (5% relative standard deviation), and the count of each summed hour decides
+exactly."""
 
 
 def to_facts(events: DataFrame) -> DataFrame:
@@ -119,31 +142,60 @@ def _hours(output: Path) -> dict[Hour, str]:
     return found
 
 
-def current_facts(output: Path) -> set[Hour]:
-    """The compacted hours whose facts are current (their marker is the hour's)."""
+def current_facts(output: Path) -> dict[Hour, bool]:
+    """The compacted hours whose facts are current (their marker is the hour's), each with
+    whether facts are stored for it (False: they did not shrink it; its records are read)."""
     facts = output / FACTS_DIR
-    return {
-        hour for hour, text in _hours(output).items() if _marker_text(facts / hour.relative) == text
-    }
+    current = {}
+    for hour, text in _hours(output).items():
+        directory = facts / hour.relative
+        if _marker_text(directory) == text:
+            current[hour] = any(directory.glob("*.parquet"))
+    return current
 
 
-def write_facts(session: Callable[[], SparkSession], output: Path) -> int:
+def rows_per_hour(spark: SparkSession, root: Path, schema: StructType) -> dict[Hour, int]:
+    """The rows of each ``date=/hour=`` partition of the Parquet under ``root`` (counted
+    from the files' footers: no column is read)."""
+    if not any(root.glob("date=*/hour=*/*.parquet")):
+        return {}
+    df = spark.read.schema(schema).option("basePath", str(root)).parquet(str(root))
+    rows = df.groupBy("date", "hour").count().collect()
+    return {Hour(r["date"].isoformat(), int(r["hour"])): int(r["count"]) for r in rows}
+
+
+def _shrinks(facts: int, marker: Path) -> bool:
+    """Whether ``facts`` rows are at most :data:`FACTS_MAX_SHARE` of the hour's records."""
+    compacted = Marker.read(marker)
+    return compacted is not None and facts <= FACTS_MAX_SHARE * compacted.records
+
+
+def write_facts(
+    session: Callable[[], SparkSession], output: Path, no_facts: Collection[Hour] = ()
+) -> tuple[int, int]:
     """Compute and move into place the facts of every compacted hour under ``output`` whose
-    facts are not current (call it holding the compaction lock); the hours written.
+    facts are not current (call it holding the compaction lock), keeping them only where
+    they shrink the hour (:data:`FACTS_MAX_SHARE`); the hours written, and how many of them
+    keep facts. ``no_facts``: hours known not to shrink (the compaction's estimate), given
+    their marker alone without being read.
 
     A crash leaves a staging directory (``_tmp-facts-*``, deleted by the next run) and hours
     whose facts are not current, which the next run writes: jobs read their records
     meanwhile.
     """
     hours = _hours(output)
-    stale = sorted(set(hours) - current_facts(output))
+    stale = sorted(set(hours) - set(current_facts(output)))
     if not stale:
-        return 0
+        return 0, 0
     stamp = f"{os.getpid()}-{time.time_ns()}"
     staging = output / f"{TMP_PREFIX}facts-{stamp}"
     replaced = output / f"{TMP_PREFIX}facts-replaced-{stamp}"
+    kept = 0
     try:
-        with_data = [h for h in stale if any((output / h.relative).glob("*.parquet"))]
+        with_data = [
+            h for h in stale if h not in no_facts and any((output / h.relative).glob("*.parquet"))
+        ]
+        counted: dict[Hour, int] = {}
         if with_data:
             spark = session()
             records = _hours_of(spark, COMPACTED_SCHEMA, output, with_data)
@@ -153,12 +205,18 @@ def write_facts(session: Callable[[], SparkSession], output: Path) -> int:
                 F.date_format("hour_start", "HH").alias("hour"),
             )
             facts.coalesce(1).write.partitionBy("date", "hour").parquet(str(staging))
+            counted = rows_per_hour(spark, staging, FACTS_SCHEMA)
         for hour in stale:
             staged = staging / hour.relative
             staged.mkdir(parents=True, exist_ok=True)
+            if hour in counted and _shrinks(counted[hour], output / hour.relative / MARKER):
+                kept += 1
+            else:  # the marker alone: current, and the hour's records are read
+                for part in staged.iterdir():
+                    part.unlink()
             (staged / MARKER).write_text(hours[hour], encoding="utf-8")
             commit(staged, output / FACTS_DIR / hour.relative, replaced)
-        return len(stale)
+        return len(stale), kept
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(replaced, ignore_errors=True)
@@ -184,13 +242,14 @@ def _inside(hour: Hour, window: TimeRange) -> bool:
 def fact_hours(
     path: str, window: TimeRange, *, compacted: str | None = None, json_only: bool = False
 ) -> tuple[Path, list[Hour]] | None:
-    """Where the facts are and the hours :func:`read_facts` takes from them: current, and
-    wholly inside ``window`` (None: no local compacted directory)."""
+    """Where the facts are and the hours :func:`read_facts` takes from them: current,
+    stored, and wholly inside ``window`` (None: no local compacted directory)."""
     location = compacted or (None if is_kafka_input(path) else compacted_path(path))
     if json_only or location is None or "://" in location:
         return None
     output = Path(location)
-    return output, sorted(h for h in current_facts(output) if _inside(h, window))
+    current = current_facts(output)
+    return output, sorted(h for h, stored in current.items() if stored and _inside(h, window))
 
 
 def read_facts(

@@ -255,6 +255,9 @@ class Outcome:
     """Lines of the JSON files read in this run (blank lines are no lines)."""
     bad_lines: int = 0
     bad_hours: list[str] = field(default_factory=list)
+    distinct_decisions: int = 0
+    """An estimate (HyperLogLog) of the distinct (hour, decision) of the lines read: the
+    hourly facts they would make (:func:`.facts.write_facts` decides from it)."""
 
 
 def _fsync(path: Path, *, directory: bool = False) -> None:

@@ -391,9 +391,10 @@ class _Session:
         *,
         kafka: bool = False,
         remote: str | None = None,
+        quick_jit: bool = False,
     ):
         self._given, self._master, self._conf, self._kafka = given, master, conf, kafka
-        self._remote = remote
+        self._remote, self._quick_jit = remote, quick_jit
         self._built: SparkSession | None = None
 
     def get(self) -> SparkSession:
@@ -405,7 +406,9 @@ class _Session:
             if self._remote is not None:
                 self._built = build_remote_session(self._remote, self._conf)
             else:
-                self._built = build_session(self._master, self._conf, kafka=self._kafka)
+                self._built = build_session(
+                    self._master, self._conf, kafka=self._kafka, quick_jit=self._quick_jit
+                )
         return self._built
 
     def close(self) -> None:
@@ -579,7 +582,12 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | 
 
     failures = (PySparkException, Py4JError, ConfigError, AclStoreError, ValueError, OSError)
     session = _Session(
-        spark, args.master, _conf(args.conf), kafka=_reads_kafka(args), remote=args.remote
+        spark,
+        args.master,
+        _conf(args.conf),
+        kafka=_reads_kafka(args),
+        remote=args.remote,
+        quick_jit=args.job in JOBS,  # not compact, not watch (QUICK_JIT_OPTIONS)
     )
     try:
         if args.job == "compact":

@@ -40,6 +40,14 @@ a quarter of 24 GB the same jobs peaked at 2.5 GiB for no gain in time, bench/RE
 "Issue 16: analytics at scale"); ``propose`` and ``report`` read hourly facts, and Spark
 spills what does not fit. A bigger window or a job beyond one box gets
 ``--conf spark.driver.memory=4g``, a cluster (``--master``) or Spark Connect (``--remote``)."""
+QUICK_JIT_OPTIONS: Final = "-XX:TieredStopAtLevel=1"
+"""The driver JVM's options for a job that reads compacted hours (``propose``, ``report``,
+``unused``, ``whatif``): the quick JIT compiler (C1) only. A fresh process's C2 compiler
+threads spend more CPU compiling Spark's start-up and each query's generated code than the
+optimized code saves on a few million rows: at 1M records ``propose`` took 23 CPU seconds
+instead of 37, the session's start 8 instead of 13 (bench/RESULTS.md, issue 29). ``compact``
+and ``watch`` keep the default (JSON parsing is one long hot loop; a stream runs for days).
+``--conf spark.driver.extraJavaOptions=-XX:+TieredCompilation`` restores C2 for one job."""
 _CGROUP_LIMITS: Final = (
     Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
     Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1
@@ -103,11 +111,14 @@ def driver_memory_mb(memory_bytes: int) -> int:
     return min(DRIVER_MEMORY_MAX_MB, max(DRIVER_MEMORY_MIN_MB, share))
 
 
-def local_settings(master: str, *, jvm_running: bool = False) -> dict[str, str]:
+def local_settings(
+    master: str, *, jvm_running: bool = False, quick_jit: bool = False
+) -> dict[str, str]:
     """Spark settings for a local master: loopback, no UI, shuffle partitions = 2 × cores
-    (enough tasks to balance two stragglers per core, not 200 tiny ones) and the driver's
-    memory from the machine — unless its JVM already runs (``spark-submit``), when
-    ``spark.driver.memory`` can no longer change anything."""
+    (enough tasks to balance two stragglers per core, not 200 tiny ones), the driver's
+    memory from the machine and, with ``quick_jit``, :data:`QUICK_JIT_OPTIONS` — unless its
+    JVM already runs (``spark-submit``), when the driver's settings can no longer change
+    anything."""
     settings = {
         "spark.driver.host": LOOPBACK,
         "spark.driver.bindAddress": LOOPBACK,
@@ -116,6 +127,8 @@ def local_settings(master: str, *, jvm_running: bool = False) -> dict[str, str]:
     }
     if not jvm_running:
         settings["spark.driver.memory"] = f"{driver_memory_mb(machine_memory_bytes())}m"
+        if quick_jit:
+            settings["spark.driver.extraJavaOptions"] = QUICK_JIT_OPTIONS
     return settings
 
 
@@ -212,6 +225,7 @@ def build_session(
     app_name: str = "kafkaguard analyze",
     *,
     kafka: bool = False,
+    quick_jit: bool = False,
 ) -> SparkSession:
     """Create (or join) the session.
 
@@ -222,6 +236,7 @@ def build_session(
         app_name: shown in the Spark UI and history server.
         kafka: the job reads the audit topic: Spark's Kafka source goes on ``spark.jars``
             (:func:`kafka_settings`; raises :class:`KafkaJarsMissing` before any JVM starts).
+        quick_jit: a short job: a local driver JVM runs :data:`QUICK_JIT_OPTIONS`.
     """
     extra = kafka_settings(conf or {}) if kafka else {}
     if master is None and not under_spark_submit():
@@ -243,7 +258,7 @@ def build_session(
         # the driver's interpreter (the one with kafkaguard installed).
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        settings |= local_settings(effective, jvm_running=under_spark_submit())
+        settings |= local_settings(effective, jvm_running=under_spark_submit(), quick_jit=quick_jit)
     settings |= dict(conf or {}) | extra
     for key, value in settings.items():
         builder = builder.config(key, value)

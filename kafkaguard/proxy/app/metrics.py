@@ -383,6 +383,19 @@ class ProxyCollector(Collector):
             events.add_metric(["kafka", "dropped"], queue_dropped + topic.dropped)
             events.add_metric(["kafka", "failed"], topic.lost)
         yield events
+        decisions = CounterMetricFamily(
+            "kafkaguard_audit_decisions",
+            "Authorization decisions the audit trail saw, per listener, by outcome: audited "
+            "(past the filters; written unless audit.allowed/denied is off), unlogged (Kafka "
+            "does not log them: logIfAllowed/logIfDenied false, audit.include_unlogged off), "
+            "excluded (audit.exclude, or no audit.include route).",
+            labels=["listener", "outcome"],
+        )
+        for name, counters in sorted(audit.counters.items()):
+            decisions.add_metric([name, "audited"], counters.decisions)
+            decisions.add_metric([name, "unlogged"], counters.unlogged)
+            decisions.add_metric([name, "excluded"], counters.excluded)
+        yield decisions
         authorizer: Any = server.authorizer
         index = getattr(authorizer, "acl_index", None)
         if index is not None:

@@ -201,6 +201,11 @@ def test_local_mode_is_sized_from_the_machine(
     assert settings["spark.driver.memory"] == "1024m"  # a quarter, at most 1 GB
     assert settings["spark.ui.enabled"] == "false"
     assert "spark.driver.memory" not in session.local_settings("local[3]", jvm_running=True)
+    assert "spark.driver.extraJavaOptions" not in settings  # compact and watch: C2 too
+    quick = session.local_settings("local[3]", quick_jit=True)
+    assert quick["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    running = session.local_settings("local[3]", jvm_running=True, quick_jit=True)
+    assert "spark.driver.extraJavaOptions" not in running  # spark-submit's JVM runs already
     monkeypatch.setattr(session.os, "cpu_count", lambda: 5)
     assert session.local_settings("local[*]")["spark.sql.shuffle.partitions"] == "10"
     monkeypatch.setattr(session, "machine_memory_bytes", lambda: 0)  # unknown: the minimum

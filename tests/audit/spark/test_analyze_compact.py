@@ -150,7 +150,10 @@ def test_every_job_gives_the_json_results_from_compacted_hours(
         in lines
     )
     assert "ignored 1 .jsonl.inprogress file in closed hours" in lines[-2]
-    assert lines[-1] == "hourly facts (for propose and report) of 3 hours written"
+    assert lines[-1] == (  # each hour's records are distinct decisions: facts do not pay
+        "hourly facts (for propose and report) of 3 hours written; 3 of them read from their "
+        "records (facts above 50% of the records)"
+    )
     assert not (out / Hour("2026-11-22", 13).relative).exists()
     marker = Marker.read(out / Hour("2026-11-22", 10).relative / MARKER)
     assert marker is not None and marker.records == 3
