@@ -42,8 +42,9 @@ the compacted trail with the hourly facts, then ``propose`` and ``report`` again
 (the facts directory removed: the compacted records are read). Wall time from the process's
 start to its exit; CPU seconds of its processes (on a shared machine the steadier figure);
 peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python), polled while it
-runs. ``--conf KEY=VALUE`` passes a Spark setting to every job (e.g. JVM options to compare). With ``--duckdb`` the reference computes the same tables from the raw
-JSON lines, once.
+runs. ``--conf KEY=VALUE`` passes a Spark setting to every job (e.g. JVM options to
+compare). With ``--duckdb`` the reference computes the same tables from the raw JSON lines,
+once.
 
 Peak memory: the kernel's high-water mark of resident memory (``VmHWM`` in
 ``/proc/<pid>/status``) of the driver JVM (the Python process's ``java`` child; in local mode
