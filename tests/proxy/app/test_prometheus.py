@@ -531,6 +531,7 @@ REQUIRED_FAMILIES = {
     "kafkaguard_zookeeper_connected",
     "kafkaguard_certificate_expiry_seconds",
     "kafkaguard_config_reloads_total",
+    "kafkaguard_audit_decisions_total",
     "kafkaguard_proxy_latency_seconds_bucket",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
