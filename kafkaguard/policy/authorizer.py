@@ -128,19 +128,16 @@ class RequestContext(_RequestContextFields):
         correlation_id: int = 0,
         host: str = "",
     ) -> RequestContext:
-        return _new_context(
-            cls,
-            (
-                listener_name,
-                security_protocol,
-                principal,
-                client_address,
-                api_key,
-                api_version,
-                client_id,
-                correlation_id,
-                host or java_host_address(client_address),
-            ),
+        return cls.of_request(
+            listener_name,
+            security_protocol,
+            principal,
+            client_address,
+            host or java_host_address(client_address),
+            api_key,
+            api_version,
+            client_id,
+            correlation_id,
         )
 
     def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
