@@ -37,8 +37,9 @@ through the Admin API) hold the ACLs a file declares: :mod:`kafkaguard.policy.ac
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,7 +55,7 @@ from kafkaguard.policy.acls_args import (
     resource_filters,
     sorted_entries,
 )
-from kafkaguard.policy.config import parse_policy_config
+from kafkaguard.policy.config import AclStoreConfig, kafka_topic_settings, parse_policy_config
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -66,6 +67,7 @@ from kafkaguard.policy.model import (
 from kafkaguard.policy.stores.acl_file_format import sort_key
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot
 from kafkaguard.policy.stores.file import modify_acl_file, read_acl_file
+from kafkaguard.policy.stores.kafka_topic import KafkaTopicAclStore
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -124,6 +126,51 @@ class _ZooKeeperStore:
         self.client.stop()
 
 
+class KafkaTopicStore:
+    """The Kafka-topic ACL store (docs/acl-store.md) behind the blocking interface of
+    ``kafkaguard acls``: each call reads the topic to its end, then writes with ``acks=all``
+    (one record per binding, so a concurrent change by a proxy is never lost)."""
+
+    def __init__(self, connection: Mapping[str, Any], configured: AclStoreConfig) -> None:
+        self.connection = connection
+        self.settings = kafka_topic_settings(configured)
+        self.description = f"kafka topic {configured.topic}"
+
+    def _run(self, work: Callable[[KafkaTopicAclStore], Awaitable[Any]]) -> Any:
+        async def main() -> Any:
+            store = KafkaTopicAclStore(self.connection, self.settings)
+            try:
+                await asyncio.wait_for(store.start(), self.settings.write_timeout_ms / 1000 + 20)
+                return await work(store)
+            except TimeoutError:
+                raise AclStoreError(f"{self.description}: the cluster did not answer") from None
+            finally:
+                await store.close()
+
+        return asyncio.run(main())
+
+    def read(self) -> Snapshot:
+        async def snapshot(store: KafkaTopicAclStore) -> Snapshot:
+            return store.snapshot()
+
+        result: Snapshot = self._run(snapshot)
+        return result
+
+    def modify(self, change: Callable[[Snapshot], Snapshot]) -> Snapshot:
+        async def apply(store: KafkaTopicAclStore) -> Snapshot:
+            current = store.snapshot()
+            updated = change(current)
+            await store.add(updated - current)
+            await store.remove(current - updated)
+            return store.snapshot()
+
+        result: Snapshot = self._run(apply)
+        return result
+
+    def close(self) -> None:
+        pass
+
+
 _Opener = Callable[[], _Store]
 """Opens a store; chosen (and the options checked) before any store is opened."""
 
@@ -148,10 +195,15 @@ def _option_stores(args: argparse.Namespace) -> dict[str, _Opener]:
     return stores
 
 
-def _configured_store(args: argparse.Namespace, purpose: str) -> tuple[str, _Opener]:
-    """The kind and opener of the ``acl_store`` of the proxy config ``--config`` names."""
+def _configured_store(
+    args: argparse.Namespace, purpose: str, connection: Mapping[str, Any] | None = None
+) -> tuple[str, _Opener]:
+    """The kind and opener of the ``acl_store`` of the proxy config ``--config`` names;
+    ``connection``: the config's upstream settings, which a ``kafka`` store is reached with."""
     configured = parse_policy_config(ConfigSection.from_file(args.config)).acl_store
     path, connect = configured.path, configured.connect
+    if configured.type == "kafka" and connection is not None:
+        return "kafka", lambda: KafkaTopicStore(connection, configured)
     if configured.type == "file" and path is not None:
         return "file", lambda: _FileStore(path)
     if configured.type == "zookeeper" and connect:
@@ -164,7 +216,7 @@ def _configured_store(args: argparse.Namespace, purpose: str) -> tuple[str, _Ope
     raise UsageError(f"{args.config}: acl_store.type is {configured.type!r}; {purpose}")
 
 
-def _open_store(args: argparse.Namespace) -> _Store:
+def _open_store(args: argparse.Namespace, connection: Mapping[str, Any] | None) -> _Store:
     """The one store --add/--remove/--list act on (``AclCommandOptions.checkArgs`` likewise
     refuses two ways to reach the ACLs, e.g. --bootstrap-server with --bootstrap-controller)."""
     given = [
@@ -180,7 +232,7 @@ def _open_store(args: argparse.Namespace) -> _Store:
         raise UsageError(f"give one store, not {' and '.join(given)}")
     stores = _option_stores(args)
     if args.config:
-        return _configured_store(args, "it cannot be edited")[1]()
+        return _configured_store(args, "it cannot be edited", connection)[1]()
     if not stores:
         raise UsageError("give --config <proxy config>, --acl-file <file> or --zookeeper-connect")
     (opener,) = stores.values()
@@ -321,7 +373,7 @@ def run(
     connection: Mapping[str, Any] | None = None,
 ) -> int:
     """Execute; returns the process exit code (0 ok, 1 error, 2 usage). ``connection``: the
-    upstream settings a ``kafka`` store of ``apply --config`` is reached with."""
+    upstream settings a ``kafka`` store of ``--config`` is reached with."""
     write = out or _print
     try:
         if args.acls_command == "migrate":
@@ -331,7 +383,7 @@ def run(
             acls_apply.run(args, write, connection)
             return 0
         check_args(args)
-        path = _open_store(args)
+        path = _open_store(args, connection)
         try:
             if args.add:
                 _add(args, path, write)

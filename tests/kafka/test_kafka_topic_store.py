@@ -517,11 +517,12 @@ def test_migrations_both_ways_are_idempotent(
     assert capsys.readouterr().out == ""
 
 
-def test_acls_apply_makes_the_kafka_store_match_a_strimzi_file(
+def test_acls_apply_and_edit_the_kafka_store(
     cluster: list[KafkaBroker], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``acls apply --config`` reaches a ``kafka`` store with the config's upstream; applying
-    the same file again changes nothing, and the topic then holds exactly the file's ACLs."""
+    """``acls apply --config`` (a Strimzi file) and ``acls --add/--remove/--list --config``
+    reach a ``kafka`` store with the config's upstream; applying the same file again changes
+    nothing, and the topic then holds exactly the file's ACLs."""
     acl_topic = unique_name("_kafkaguard-acls")
     config = tmp_path / "proxy.yaml"
     config.write_text(
@@ -543,6 +544,12 @@ def test_acls_apply_makes_the_kafka_store_match_a_strimzi_file(
     assert capsys.readouterr().out.count("+ ") == 2
     assert main(apply) == 0
     assert "+ " not in capsys.readouterr().out
+    # kafka-acls.sh's --add/--remove/--list edit the same store through --config.
+    edit = ["acls", "--config", str(config), "--topic", "orders", "--operation", "Write"]
+    assert main([*edit, "--add", "--allow-principal", "User:bob"]) == 0
+    assert main(["acls", "--config", str(config), "--list", "--topic", "orders"]) == 0
+    assert "principal=User:bob" in capsys.readouterr().out
+    assert main([*edit, "--remove", "--allow-principal", "User:bob", "--force"]) == 0
 
     async def scenario() -> None:
         reader = store(cluster, acl_topic)

@@ -30,9 +30,8 @@ from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy import acls_cli
 from kafkaguard.policy.acls_args import UsageError
 from kafkaguard.policy.acls_cli import _SIDE_OPTIONS, _option_stores
-from kafkaguard.policy.config import AclStoreConfig, kafka_topic_settings, parse_policy_config
+from kafkaguard.policy.config import AclStoreConfig, parse_policy_config
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot
-from kafkaguard.policy.stores.kafka_topic import KafkaTopicAclStore
 from kafkaguard.proxy.app.server import audit_connection
 from kafkaguard.proxy.config import ProxyConfig, load_config
 from kafkaguard.proxy.sasl import scram
@@ -55,54 +54,8 @@ def _kafka_config(args: argparse.Namespace) -> ProxyConfig:
 # -- ACLs ---------------------------------------------------------------------------------------
 
 
-class _KafkaAclStore:
-    """The Kafka-topic ACL store behind the blocking interface of ``kafkaguard acls``."""
-
-    def __init__(self, config: ProxyConfig) -> None:
-        store = config.policy.acl_store
-        if store.type != "kafka":
-            store = AclStoreConfig(type="kafka")
-        self.connection = audit_connection(config.upstream)
-        self.settings = kafka_topic_settings(store)
-        self.description = f"kafka topic {store.topic}"
-
-    def _run(self, work: Callable[[KafkaTopicAclStore], Any]) -> Any:
-        async def main() -> Any:
-            store = KafkaTopicAclStore(self.connection, self.settings)
-            try:
-                await asyncio.wait_for(store.start(), self.settings.write_timeout_ms / 1000 + 20)
-                return await work(store)
-            except TimeoutError:
-                raise AclStoreError(f"{self.description}: the cluster did not answer") from None
-            finally:
-                await store.close()
-
-        return asyncio.run(main())
-
-    def read(self) -> Snapshot:
-        async def snapshot(store: KafkaTopicAclStore) -> Snapshot:
-            return store.snapshot()
-
-        result: Snapshot = self._run(snapshot)
-        return result
-
-    def modify(self, change: Callable[[Snapshot], Snapshot]) -> Snapshot:
-        async def apply(store: KafkaTopicAclStore) -> Snapshot:
-            current = store.snapshot()
-            updated = change(current)
-            await store.add(updated - current)
-            await store.remove(current - updated)
-            return store.snapshot()
-
-        result: Snapshot = self._run(apply)
-        return result
-
-    def close(self) -> None:
-        pass
-
-
-def _apply_connection(args: argparse.Namespace) -> dict[str, Any] | None:
-    """``acls apply --config`` naming a ``kafka`` store: the proxy's way to the cluster."""
+def _store_connection(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``acls --config`` naming a ``kafka`` store: the proxy's way to the cluster."""
     if not args.config:
         return None
     try:
@@ -115,15 +68,18 @@ def _apply_connection(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def run_acls(args: argparse.Namespace) -> int:
     """``kafkaguard acls``: a migration with a kafka side here, everything else in acls_cli."""
-    if args.acls_command == "apply":
-        return acls_cli.run(args, connection=_apply_connection(args))
     kinds = (args.from_store, args.to_store)
     if args.acls_command != "migrate" or "kafka" not in kinds:
-        return acls_cli.run(args)
+        return acls_cli.run(args, connection=_store_connection(args))
     try:
         if args.from_store == args.to_store:
             raise UsageError("migrate needs --from and --to, two different stores")
-        kafka = _KafkaAclStore(_kafka_config(args))
+        config = _kafka_config(args)
+        configured = config.policy.acl_store
+        kafka = acls_cli.KafkaTopicStore(
+            audit_connection(config.upstream),
+            configured if configured.type == "kafka" else AclStoreConfig(type="kafka"),
+        )
         sides = _option_stores(args)  # the other side: --acl-file or --zookeeper-connect
         other = args.to_store if args.from_store == "kafka" else args.from_store
         if other not in sides:
