@@ -63,8 +63,8 @@ in-memory broker on 127.0.0.1:9192. Everything written is lost at exit. Change t
 with kafkaguard acls --config DIR/config.yaml while it runs.""",
     "acls": """\
 Add, remove and list ACLs in the store a configuration names (acl_store: a file,
-ZooKeeper or the _kafkaguard-acls topic), with kafka-acls.sh's options and meaning; copy every ACL from one store to
-another (migrate --from/--to, the Kafka-topic store included); or make a store, or a running
+ZooKeeper or the _kafkaguard-acls topic), with kafka-acls.sh's options and meaning; copy
+every ACL from one store to another (migrate --from/--to); or make a store, or a running
 proxy, hold exactly the ACLs of a file of kafkaguard ACLs or Strimzi KafkaUser resources
 (apply -f FILE [--prune] [--dry-run]). A running proxy picks changes up by itself.""",
     "certs": """\
