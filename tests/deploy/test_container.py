@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,12 +84,18 @@ def _base_tarball() -> Path:
 
 
 def _wheels(directory: Path) -> Path:
-    """kafkaguard and its dependencies as wheels, plus the build backend (``pyproject.toml``)."""
+    """kafkaguard and its dependencies as wheels, plus the build requirements
+    (``pyproject.toml``'s ``[build-system]``: setuptools, and mypy for setup.py's mypyc)."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     # the image's default EXTRAS (the Containerfile's ARG)
     wheel = [*pip, "wheel", "-w", str(directory), f"{ROOT}[kafka]"]
     subprocess.run(wheel, check=True, timeout=600)
-    subprocess.run([*pip, "download", "-d", str(directory), "setuptools>=77"], check=True)
+    build_requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    subprocess.run(
+        [*pip, "download", "-d", str(directory), *build_requires["requires"]],
+        check=True,
+        timeout=600,
+    )
     return directory
 
 
