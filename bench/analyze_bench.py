@@ -44,7 +44,8 @@ start to its exit; CPU seconds of its processes (on a shared machine the steadie
 peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python), polled while it
 runs. ``--conf KEY=VALUE`` passes a Spark setting to every job (e.g. JVM options to
 compare). With ``--duckdb`` the reference computes the same tables from the raw JSON lines,
-once.
+once. ``--spark-connect`` adds ``propose`` and ``report --html`` as fresh ``--remote``
+clients of one Spark Connect server kept running (:func:`connect_jobs`).
 
 Peak memory: the kernel's high-water mark of resident memory (``VmHWM`` in
 ``/proc/<pid>/status``) of the driver JVM (the Python process's ``java`` child; in local mode
@@ -602,8 +603,12 @@ acls:
 """
 
 
-def cold(data: Path, out: Path, events: int, duck: bool, conf: list[str]) -> None:
-    """``--cold``: every job a fresh process (module docstring), with ``--conf`` ``conf``."""
+def cold(
+    data: Path, out: Path, events: int, duck: bool, conf: list[str], connect: bool = False
+) -> None:
+    """``--cold``: every job a fresh process (module docstring), with ``--conf`` ``conf``;
+    with ``connect`` also ``propose`` and ``report --html`` as fresh ``--remote`` clients of
+    one Spark Connect server kept running (:func:`connect_jobs`)."""
     compacted = out / "compacted"
     acls = out / "acls.yaml"
     acls.write_text(COLD_ACLS, encoding="utf-8")
@@ -637,6 +642,8 @@ def cold(data: Path, out: Path, events: int, duck: bool, conf: list[str]) -> Non
     show("propose (records)", cold_job("propose", *common, "--acl-file", str(out / "q.yaml")))
     show("report --html (records)", cold_job("report", *common, "--html", str(out / "s.html")))
     assert (out / "q.yaml").read_text(encoding="utf-8") == with_facts
+    if connect:
+        connect_jobs(common, out, show)
     if duck:
         began = resource.getrusage(resource.RUSAGE_SELF)
         grants_s, report_s, _ = duckdb_jobs(data, None)
@@ -646,6 +653,26 @@ def cold(data: Path, out: Path, events: int, duck: bool, conf: list[str]) -> Non
             f"DuckDB on the raw JSON: grants {grants_s:.1f} s, cube + roll-ups {report_s:.1f} s "
             f"(CPU {cpu:.1f} s for both); load {os.getloadavg()[0]:.1f}"
         )
+
+
+def connect_jobs(common: tuple[str, ...], out: Path, show: Any) -> None:
+    """``propose`` and ``report --html`` as a team with a warm server runs them: each a fresh
+    ``kafkaguard analyze --remote`` process against one ``SparkConnectServer`` (started as
+    the tests start it, ``tests/support/spark_connect.py``), three rounds; the first round
+    pays the server's own first queries, the later ones are what a kept server costs. CPU and
+    RSS are the client's (the server's JVM is not the job's process)."""
+    from tests.support.spark_connect import spark_connect_server
+
+    with spark_connect_server(out / "connect.log") as url:
+        for round_ in range(1, 4):
+            for job, argv in (
+                ("propose", ("propose", *common, "--acl-file", str(out / f"c{round_}.yaml"))),
+                ("report --html", ("report", *common, "--html", str(out / f"c{round_}.html"))),
+            ):
+                show(f"{job} --remote, round {round_}", cold_job(*argv, "--remote", url))
+    assert (out / "c3.yaml").read_text(encoding="utf-8") == (out / "q.yaml").read_text(
+        encoding="utf-8"
+    )
 
 
 def _arguments() -> argparse.Namespace:
@@ -673,6 +700,11 @@ def _arguments() -> argparse.Namespace:
         default=[],
         metavar="KEY=VALUE",
         help="with --cold: a Spark setting for every job (repeatable)",
+    )
+    parser.add_argument(
+        "--spark-connect",
+        action="store_true",
+        help="with --cold: propose and report also as --remote clients of a warm server",
     )
     args = parser.parse_args()
     if args.duckdb:
@@ -705,7 +737,7 @@ def main() -> int:
         print(f"input: {_size(list(data.rglob('*.jsonl')))}, {args.days} days")
         if args.cold:
             spark.stop()  # the jobs start their own
-            cold(data, out, args.events, args.duckdb, args.conf)
+            cold(data, out, args.events, args.duckdb, args.conf, args.spark_connect)
             return 0
         compacted = args.compacted or out / "compacted"
         if args.compacted is None:

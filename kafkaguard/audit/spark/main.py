@@ -327,13 +327,14 @@ def _propose(spark: SparkSession, events: DataFrame, args: argparse.Namespace, o
 
 
 def _unused(spark: SparkSession, events: DataFrame, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.cache import cached
     from kafkaguard.audit.spark.output import write_tables
     from kafkaguard.audit.spark.replay import load_policy
     from kafkaguard.audit.spark.unused import acl_usage, unused_acls
     from kafkaguard.policy.explain import acl_text
 
     policy = load_policy(args.acls, args.config)
-    usage = acl_usage(events, policy).cache()
+    usage = cached(acl_usage(events, policy))
     unused = unused_acls(usage)
     if args.output:
         write_tables({"acl_usage": usage, "unused_acls": unused}, args.output, json=args.json)
@@ -345,13 +346,14 @@ def _unused(spark: SparkSession, events: DataFrame, args: argparse.Namespace, ou
 
 
 def _whatif(spark: SparkSession, events: DataFrame, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.cache import cached
     from kafkaguard.audit.spark.output import write_tables
     from kafkaguard.audit.spark.replay import load_policy
     from kafkaguard.audit.spark.whatif import flips, replay, summarize, summary_table
 
     policy = load_policy(args.acls, args.config)
-    replayed = replay(events, policy).cache()
-    flipped = flips(replayed).cache()
+    replayed = cached(replay(events, policy))
+    flipped = cached(flips(replayed))
     counts = summarize(flipped)
     if args.output:
         tables = {
@@ -438,6 +440,7 @@ present (:mod:`.facts`), the records elsewhere (``propose --hosts exact``: the r
 
 
 def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
+    from kafkaguard.audit.spark.cache import job_caches
     from kafkaguard.audit.spark.facts import read_facts
     from kafkaguard.audit.spark.source import read_audit
 
@@ -451,7 +454,8 @@ def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
         json_only=args.json_only,
         kafka_options=_conf(args.kafka_option, "--kafka-option"),
     )
-    return JOBS[args.job](spark, events, args, out)
+    with job_caches():  # a server kept running keeps nothing of this job (cache.py)
+        return JOBS[args.job](spark, events, args, out)
 
 
 def _spike_rule(args: argparse.Namespace) -> SpikeRule:

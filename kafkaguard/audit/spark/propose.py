@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
+from kafkaguard.audit.spark.cache import cached
 from kafkaguard.audit.spark.facts import to_facts
 from kafkaguard.audit.spark.proposal import (
     ObservedGrant,
@@ -138,7 +139,7 @@ class Proposal:
 def propose(
     events: DataFrame, *, exact_hosts: bool = False, prefix_min_topics: int = 0
 ) -> Proposal:
-    grants_df = observed_grants(events, exact_hosts=exact_hosts).cache()
+    grants_df = cached(observed_grants(events, exact_hosts=exact_hosts))
     parsed = [_grant(r.asDict()) for r in grants_df.collect()]
     grants = [g for g in parsed if g is not None]
     refusals: list[Refusal] = []

@@ -45,6 +45,7 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from kafkaguard.audit.spark.cache import cached
 from kafkaguard.audit.spark.facts import to_facts
 from kafkaguard.audit.spark.source import TimeRange
 
@@ -315,7 +316,7 @@ def build_report(
 ) -> Report:
     """Every report table, lazily, from one cached cube."""
     started = time.perf_counter()
-    cube = hourly_cube(events).cache()
+    cube = cached(hourly_cube(events))
     summary = summarize(cube)  # the one scan of the trail: it fills the cached cube
     read = time.perf_counter() - started
     baseline = baseline_window(window, summary, baseline_until, baseline_days)
@@ -335,7 +336,7 @@ def build_report(
         "hourly": charted,
     }
     for name in HTML_TABLES:
-        tables[name] = tables[name].cache()
+        tables[name] = cached(tables[name])
     timings = {"read the trail, build the hourly cube": read}
     return Report(tables, summary, cutoff, hours, baseline, timings, started)
 

@@ -40,14 +40,19 @@ a quarter of 24 GB the same jobs peaked at 2.5 GiB for no gain in time, bench/RE
 "Issue 16: analytics at scale"); ``propose`` and ``report`` read hourly facts, and Spark
 spills what does not fit. A bigger window or a job beyond one box gets
 ``--conf spark.driver.memory=4g``, a cluster (``--master``) or Spark Connect (``--remote``)."""
-QUICK_JIT_OPTIONS: Final = "-XX:TieredStopAtLevel=1"
+QUICK_JIT_OPTIONS: Final = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+    "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
 """The driver JVM's options for a job that reads compacted hours (``propose``, ``report``,
-``unused``, ``whatif``): the quick JIT compiler (C1) only. A fresh process's C2 compiler
-threads spend more CPU compiling Spark's start-up and each query's generated code than the
-optimized code saves on a few million rows: at 1M records ``propose`` took 23 CPU seconds
-instead of 37, the session's start 8 instead of 13 (bench/RESULTS.md, issue 29). ``compact``
-and ``watch`` keep the default (JSON parsing is one long hot loop; a stream runs for days).
-``--conf spark.driver.extraJavaOptions=-XX:+TieredCompilation`` restores C2 for one job."""
+``unused``, ``whatif``): C2, the optimizing compiler, only for very hot code (HotSpot's Tier4
+thresholds ×10). A fresh process's C2 threads compile Spark's start-up and each query's
+generated code; on 1M records that costs more than it saves (``propose`` 47 CPU seconds with
+the default, 36 with C1 only, 37 with these), on 10M it pays (``propose`` 44 s wall with the
+default, 68 s with C1 only, 49 s with these; bench/RESULTS.md, issue 29). ``compact`` and
+``watch`` keep the default (JSON parsing is one long hot loop; a stream runs for days).
+``--conf spark.driver.extraJavaOptions=-XX:+TieredCompilation`` restores the default for one
+job."""
 _CGROUP_LIMITS: Final = (
     Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
     Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
+from kafkaguard.audit.spark.cache import cached
 from kafkaguard.audit.spark.replay import Policy, decision_tuples, evaluate
 
 ACL_COLUMNS = (
@@ -50,7 +51,7 @@ def acl_table(events: DataFrame, policy: Policy) -> DataFrame:
 
 def acl_usage(events: DataFrame, policy: Policy) -> DataFrame:
     """Every ACL with the decisions (and distinct tuples) it matched and it decided."""
-    replayed = evaluate(decision_tuples(events, with_result=False), policy).cache()
+    replayed = cached(evaluate(decision_tuples(events, with_result=False), policy))
     matched = (
         replayed.select(F.explode("matching_acl_indexes").alias("acl_index"), "count")
         .groupBy("acl_index")

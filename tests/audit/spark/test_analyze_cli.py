@@ -109,6 +109,25 @@ def test_propose_unused_whatif_round_trip(spark: SparkSession, trail: str, tmp_p
     ]
 
 
+def test_a_job_leaves_nothing_cached_in_the_session(
+    spark: SparkSession, trail: str, tmp_path: Path
+) -> None:
+    """On a server kept running (``--remote``, ``--master``) the session's cache outlives the
+    client: each job releases what it cached (``audit/spark/cache.py``)."""
+    acls = _write(tmp_path / "acls.yaml", EXPECTED_PROPOSAL)
+    cache_manager = spark._jsparkSession.sharedState().cacheManager()
+    spark.catalog.clearCache()
+    for argv in (
+        ("report", "--input", trail, "--html", str(tmp_path / "r.html")),
+        ("propose", "--input", trail, "--acl-file", str(tmp_path / "p.yaml")),
+        ("unused", "--input", trail, "--acls", str(acls)),
+        ("whatif", "--input", trail, "--acls", str(acls)),
+    ):
+        code, lines = analyze(spark, *argv)
+        assert code == 0, lines
+        assert cache_manager.isEmpty(), argv[0]
+
+
 EXPECTED_PROPOSAL = """\
 acls:
   - {principal: User:app, operation: WRITE, permission: ALLOW, resource_type: TOPIC, name: orders}
@@ -203,7 +222,8 @@ def test_local_mode_is_sized_from_the_machine(
     assert "spark.driver.memory" not in session.local_settings("local[3]", jvm_running=True)
     assert "spark.driver.extraJavaOptions" not in settings  # compact and watch: C2 too
     quick = session.local_settings("local[3]", quick_jit=True)
-    assert quick["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    assert quick["spark.driver.extraJavaOptions"] == session.QUICK_JIT_OPTIONS
+    assert "-XX:Tier4CompileThreshold=150000" in session.QUICK_JIT_OPTIONS
     running = session.local_settings("local[3]", jvm_running=True, quick_jit=True)
     assert "spark.driver.extraJavaOptions" not in running  # spark-submit's JVM runs already
     monkeypatch.setattr(session.os, "cpu_count", lambda: 5)
