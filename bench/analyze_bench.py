@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -655,7 +656,7 @@ def cold(
         )
 
 
-def connect_jobs(common: tuple[str, ...], out: Path, show: Any) -> None:
+def connect_jobs(common: tuple[str, ...], out: Path, show: Callable[[str, Cold], None]) -> None:
     """``propose`` and ``report --html`` as a team with a warm server runs them: each a fresh
     ``kafkaguard analyze --remote`` process against one ``SparkConnectServer`` (started as
     the tests start it, ``tests/support/spark_connect.py``), three rounds; the first round
