@@ -41,7 +41,31 @@ from tests.support.proxy_fixture import (
     start_proxy_thread,
     stop_proxy_thread,
 )
+from tests.support.pure_python import OPTION as PURE_PYTHON_SELECTION
+from tests.support.pure_python import selected as in_pure_python_selection
 from tests.support.zookeeper import ZooKeeperFactory, ZooKeeperServer, missing_reason, unique_chroot
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        PURE_PYTHON_SELECTION,
+        action="store_true",
+        help="run only the tests of the pure-Python pass (tests/support/pure_python.py)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--pure-python-selection``, deselect (and count as deselected) every test outside
+    the pure-Python pass of ``./dev test``."""
+    if not config.getoption(PURE_PYTHON_SELECTION):
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        (keep if in_pure_python_selection(item.path) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,10 @@
 """Which implementation of the protocol modules runs: the compiled extensions or their pure-Python
 source (kafkaguard/protocol/__init__.py; docs/design.md#the-compiled-protocol-modules).
 
-``./dev test`` runs the suite twice, with ``KAFKAGUARD_REQUIRE_COMPILED=1`` and then with
-``KAFKAGUARD_PURE_PYTHON=1``: the first test fails a pass that loaded the other implementation,
-so CI cannot test one path twice. The others run the selection in a fresh interpreter: the
+``./dev test`` runs the whole suite with ``KAFKAGUARD_REQUIRE_COMPILED=1`` and then the
+pure-Python selection (tests/support/pure_python.py) with ``KAFKAGUARD_PURE_PYTHON=1``: the
+first test fails a pass that loaded the other implementation, so CI cannot test one path
+twice. The others run the selection in a fresh interpreter: the
 switch, and a build whose sources changed since (stale) falling back, or failing when required.
 """
 
