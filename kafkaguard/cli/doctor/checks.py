@@ -315,7 +315,7 @@ def _store(facts: Facts) -> Iterator[Finding]:
         yield Finding(section, "acl_store", Status.FAIL, None, "was not loaded")
         return
     if store.error is not None or store.count is None:
-        message = f"{store.source}: {store.error or 'did not load'}"
+        message = f"does not load: {store.error or 'no reason given'}"
         yield Finding(section, "acl_store", Status.FAIL, store.source, message)
         return
     message = f"{store.count} ACL{'' if store.count == 1 else 's'} loaded"
