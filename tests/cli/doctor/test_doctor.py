@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,19 @@ from typing import Any
 import pytest
 
 from kafkaguard.cli import main
+from kafkaguard.policy.config import AclStoreConfig, kafka_topic_settings
+from kafkaguard.policy.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePattern,
+    ResourceType,
+)
+from kafkaguard.policy.stores.kafka_topic import KafkaTopicAclStore
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
+from kafkaguard.topic_table import topic_cleanup_policy
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +148,48 @@ def test_a_missing_acl_file_fails(
     code, out = doctor(capsys, write_config(tmp_path, [tansu.address], acl_file="missing.yaml"))
     assert code == 1
     assert re.search(r"\[FAIL\] file .*missing\.yaml: ", out)
+
+
+def kafka_store_config(directory: Path, tansu: TansuBroker, topic: str) -> Path:
+    config = write_config(directory, [tansu.address])
+    text = config.read_text(encoding="utf-8").replace(
+        "acl_store: {type: file, path: acls.yaml}", f"acl_store: {{type: kafka, topic: {topic}}}"
+    )
+    config.write_text(text, encoding="utf-8")
+    return config
+
+
+def test_a_kafka_topic_store_without_its_topic_is_reported_and_not_created(
+    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = f"doctor-acls-{uuid.uuid4().hex[:8]}"
+    code, out = doctor(capsys, kafka_store_config(tmp_path, tansu, topic))
+    assert code == 0, out
+    assert f"0 ACLs loaded (topic {topic} does not exist yet: the proxy creates it" in out
+    assert topic_cleanup_policy({"bootstrap.servers": str(tansu.address)}, topic, 10.0) is None
+
+
+def test_a_kafka_topic_store_is_read_and_counted(
+    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = f"doctor-acls-{uuid.uuid4().hex[:8]}"
+
+    async def seed() -> None:  # as kafkaguard acls --add does, through the store itself
+        store = KafkaTopicAclStore(
+            {"bootstrap.servers": str(tansu.address)},
+            kafka_topic_settings(AclStoreConfig(type="kafka", topic=topic)),
+        )
+        try:
+            await asyncio.wait_for(store.start(), 30)
+            read = AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+            await store.add([AclBinding(ResourcePattern(ResourceType.TOPIC, "orders"), read)])
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    code, out = doctor(capsys, kafka_store_config(tmp_path, tansu, topic))
+    assert code == 0, out
+    assert f"[ ok ] kafka topic {topic} on {tansu.address}: 1 ACL loaded\n" in out
 
 
 @pytest.fixture
