@@ -28,11 +28,18 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.policy.stores.kafka_topic import KafkaTopicAclStore
+from kafkaguard.policy.stores.zookeeper import ZooKeeperAclStore
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
 from kafkaguard.topic_table import topic_cleanup_policy
+from tests.support.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
+
+ALICE_READS_ORDERS = AclBinding(
+    ResourcePattern(ResourceType.TOPIC, "orders"),
+    AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
+)
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "doctor.md"
 
@@ -181,8 +188,7 @@ def test_a_kafka_topic_store_is_read_and_counted(
         )
         try:
             await asyncio.wait_for(store.start(), 30)
-            read = AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
-            await store.add([AclBinding(ResourcePattern(ResourceType.TOPIC, "orders"), read)])
+            await store.add([ALICE_READS_ORDERS])
         finally:
             await store.close()
 
@@ -190,6 +196,33 @@ def test_a_kafka_topic_store_is_read_and_counted(
     code, out = doctor(capsys, kafka_store_config(tmp_path, tansu, topic))
     assert code == 0, out
     assert f"[ ok ] kafka topic {topic} on {tansu.address}: 1 ACL loaded\n" in out
+
+
+def test_a_zookeeper_store_is_read_and_counted(
+    tansu: TansuBroker,
+    zookeeper: ZooKeeperServer,
+    chroot: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def seed() -> None:  # as a fleet's first proxy (or kafka-acls.sh) writes them
+        store = ZooKeeperAclStore(zookeeper.connect, chroot=chroot)
+        try:
+            await asyncio.wait_for(store.start(), 30)
+            await store.add([ALICE_READS_ORDERS])
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    config = write_config(tmp_path, [tansu.address])
+    text = config.read_text(encoding="utf-8").replace(
+        "acl_store: {type: file, path: acls.yaml}",
+        f"acl_store: {{type: zookeeper, connect: '{zookeeper.connect}', chroot: {chroot}}}",
+    )
+    config.write_text(text, encoding="utf-8")
+    code, out = doctor(capsys, config)
+    assert code == 0, out
+    assert re.search(rf"\[ ok \] zookeeper \S*{re.escape(chroot)}\S*: 1 ACL loaded\n", out), out
 
 
 @pytest.fixture
