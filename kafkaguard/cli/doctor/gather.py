@@ -1,7 +1,10 @@
 """``kafkaguard doctor``'s I/O: the configuration loaded, the upstream asked and the ACL store
 read exactly as ``kafkaguard run`` does it (``load_config``, ``check_files``, the
 ``UpstreamCluster`` probe and Metadata request, ``build_authorizer`` over ``build_store``),
-so what doctor finds is what the proxy would meet. Nothing is bound, created or written.
+so what doctor finds is what the proxy would meet. Nothing is bound and no ACL written; a
+Kafka-topic store's topic is described, not created (its store's start would create it). A
+ZooKeeper store's start creates its empty ``/kafka-acl`` paths when missing, as Kafka's
+``AclAuthorizer`` does (``zkClient.createAclPaths``), and that is the only write.
 
 Every step is bounded: connections by ``upstream.connect_timeout_s`` (as the proxy's own),
 the ACL store's first load by :data:`STORE_LOAD_TIMEOUT_S`. A step that fails or times out

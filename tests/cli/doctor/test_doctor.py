@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from kafkaguard.cli import main
+from kafkaguard.cli.serve import prepare_demo
 from kafkaguard.policy.config import AclStoreConfig, kafka_topic_settings
 from kafkaguard.policy.model import (
     AccessControlEntry,
@@ -147,6 +148,15 @@ def test_no_reachable_upstream_lists_no_broker_and_says_none_could_be_checked(
     assert code == 1
     assert f"[FAIL] {down}: " in out
     assert "[FAIL] no bootstrap server listed the cluster's brokers" in out
+
+
+def test_the_embedded_demo_broker_cannot_be_checked_and_that_is_a_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = prepare_demo(tmp_path / "demo")
+    code, out = doctor(capsys, config, "--allow-warnings")
+    assert code == 1
+    assert "[FAIL] upstream.embedded: the in-memory demo broker exists only inside" in out
 
 
 def test_a_missing_acl_file_fails(
