@@ -274,9 +274,17 @@ def _listener(
             "client may do anything to a resource no ACL names"
         )
         yield Finding(section, "listener.allow_everyone", Status.WARN, name, message)
-    if listener.security_protocol == "PLAINTEXT" and policy.super_users:
-        users = ", ".join(sorted(policy.super_users))
-        if ANONYMOUS in policy.super_users:
+    yield from _super_users(listener, policy)
+
+
+def _super_users(listener: ListenerConfig, policy: ListenerPolicy) -> Iterator[Finding]:
+    """Super users where clients are ``User:ANONYMOUS``: every client of a PLAINTEXT
+    listener, and on an SSL listener each client without a certificate unless
+    ``client_auth`` is ``required`` (Kafka's ``SslPrincipalMapper`` has no DN to map)."""
+    section, name, users = Section.LISTENERS, listener.name, policy.super_users
+    listed = f"{', '.join(sorted(users))}, {policy.super_users_key}"
+    if listener.security_protocol == "PLAINTEXT" and users:
+        if ANONYMOUS in users:
             why = f"every client of a PLAINTEXT listener is {ANONYMOUS}: all are super users"
         else:
             why = (
@@ -284,8 +292,19 @@ def _listener(
                 "give super users a TLS or SASL listener (an empty "
                 f"authorizer.extensions.listeners.{name}.super_users removes them here)"
             )
-        message = f"has super users ({users}, {policy.super_users_key}): {why}"
+        message = f"has super users ({listed}): {why}"
         yield Finding(section, "listener.plaintext_super_users", Status.WARN, name, message)
+    elif (
+        listener.security_protocol == "SSL"
+        and listener.ssl is not None
+        and listener.ssl.client_auth != "required"
+        and ANONYMOUS in users
+    ):
+        message = (
+            f"has super user {ANONYMOUS} ({listed}) and client_auth {listener.ssl.client_auth}: "
+            "every client without a certificate is a super user"
+        )
+        yield Finding(section, "listener.anonymous_super_user", Status.WARN, name, message)
 
 
 def _authorizer(config: ProxyConfig) -> Iterator[Finding]:

@@ -139,6 +139,30 @@ def test_anonymous_as_super_user_says_every_client_is_one() -> None:
     assert "all are super users" in warning.message
 
 
+@pytest.mark.parametrize(
+    ("client_auth", "warns"), [("none", True), ("requested", True), ("required", False)]
+)
+def test_anonymous_as_super_user_on_tls_warns_unless_certificates_are_required(
+    client_auth: str, warns: bool
+) -> None:
+    cfg = config(
+        "security_protocol: SSL\n"
+        f"ssl: {{cert_file: s.pem, key_file: k.pem, ca_file: ca.pem, client_auth: {client_auth}}}",
+        authorizer="super_users: User:ANONYMOUS;User:admin",
+    )
+    findings = evaluate(healthy(cfg))
+    assert bool(by_check(findings, "listener.anonymous_super_user")) is warns
+    assert not by_check(findings, "listener.plaintext_super_users")
+
+
+def test_named_super_users_on_tls_do_not_warn() -> None:
+    cfg = config(
+        "security_protocol: SSL\nssl: {cert_file: s.pem, key_file: k.pem}",
+        authorizer="super_users: User:admin",
+    )
+    assert {f.status for f in evaluate(healthy(cfg))} == {Status.PASS}
+
+
 def test_super_users_removed_from_the_plaintext_listener_do_not_warn() -> None:
     cfg = config(
         authorizer="super_users: User:admin\nextensions:\n  listeners:\n    L: {super_users: ''}"
