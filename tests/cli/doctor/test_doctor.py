@@ -33,6 +33,8 @@ from kafkaguard.policy.stores.zookeeper import ZooKeeperAclStore
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
 from kafkaguard.topic_table import topic_cleanup_policy
+from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread
+from tests.support.sasl_proxy import PASSWORDS, start_sasl_proxy
 from tests.support.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
@@ -138,6 +140,45 @@ def test_an_unreachable_bootstrap_server_fails_naming_it(
     assert code == 1  # a failure, not a warning
     assert f"[FAIL] {down}: " in out and "Connect call failed" in out
     assert f"[ ok ] {tansu.address}: answers the proxy" in out  # each server is tried
+
+
+@pytest.fixture
+def sasl_upstream(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
+    """An upstream that wants SCRAM-SHA-512: a SASL_PLAINTEXT kafkaguard in front of Tansu."""
+    (tmp_path / "upstream").mkdir()
+    running = start_sasl_proxy(tansu, tmp_path / "upstream", [], mechanisms=("SCRAM-SHA-512",))
+    try:
+        yield running
+    finally:
+        stop_proxy_thread(running)
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_the_upstream_is_asked_with_the_proxys_sasl_credentials(
+    refused: bool,
+    sasl_upstream: RunningProxy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    listener = sasl_upstream.server.listeners[0]
+    server = HostPort(listener.config.advertised_host, listener.bootstrap_port)
+    config = write_config(tmp_path, [server])
+    password = "not-" + PASSWORDS["alice"] if refused else PASSWORDS["alice"]
+    (tmp_path / "password").write_text(password + "\n", encoding="utf-8")
+    text = config.read_text(encoding="utf-8").replace(
+        "  connect_timeout_s: 5\n",
+        "  connect_timeout_s: 5\n"
+        "  sasl: {mechanism: SCRAM-SHA-512, username: alice, password_file: password}\n",
+    )
+    config.write_text(text, encoding="utf-8")
+    code, out = doctor(capsys, config)
+    assert "asked as the proxy asks it: no TLS, SASL SCRAM-SHA-512 as alice)" in out
+    if refused:
+        assert code == 1
+        assert f"[FAIL] {server}: upstream {server} refused the proxy's SASL authentication" in out
+    else:
+        assert f"[ ok ] {server}: answers the proxy" in out
+        assert f"[ ok ] {server}: lists 1 broker" in out
 
 
 def test_no_reachable_upstream_lists_no_broker_and_says_none_could_be_checked(
