@@ -4,6 +4,7 @@ the exit code follows failures and warnings."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -260,3 +261,29 @@ def test_the_text_lists_the_advertised_brokers_and_says_clients_must_not_reach_t
     assert "  node 1: 10.0.0.5:9092\n" in text
     assert "Clients must not be able to reach any of these addresses" in text
     assert text.endswith("Result: nothing wrong found; exit 0")
+
+
+def test_the_documented_example_is_what_doctor_prints_for_it() -> None:
+    """docs/doctor.md's example checklist, rendered from the facts it describes."""
+    docs = Path(__file__).resolve().parents[3] / "docs" / "doctor.md"
+    (example,) = re.findall(r"```text\n(.*?)```", docs.read_text(encoding="utf-8"), re.DOTALL)
+    cfg = parse_config(
+        ConfigSection.from_text(
+            "upstream: {bootstrap_servers: ['10.0.0.5:9092', '10.0.0.6:9092']}\n"
+            "listeners:\n  - {name: PLAIN, bind_host: 0.0.0.0, port: 9192,\n"
+            "     advertised_host: proxy.example.com, broker_ports: {base: 9300}}\n"
+            "acl_store: {type: file, path: /etc/kafkaguard/acls.yaml}\n",
+            "config.yaml",
+        ),
+        Path("/etc/kafkaguard"),
+    )
+    facts = healthy(
+        cfg,
+        config_path=Path("config.yaml"),
+        bootstrap=(
+            BootstrapProbe(HostPort("10.0.0.5", 9092), brokers=(BROKER,)),
+            BootstrapProbe(HostPort("10.0.0.6", 9092), error="no answer within 10 s"),
+        ),
+        store=StoreFacts("file", "file /etc/kafkaguard/acls.yaml", count=12),
+    )
+    assert render_text(facts, evaluate(facts), allow_warnings=False) == example.splitlines()

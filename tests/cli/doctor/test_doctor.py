@@ -348,6 +348,22 @@ def test_json_has_the_documented_shape(
     assert listener["allow_everyone_if_no_acl_found"] is False
     assert document["acl_store"]["acl_count"] == 2
     assert document["authorizer"]["super_users"] == ["User:admin"]
+    assert shape(document) == shape(documented_json())  # docs/doctor.md shows this shape
+
+
+def shape(value: Any) -> Any:
+    """The keys of every object, nested; a list of objects by its first one, any other list
+    as ``[]``, every other value as None."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value and isinstance(value[0], dict) else []
+    return None
+
+
+def documented_json() -> Any:
+    (block,) = re.findall(r"```json\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.DOTALL)
+    return json.loads(block)
 
 
 def test_an_invalid_configuration_is_a_failure_in_json_too(
