@@ -28,6 +28,7 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from kafkaguard.policy.stores.base import AclStore
 from kafkaguard.policy.stores.kafka_topic import KafkaTopicAclStore
 from kafkaguard.policy.stores.zookeeper import ZooKeeperAclStore
 from kafkaguard.proxy.config import HostPort
@@ -208,20 +209,35 @@ def test_a_missing_acl_file_fails(
     assert re.search(r"\[FAIL\] file .*missing\.yaml: ", out)
 
 
-def kafka_store_config(directory: Path, tansu: TansuBroker, topic: str) -> Path:
-    config = write_config(directory, [tansu.address])
-    text = config.read_text(encoding="utf-8").replace(
-        "acl_store: {type: file, path: acls.yaml}", f"acl_store: {{type: kafka, topic: {topic}}}"
+def with_store(config: Path, store: str) -> Path:
+    """``config`` with ``acl_store: STORE`` (YAML flow mapping) instead of its file store."""
+    text = config.read_text(encoding="utf-8")
+    config.write_text(
+        text.replace("acl_store: {type: file, path: acls.yaml}", f"acl_store: {store}"),
+        encoding="utf-8",
     )
-    config.write_text(text, encoding="utf-8")
     return config
+
+
+def seed(store: AclStore) -> None:
+    """One ACL written through ``store`` itself, as ``kafkaguard acls --add`` writes it."""
+
+    async def write() -> None:
+        try:
+            await asyncio.wait_for(store.start(), 30)
+            await store.add([ALICE_READS_ORDERS])
+        finally:
+            await store.close()
+
+    asyncio.run(write())
 
 
 def test_a_kafka_topic_store_without_its_topic_is_reported_and_not_created(
     tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topic = f"doctor-acls-{uuid.uuid4().hex[:8]}"
-    code, out = doctor(capsys, kafka_store_config(tmp_path, tansu, topic))
+    config = with_store(write_config(tmp_path, [tansu.address]), f"{{type: kafka, topic: {topic}}}")
+    code, out = doctor(capsys, config)
     assert code == 0, out
     assert f"0 ACLs loaded (topic {topic} does not exist yet: the proxy creates it" in out
     assert topic_cleanup_policy({"bootstrap.servers": str(tansu.address)}, topic, 10.0) is None
@@ -231,20 +247,14 @@ def test_a_kafka_topic_store_is_read_and_counted(
     tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topic = f"doctor-acls-{uuid.uuid4().hex[:8]}"
-
-    async def seed() -> None:  # as kafkaguard acls --add does, through the store itself
-        store = KafkaTopicAclStore(
+    seed(
+        KafkaTopicAclStore(
             {"bootstrap.servers": str(tansu.address)},
             kafka_topic_settings(AclStoreConfig(type="kafka", topic=topic)),
         )
-        try:
-            await asyncio.wait_for(store.start(), 30)
-            await store.add([ALICE_READS_ORDERS])
-        finally:
-            await store.close()
-
-    asyncio.run(seed())
-    code, out = doctor(capsys, kafka_store_config(tmp_path, tansu, topic))
+    )
+    config = with_store(write_config(tmp_path, [tansu.address]), f"{{type: kafka, topic: {topic}}}")
+    code, out = doctor(capsys, config)
     assert code == 0, out
     assert f"[ ok ] kafka topic {topic} on {tansu.address}: 1 ACL loaded\n" in out
 
@@ -256,21 +266,11 @@ def test_a_zookeeper_store_is_read_and_counted(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    async def seed() -> None:  # as a fleet's first proxy (or kafka-acls.sh) writes them
-        store = ZooKeeperAclStore(zookeeper.connect, chroot=chroot)
-        try:
-            await asyncio.wait_for(store.start(), 30)
-            await store.add([ALICE_READS_ORDERS])
-        finally:
-            await store.close()
-
-    asyncio.run(seed())
-    config = write_config(tmp_path, [tansu.address])
-    text = config.read_text(encoding="utf-8").replace(
-        "acl_store: {type: file, path: acls.yaml}",
-        f"acl_store: {{type: zookeeper, connect: '{zookeeper.connect}', chroot: {chroot}}}",
+    seed(ZooKeeperAclStore(zookeeper.connect, chroot=chroot))
+    config = with_store(
+        write_config(tmp_path, [tansu.address]),
+        f"{{type: zookeeper, connect: '{zookeeper.connect}', chroot: {chroot}}}",
     )
-    config.write_text(text, encoding="utf-8")
     code, out = doctor(capsys, config)
     assert code == 0, out
     assert re.search(rf"\[ ok \] zookeeper \S*{re.escape(chroot)}\S*: 1 ACL loaded\n", out), out
