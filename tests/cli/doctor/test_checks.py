@@ -193,6 +193,19 @@ def test_a_broker_advertising_a_proxy_broker_port_warns() -> None:
     assert "address for node 1" in warning.message
 
 
+def test_a_bootstrap_server_that_is_the_proxy_itself_warns() -> None:
+    cfg = parse_config(
+        ConfigSection.from_text(
+            "upstream: {bootstrap_servers: ['127.0.0.1:9192']}\n"
+            "listeners: [{name: L, port: 9192, broker_ports: {base: 9300}}]\n",
+            "c.yaml",
+        )
+    )
+    (warning,) = by_check(evaluate(healthy(cfg)), "upstream.loop")
+    assert warning.subject == "127.0.0.1:9192"
+    assert "listener L's advertised bootstrap address" in warning.message
+
+
 def test_an_unreachable_bootstrap_server_fails_naming_it_and_its_error() -> None:
     down = BootstrapProbe(HostPort("10.9.9.9", 9092), error="no answer within 10 s")
     facts = healthy(config(), bootstrap=(*healthy(config()).bootstrap, down))
