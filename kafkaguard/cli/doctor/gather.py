@@ -70,6 +70,7 @@ def collect(config_path: Path) -> Facts:
 
 
 async def gather(config_path: Path, config: ProxyConfig) -> Facts:
+    """The facts of a loaded configuration: its files, the upstream, the ACL store."""
     files_error: str | None = None
     try:
         check_files(config)
