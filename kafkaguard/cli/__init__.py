@@ -1,10 +1,10 @@
-"""``kafkaguard`` command line: run, demo, check-config, config-schema, reload, acls, certs,
-users, explain, analyze.
+"""``kafkaguard`` command line: run, demo, check-config, doctor, config-schema, reload, acls,
+certs, users, explain, analyze.
 
 Each sub-command is one ``add_parser`` in :func:`build_parser` whose ``handler`` default is
 the function :func:`main` calls with the parsed arguments (returning the exit code). Each
-command group has its module: ``serve`` (run, demo, check-config), ``reload``, ``explain``;
-``acls``, ``certs``, ``users`` and ``analyze`` live with what they administer.
+command group has its module: ``serve`` (run, demo, check-config), ``doctor``, ``reload``,
+``explain``; ``acls``, ``certs``, ``users`` and ``analyze`` live with what they administer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from kafkaguard import version
 from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only when run
 from kafkaguard.certs import cli as certs_cli
-from kafkaguard.cli import config_schema, explain, reload, serve
+from kafkaguard.cli import config_schema, doctor, explain, reload, serve
 from kafkaguard.policy import acls_cli
 from kafkaguard.protocol import IMPLEMENTATION
 from kafkaguard.proxy.app import store_migrate, users_cli
@@ -28,7 +28,8 @@ kafkaguard: a Kafka wire-protocol proxy that enforces Kafka's ACLs (principals, 
 operations, as StandardAuthorizer) in front of a Kafka cluster that has none of its own."""
 
 EPILOG = """\
-Start with: kafkaguard check-config --config config.yaml, then kafkaguard run --config
+Start with: kafkaguard check-config --config config.yaml, kafkaguard doctor --config
+config.yaml (the upstream and ACL store as run would meet them), then kafkaguard run --config
 config.yaml. Every key is documented in config.example.yaml; "kafkaguard demo" runs the
 proxy in front of an in-memory broker with sample ACLs. Help on one command:
 kafkaguard COMMAND --help."""
@@ -156,6 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--config", type=Path, required=True, help="YAML configuration")
     check.set_defaults(handler=lambda args: serve.check_config(args.config))
+    doctor_parser = commands.add_parser(
+        "doctor",
+        help="check a configuration against the upstream and the ACL store, as run would "
+        "meet them (exit 0 nothing wrong, 1 a failure or warning)",
+        description=doctor.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_arguments(doctor_parser)
+    doctor_parser.set_defaults(handler=doctor.run)
     schema = commands.add_parser(
         "config-schema",
         help="print the JSON Schema of the configuration file (for editors and CI)",

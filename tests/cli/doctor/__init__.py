@@ -1,0 +1,1 @@
+"""Tests of kafkaguard/cli/doctor/: the checks over facts, and the command against Tansu."""
