@@ -13,7 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.config_tree import ConfigError, ConfigSection, attempt
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Authorizer, load_authorizer
 from kafkaguard.policy.model import KafkaPrincipal
@@ -226,11 +226,16 @@ def _zookeeper_options(section: ConfigSection, kind: str) -> dict[str, Any]:
 
 def parse_policy_config(root: ConfigSection) -> PolicyConfig:
     """Both sections from the top of the proxy config; without ``acl_store`` ACLs are in memory."""
-    authorizer = parse_authorizer_config(root.section("authorizer"))
+    authorizer_section = root.section("authorizer")
+    store_section = root.section("acl_store") if "acl_store" in root else None
+    # Both sections are taken before either is parsed: when check-config goes on after an
+    # error in one (config_tree.collecting), the other is still a key the top level knows.
+    authorizer = attempt(lambda: parse_authorizer_config(authorizer_section), AuthorizerConfig())
+    memory = AclStoreConfig(type="memory")
     store = (
-        parse_acl_store_config(root.section("acl_store"))
-        if "acl_store" in root
-        else AclStoreConfig(type="memory")
+        memory
+        if store_section is None
+        else attempt(lambda: parse_acl_store_config(store_section), memory)
     )
     return PolicyConfig(authorizer=authorizer, acl_store=store)
 

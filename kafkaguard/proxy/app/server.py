@@ -46,7 +46,7 @@ from kafkaguard.proxy.config import (
     load_config,
 )
 from kafkaguard.proxy.net.cluster import UpstreamCluster
-from kafkaguard.proxy.net.listener import ListenerRuntime
+from kafkaguard.proxy.net.listener import BindError, ListenerRuntime
 from kafkaguard.proxy.sasl.client import read_password
 from kafkaguard.proxy.sasl.executor import executor_for
 
@@ -333,9 +333,8 @@ class ProxyServer:
                 await runtime.close()
             if not isinstance(exc, Exception):
                 raise
-            raise RuntimeError(
-                f"listener {listener.name} on {listener.bind_host}:{listener.port}: {exc}"
-            ) from exc
+            where = f"listener {listener.name} on {listener.bind_host}:{listener.port}: "
+            raise RuntimeError(f"{'' if isinstance(exc, BindError) else where}{exc}") from exc
         return runtime
 
     async def _authorizer_ready(self, listeners: list[str]) -> None:
