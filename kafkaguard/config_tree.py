@@ -31,6 +31,8 @@ class ConfigError(ValueError):
     """The section it names, as written (``listeners[0].ssl``; empty: the top level)."""
     key: str = ""
     """The key it names within that section (empty: the file as a whole)."""
+    line: int = 0
+    """The line it names (0: none)."""
 
 
 class ConfigErrors(ConfigError):
@@ -39,7 +41,7 @@ class ConfigErrors(ConfigError):
     than one per attempt."""
 
     def __init__(self, errors: list[ConfigError]) -> None:
-        self.errors = tuple(errors)
+        self.errors = tuple(sorted(errors, key=lambda error: error.line))  # the file's order
         lines = "\n".join(f"  {error}" for error in self.errors)
         super().__init__(f"{len(self.errors)} errors:\n{lines}")
         self.at, self.key = self.errors[0].at, self.errors[0].key
@@ -387,8 +389,9 @@ class ConfigSection:
         return Where(self._file, self._mapping.lines.get(key, self._mapping.line), full)
 
     def error(self, key: str, message: str) -> ConfigError:
-        error = ConfigError(f"{self.where(key)}: {message}")
-        error.at, error.key = self._prefix, key
+        where = self.where(key)
+        error = ConfigError(f"{where}: {message}")
+        error.at, error.key, error.line = self._prefix, key, where.line
         return error
 
     @property

@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "analyze",
         **_described("analyze"),
         help="audit analytics on Spark: compact (JSON to Parquet), report (HTML), propose "
-        "ACLs, unused ACLs, whatif",
+        "ACLs, unused ACLs, whatif, watch (the audit topic, live)",
     )
     analyze_main.add_arguments(analyze)
     analyze.set_defaults(handler=analyze_main.run)

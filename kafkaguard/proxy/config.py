@@ -37,6 +37,7 @@ from kafkaguard.config_tree import (
     ConfigSection,
     attempt,
     collecting,
+    report,
 )
 from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -511,8 +512,8 @@ def _advertised_host(section: ConfigSection, bind_host: str, sni: SniRouting | N
         unspecified = ipaddress.ip_address(bind_host).is_unspecified
     except ValueError:
         unspecified = False
-    if unspecified:
-        raise section.error("advertised_host", f"is required when binding to {bind_host}")
+    if unspecified:  # reported, not raised: the listener's other keys are checked too
+        report(section.error("advertised_host", f"is required when binding to {bind_host}"))
     return bind_host
 
 

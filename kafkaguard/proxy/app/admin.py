@@ -38,6 +38,7 @@ import contextlib
 import gzip
 import ipaddress
 import logging
+import os
 import socket
 import threading
 from collections import OrderedDict
@@ -189,8 +190,10 @@ class AdminServer:
                 dualstack_ipv6=ipv6 and socket.has_dualstack_ipv6(),
             )
         except OSError as exc:
+            # create_server's message repeats the address as a tuple: the kernel's words only
+            why = f"[Errno {exc.errno}] {os.strerror(exc.errno)}" if exc.errno else str(exc)
             where = HostPort(config.bind_host, config.port)
-            raise BindError(exc.errno, f"the admin listener cannot bind {where}: {exc}") from exc
+            raise BindError(exc.errno, f"the admin listener cannot bind {where}: {why}") from exc
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         self._loop = asyncio.new_event_loop()
