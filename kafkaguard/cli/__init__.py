@@ -81,8 +81,8 @@ format (a credentials file, ZooKeeper as Kafka keeps them, or the _kafkaguard-us
 A running proxy picks changes up by itself.""",
     "check-config": """\
 Check a configuration file as run and reload would: every key and value, and every file it
-names (certificates and keys, CA files, the ACL file, credentials, JWKS). Errors name the
-file, line and key.
+names (certificates and keys, CA files, the ACL file, credentials, JWKS). Every error of the
+file is reported, each naming the file, line and key, the value found and what is allowed.
 Exit status: 0 valid (warnings may be printed), 2 invalid.""",
     "explain": """\
 Tell why a principal may or may not perform an operation on a resource under the ACLs the
