@@ -157,7 +157,7 @@ def test_what_follows_from_an_error_is_not_another(
     assert check(tmp_path, capsys, text) == [
         "2 errors:",
         f"{file}:4 listeners[0].advertised_host: must be a string, got ['x']",
-        f"{file}:6 authorizer.class: must look like 'package.module:Class'",
+        f"{file}:6 authorizer.class: must look like 'package.module:Class', got 'nocolon'",
     ]
 
 
