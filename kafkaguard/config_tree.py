@@ -77,11 +77,11 @@ def collecting() -> Iterator[None]:
 
 
 def _record(errors: list[ConfigError], error: ConfigError) -> None:
-    found = error.errors if isinstance(error, ConfigErrors) else (error,)
-    for one in found:
-        if not any((e.at, e.key, str(e)) == (one.at, one.key, str(one)) for e in errors) and (
-            not one.key or not any((e.at, e.key) == (one.at, one.key) for e in errors)
-        ):
+    """Add ``error`` unless its key was refused already (an error naming no key: unless the
+    same was said already)."""
+    for one in error.errors if isinstance(error, ConfigErrors) else (error,):
+        same = [e for e in errors if (e.at, e.key) == (one.at, one.key)]
+        if not same or (not one.key and all(str(e) != str(one) for e in same)):
             errors.append(one)
 
 
@@ -456,7 +456,7 @@ class ConfigSection:
         ``note``: after it (what a special value means)."""
         self._note(key, "integer", default, minimum=minimum, maximum=maximum)
         value = self._typed(key, default, (int,), what or "an integer")
-        if value is None or value is default:
+        if key not in self._mapping.values or value is default:  # absent, or refused
             return value
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             allowed = _range(minimum, maximum)
