@@ -4,7 +4,7 @@ editors (YAML language servers) and CI linters.
 Generated from the loaders themselves, not from a list kept beside them: the configuration is
 loaded (:func:`~kafkaguard.proxy.config.parse_config`) with a
 :class:`~kafkaguard.config_tree.ReadRecorder` noting every key each section parser reads, with
-its accessor (type), default, minimum and choices. Loading one document reaches only the
+its accessor (type), default, range and choices. Loading one document reaches only the
 branches its values select, so the documents are explored: starting from the smallest valid
 configuration, each load proposes variants (every choice of an ``enum`` key, an absent section
 present, a boolean flipped, a required key that stopped the load given a value of its type),
@@ -14,6 +14,9 @@ reads appears in the schema as soon as any document reaches it; a section that c
 
 The schema is the union of what any branch accepts (a listener's ``ssl`` is allowed whatever
 its ``security_protocol``); ``check-config`` stays the authority on combinations and values.
+
+:func:`helm_values_schema` wraps it for the Helm chart (``--helm-values``): the chart's
+``values.schema.json``, ``config`` validated by this schema.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ template`` renders decodes strictly into Kubernetes' own API types (tests/suppor
 configuration as kafkaguard loads it: the Service and container ports are the listeners' and
 the admin listener's, the probes reach ``/healthz`` and ``/readyz`` there, the command line
 reads the mounted ConfigMap, every file the configuration names is mounted, and the pod
-outlives the drain. Two shapes: the default values and ``ci/tls-sasl-sni-values.yaml``."""
+outlives the drain. Two shapes: the default values and ``ci/tls-sasl-sni-values.yaml``. The
+chart's values.schema.json is what ``kafkaguard config-schema --helm-values`` generates, and
+makes ``helm lint --strict`` refuse a mistyped value naming its path."""
 
 from __future__ import annotations
 
