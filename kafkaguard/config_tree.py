@@ -8,16 +8,20 @@ typos fail at start rather than being silently ignored.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import yaml
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -27,6 +31,79 @@ class ConfigError(ValueError):
     """The section it names, as written (``listeners[0].ssl``; empty: the top level)."""
     key: str = ""
     """The key it names within that section (empty: the file as a whole)."""
+    line: int = 0
+    """The line it names (0: none)."""
+
+
+class ConfigErrors(ConfigError):
+    """Several configuration errors found in one load (:func:`collecting`): ``check-config``
+    and ``run`` report every mistake of a file at once, each with its ``file:line``, rather
+    than one per attempt."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = tuple(sorted(errors, key=lambda error: error.line))  # the file's order
+        lines = "\n".join(f"  {error}" for error in self.errors)
+        super().__init__(f"{len(self.errors)} errors:\n{lines}")
+        self.at, self.key = self.errors[0].at, self.errors[0].key
+
+
+_ERRORS: ContextVar[list[ConfigError] | None] = ContextVar("kafkaguard_config_errors", default=None)
+"""The errors of the load in progress, while :func:`collecting`; None: the first one raises."""
+
+
+@contextmanager
+def collecting() -> Iterator[None]:
+    """Run a load that goes on after an error: an accessor refusing a value that has a default
+    records the error and returns the default, a section refused as a whole is recorded at
+    its boundary (:func:`attempt`), and the block raises one :class:`ConfigErrors` listing
+    every error (a :class:`ConfigError` when there is one). Later errors about a key already
+    refused are dropped: they follow from the first (a default taken in its place)."""
+    errors: list[ConfigError] = []
+    token = _ERRORS.set(errors)
+    try:
+        yield
+    except ConfigError as exc:
+        _record(errors, exc)
+    except Exception:
+        if not errors:
+            raise
+        # Else a default taken in place of a refused value led on to this: the errors say why.
+    finally:
+        _ERRORS.reset(token)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ConfigErrors(errors)
+
+
+def _record(errors: list[ConfigError], error: ConfigError) -> None:
+    """Add ``error`` unless its key was refused already (an error naming no key: unless the
+    same was said already)."""
+    for one in error.errors if isinstance(error, ConfigErrors) else (error,):
+        same = [e for e in errors if (e.at, e.key) == (one.at, one.key)]
+        if not same or (not one.key and all(str(e) != str(one) for e in same)):
+            errors.append(one)
+
+
+def report(error: ConfigError) -> None:
+    """Record ``error`` when :func:`collecting`, else raise it."""
+    errors = _ERRORS.get()
+    if errors is None:
+        raise error
+    _record(errors, error)
+
+
+def attempt(parse: Callable[[], T], fallback: T) -> T:
+    """``parse()``; when :func:`collecting`, an error it raises is recorded and ``fallback``
+    returned, so the sections after it are checked too."""
+    errors = _ERRORS.get()
+    if errors is None:
+        return parse()
+    try:
+        return parse()
+    except ConfigError as exc:
+        _record(errors, exc)
+        return fallback
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +283,7 @@ class KeyRead:
     ``probe`` (only asked whether it is there)."""
     default: Any = None
     minimum: int | None = None
+    maximum: int | None = None
     choices: tuple[str, ...] = ()
     missing_required: bool = False
     """Read as required and absent: the load failed here."""
@@ -237,6 +315,8 @@ class ConfigSection:
         self._path = path
         """:attr:`KeyRead.path` of this section."""
         self._read: set[str] = set()
+        self._probed: set[str] = set()
+        """Keys only asked about (``in``): known to the parser, for did-you-mean."""
 
     def _note(self, key: str, kind: str, default: Any = None, **facts: Any) -> None:
         recorder = RECORDER.get()
@@ -309,8 +389,9 @@ class ConfigSection:
         return Where(self._file, self._mapping.lines.get(key, self._mapping.line), full)
 
     def error(self, key: str, message: str) -> ConfigError:
-        error = ConfigError(f"{self.where(key)}: {message}")
-        error.at, error.key = self._prefix, key
+        where = self.where(key)
+        error = ConfigError(f"{where}: {message}")
+        error.at, error.key, error.line = self._prefix, key, where.line
         return error
 
     @property
@@ -320,6 +401,7 @@ class ConfigSection:
     # -- access ----------------------------------------------------------------------------
     def __contains__(self, key: str) -> bool:
         self._note(key, "probe")
+        self._probed.add(key)
         return key in self._mapping.values
 
     def keys(self) -> Iterator[str]:
@@ -335,6 +417,16 @@ class ConfigSection:
         self._read.add(key)
         return _plain(self._mapping.values.get(key, default))
 
+    def _soft(self, key: str, default: Any, message: str, fallback: Any = None) -> Any:
+        """Refuse the value of ``key``: raise, or when :func:`collecting` and the key has a
+        default (``fallback``: the value to go on with for a required key), record the error
+        and return that."""
+        error = self.error(key, message)
+        if default is _REQUIRED and fallback is None:
+            raise error
+        report(error)
+        return fallback if default is _REQUIRED else default
+
     def _typed(self, key: str, default: Any, types: tuple[type, ...], what: str) -> Any:
         self._read.add(key)
         if key not in self._mapping.values:
@@ -342,22 +434,46 @@ class ConfigSection:
                 raise self.error(key, "is required")
             return default
         value = self._mapping.values[key]
-        if isinstance(value, bool) and bool not in types:
-            raise self.error(key, f"must be {what}, got {value!r}")
-        if not isinstance(value, types):
-            raise self.error(key, f"must be {what}, got {_plain(value)!r}")
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            return self._soft(key, default, f"must be {what}, got {_plain(value)!r}")
         return value
 
     def get_str(self, key: str, default: Any = None) -> Any:
         self._note(key, "string", default)
         return self._typed(key, default, (str,), "a string")
 
-    def get_int(self, key: str, default: Any = None, *, minimum: int | None = None) -> Any:
-        self._note(key, "integer", default, minimum=minimum)
-        value = self._typed(key, default, (int,), "an integer")
-        if value is not None and minimum is not None and value < minimum:
-            raise self.error(key, f"must be at least {minimum}, got {value}")
+    def get_int(
+        self,
+        key: str,
+        default: Any = None,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        what: str = "",
+        note: str = "",
+    ) -> Any:
+        """``what``: the value's name in the message (``a TCP port``) before its range;
+        ``note``: after it (what a special value means)."""
+        self._note(key, "integer", default, minimum=minimum, maximum=maximum)
+        value = self._typed(key, default, (int,), what or "an integer")
+        if key not in self._mapping.values or value is default:  # absent, or refused
+            return value
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            allowed = _range(minimum, maximum)
+            message = f"must be {what} {allowed}" if what else f"must be {allowed}"
+            return self._soft(key, default, f"{message}{note}, got {value}", value)
         return value
+
+    def get_port(self, key: str, default: Any = None, *, any_port: bool = False) -> Any:
+        """A TCP port, 1 to 65535; ``any_port``: 0 too, meaning any free port."""
+        return self.get_int(
+            key,
+            default,
+            minimum=0 if any_port else 1,
+            maximum=MAX_PORT,
+            what="a TCP port",
+            note=" (0: any free port)" if any_port else "",
+        )
 
     def get_float(self, key: str, default: Any = None) -> Any:
         self._note(key, "number", default)
@@ -370,9 +486,9 @@ class ConfigSection:
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = None) -> Any:
         self._note(key, "enum", default, choices=choices)
-        value = self._typed(key, default, (str,), "a string")
+        value = self._typed(key, default, (str,), f"one of {', '.join(choices)}")
         if value is not None and value not in choices:
-            raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
+            return self._soft(key, default, f"must be one of {', '.join(choices)}, got {value!r}")
         return value
 
     def section(self, key: str, *, required: bool = False) -> ConfigSection:
@@ -387,7 +503,7 @@ class ConfigSection:
                 raise self.error(key, "is required")
             return ConfigSection(_Mapping({}, {}, self._mapping.line), self._file, prefix, path)
         if not isinstance(value, _Mapping):
-            raise self.error(key, "must be a mapping")
+            raise self.error(key, f"must be a mapping, got {value!r}")
         return ConfigSection(value, self._file, prefix, path)
 
     def sections(self, key: str) -> list[ConfigSection]:
@@ -398,12 +514,12 @@ class ConfigSection:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise self.error(key, "must be a list")
+            raise self.error(key, f"must be a list of mappings, got {_plain(value)!r}")
         out = []
         for index, item in enumerate(value):
             prefix = f"{self._prefix}.{key}[{index}]" if self._prefix else f"{key}[{index}]"
             if not isinstance(item, _Mapping):
-                raise self.error(key, f"item {index} must be a mapping")
+                raise self.error(key, f"item {index} must be a mapping, got {item!r}")
             out.append(ConfigSection(item, self._file, prefix, f"{self._child_path(key)}[]"))
         return out
 
@@ -412,10 +528,10 @@ class ConfigSection:
         self._note(key, "strings", default, choices=choices)
         value = self._typed(key, default, (list,), "a list of strings")
         if value is not None and not all(isinstance(v, str) for v in value):
-            raise self.error(key, "must be a list of strings")
+            return self._soft(key, default, f"must be a list of strings, got {_plain(value)!r}")
         for item in value if choices and value is not None else ():
             if item not in choices:
-                raise self.error(key, f"unknown {item!r} (one of {', '.join(choices)})")
+                return self._soft(key, default, f"unknown {item!r} (one of {', '.join(choices)})")
         return value
 
     def require_extra(self, key: str, module: str, extra: str) -> None:
@@ -435,9 +551,26 @@ class ConfigSection:
         recorder = RECORDER.get()
         if recorder is not None:
             recorder.closed.add(self._path)
-        unknown = [k for k in self._mapping.values if k not in self._read]
-        if unknown:
-            raise self.error(unknown[0], f"unknown key {unknown[0]!r}")
+        known = sorted(self._read | self._probed)
+        for key in (k for k in self._mapping.values if k not in self._read):
+            report(self.error(key, f"unknown key {key!r} ({_suggest(key, known)})"))
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    """What to write instead of an unknown key: the closest known key, else all of them."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean `{close[0]}`?"
+    return f"known keys: {', '.join(known)}" if known else "this section takes no keys"
+
+
+def _range(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"from {minimum} to {maximum}"
+    return f"at least {minimum}" if minimum is not None else f"at most {maximum}"
+
+
+MAX_PORT: Final = 65535
 
 
 _REQUIRED: Any = object()

@@ -117,6 +117,24 @@ def test_check_config_refuses_what_run_refuses(
     assert f"{config}{where}: " in err and message in err, err
 
 
+def test_check_config_names_every_file_run_would_refuse(
+    pki: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three bad files: three errors, each with its configuration line, in one report."""
+    config = _write(tmp_path, pki)
+    _replace("/server.pem", "/missing.pem")(config)
+    _overwrite("users.yaml", "users: [alice]\n")(config)
+    _overwrite("acls.yaml", "acls: []\nextra: 1\n")(config)
+    assert main(["check-config", "--config", str(config)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "kafkaguard: configuration error: 3 errors:"
+    assert [line.split(": ", 1)[0].strip() for line in lines[1:4]] == [
+        f"{config}:7 listeners[0].ssl.cert_file",
+        f"{config}:13 listeners[0].sasl.credentials_file",
+        f"{config}:18 acl_store.path",
+    ]
+
+
 def test_reload_checks_the_files_before_signalling(
     pki: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -108,3 +108,17 @@ def test_every_command_has_help_written_for_users() -> None:
         help_text = parser.format_help()
         for markup in ("``", ":class:", ":mod:", ":func:", ":data:"):
             assert markup not in help_text, (name, markup)
+
+
+def test_the_top_level_help_names_every_analyze_job() -> None:
+    """``kafkaguard --help`` lists each job of ``kafkaguard analyze`` (watch was missing)."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    analyze = commands.choices["analyze"]
+    jobs = next(a for a in analyze._actions if isinstance(a, argparse._SubParsersAction))
+    (line,) = (a.help for a in commands._choices_actions if a.dest == "analyze")
+    assert line is not None
+    assert sorted(jobs.choices) == ["compact", "propose", "report", "unused", "watch", "whatif"]
+    for job in jobs.choices:
+        assert job in line, job
+    assert "watch" in " ".join(parser.format_help().split())

@@ -239,13 +239,13 @@ def parse_audit_config(section: ConfigSection, base_dir: Path | None = None) -> 
     max_bytes = section.get_int("max_file_bytes", 64 * 1024 * 1024, minimum=1)
     max_seconds = section.get_float("max_file_seconds", 3600.0)
     if max_seconds <= 0:
-        raise section.error("max_file_seconds", "must be > 0")
+        raise section.error("max_file_seconds", f"must be > 0, got {max_seconds}")
     queue_size = section.get_int("queue_size", 65536, minimum=1)
     allowed = _volume(section, "allowed", AGGREGATE)
     denied = _volume(section, "denied", INDIVIDUAL)
     window = section.get_float("aggregate_window_seconds", 60.0)
     if window <= 0:
-        raise section.error("aggregate_window_seconds", "must be > 0")
+        raise section.error("aggregate_window_seconds", f"must be > 0, got {window}")
     include_unlogged = section.get_bool("include_unlogged", False)
     sink = section.choice("sink", SINKS, FILE)
     if sink != FILE:  # the audit topic's producer (kafkaguard/audit/kafka_sink.py)
@@ -337,10 +337,12 @@ def parse_audit_kafka_config(section: ConfigSection) -> AuditKafkaConfig:
     partitions = section.get_int("partitions", default.partitions, minimum=1)
     replication = section.get_int("replication_factor", default.replication_factor)
     if replication == 0 or replication < -1:
-        raise section.error("replication_factor", "must be -1 (the broker's default) or >= 1")
+        raise section.error(
+            "replication_factor", f"must be -1 (the broker's default) or >= 1, got {replication}"
+        )
     queue_max = section.get_int("queue_max_events", default.queue_max_events, minimum=1)
     if queue_max > 2_147_483_647:  # librdkafka's queue.buffering.max.messages bound
-        raise section.error("queue_max_events", "must be at most 2147483647")
+        raise section.error("queue_max_events", f"must be at most 2147483647, got {queue_max}")
     linger_ms = section.get_int("linger_ms", default.linger_ms, minimum=0)
     compression = section.choice("compression", COMPRESSION_TYPES, default.compression)
     acks = _acks(section)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from kafkaguard import version
 from kafkaguard.audit.spark import main as analyze_main  # imports pyspark only when run
@@ -37,8 +40,8 @@ kafkaguard COMMAND --help."""
 
 CONFIG_SCHEMA_DESCRIPTION = """\
 Print a JSON Schema (draft 2020-12) of kafkaguard's configuration file on stdout: every key,
-its type, choices, minimum and default. Point your editor at it for completion and
-validation, e.g. with the YAML language server:
+its type, choices, range (minimum, maximum) and default. Point your editor at it for
+completion and validation, e.g. with the YAML language server:
 
   kafkaguard config-schema > kafkaguard.schema.json
   # first line of config.yaml:
@@ -79,8 +82,8 @@ format (a credentials file, ZooKeeper as Kafka keeps them, or the _kafkaguard-us
 A running proxy picks changes up by itself.""",
     "check-config": """\
 Check a configuration file as run and reload would: every key and value, and every file it
-names (certificates and keys, CA files, the ACL file, credentials, JWKS). Errors name the
-file, line and key.
+names (certificates and keys, CA files, the ACL file, credentials, JWKS). Every error of the
+file is reported, each naming the file, line and key, the value found and what is allowed.
 Exit status: 0 valid (warnings may be printed), 2 invalid.""",
     "explain": """\
 Tell why a principal may or may not perform an operation on a resource under the ACLs the
@@ -104,8 +107,20 @@ def _described(name: str) -> dict[str, Any]:
     }
 
 
-def _print_config_schema() -> int:
-    print(json.dumps(config_schema.config_schema(), indent=2))  # noqa: T201
+def _print_config_schema(helm_values: Path | None) -> int:
+    if helm_values is None:
+        schema = config_schema.config_schema()
+    else:
+        try:
+            values = yaml.safe_load(helm_values.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            print(f"kafkaguard: cannot read {helm_values}: {exc}", file=sys.stderr)  # noqa: T201
+            return 2
+        if not isinstance(values, dict):
+            print(f"kafkaguard: {helm_values}: not a mapping of values", file=sys.stderr)  # noqa: T201
+            return 2
+        schema = config_schema.helm_values_schema(values)
+    print(json.dumps(schema, indent=2))  # noqa: T201
     return 0
 
 
@@ -172,7 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
         description=CONFIG_SCHEMA_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    schema.set_defaults(handler=lambda args: _print_config_schema())
+    schema.add_argument(
+        "--helm-values",
+        type=Path,
+        metavar="VALUES_YAML",
+        help="print the Helm chart's values.schema.json instead: the chart's values.yaml given "
+        "here, its config value validated by the configuration's schema",
+    )
+    schema.set_defaults(handler=lambda args: _print_config_schema(args.helm_values))
     reload_parser = commands.add_parser(
         "reload",
         help="check a configuration file, then have the running proxy reload it (SIGHUP)",
@@ -192,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         "analyze",
         **_described("analyze"),
         help="audit analytics on Spark: compact (JSON to Parquet), report (HTML), propose "
-        "ACLs, unused ACLs, whatif",
+        "ACLs, unused ACLs, whatif, watch (the audit topic, live)",
     )
     analyze_main.add_arguments(analyze)
     analyze.set_defaults(handler=analyze_main.run)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from kafkaguard.config_tree import ConfigError
+from kafkaguard.config_tree import ConfigError, collecting
 from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.proxy.app.config_files import check_files, check_store_topics
 from kafkaguard.proxy.app.log_format import SUPERVISOR, configure_logging, console, set_worker
@@ -213,7 +213,8 @@ def check_config(config_path: Path) -> int:
     valid file (a ``broker_ports.base`` range reaching another port, ``config_warnings``)."""
     try:
         config = load_config(config_path)
-        check_files(config)
+        with collecting():  # every file that run would refuse, not only the first
+            check_files(config)
         store_warnings = check_store_topics(config)
     except ConfigError as exc:
         print(f"kafkaguard: configuration error: {exc}", file=sys.stderr)  # noqa: T201

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.config_tree import ConfigError, ConfigSection, attempt
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Authorizer, load_authorizer
 from kafkaguard.policy.model import KafkaPrincipal
@@ -98,7 +98,9 @@ def _super_users(section: ConfigSection, key: str) -> frozenset[str] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = ";".join(value)
     if not isinstance(value, str):
-        raise section.error(key, "must be a string like 'User:admin;User:ops' or a list")
+        raise section.error(
+            key, f"must be a string like 'User:admin;User:ops' or a list, got {value!r}"
+        )
     try:
         return parse_super_users(value)
     except ValueError as exc:
@@ -109,12 +111,12 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
     """Parse the ``authorizer:`` section; unknown keys are errors naming file:line."""
     class_path = section.get_str("class", DEFAULT_AUTHORIZER_CLASS)
     if ":" not in class_path:
-        raise section.error("class", "must look like 'package.module:Class'")
+        raise section.error("class", f"must look like 'package.module:Class', got {class_path!r}")
     super_users = _super_users(section, "super_users") or frozenset()
     allow_everyone = section.get_bool("allow_everyone_if_no_acl_found", False)
     options = section.raw("options", {}) or {}
     if not isinstance(options, dict):
-        raise section.error("options", "must be a mapping")
+        raise section.error("options", f"must be a mapping, got {options!r}")
     internal = section.section("internal_topics")
     internal_principals = _super_users(internal, "principals") or frozenset()
     internal.reject_unknown()
@@ -149,7 +151,7 @@ def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
     raw_path = section.get_str("path", None)
     poll = section.get_float("poll_interval_s", 1.0)
     if poll < 0:
-        raise section.error("poll_interval_s", "must be >= 0 (0 disables polling)")
+        raise section.error("poll_interval_s", f"must be >= 0 (0 disables polling), got {poll}")
     zk = _zookeeper_options(section, kind)
     kafka = _kafka_options(section, kind)
     section.reject_unknown()
@@ -174,17 +176,26 @@ def _kafka_options(section: ConfigSection, kind: str) -> dict[str, Any]:
     if kind != "kafka":
         return {}
     if not topic or len(topic) > 249 or not all(c.isalnum() or c in "._-" for c in topic):
-        raise section.error("topic", "must be a Kafka topic name ([a-zA-Z0-9._-], 1-249)")
+        raise section.error(
+            "topic", f"must be a Kafka topic name ([a-zA-Z0-9._-], 1-249), got {topic!r}"
+        )
     if replication == 0 or replication < -1:
-        raise section.error("replication_factor", "must be >= 1 (or -1: min(3, brokers))")
+        raise section.error(
+            "replication_factor", f"must be >= 1 (or -1: min(3, brokers)), got {replication}"
+        )
     if min_isr == 0 or min_isr < -1:
-        raise section.error("min_insync_replicas", "must be >= 1 (or -1: min(2, replication))")
+        raise section.error(
+            "min_insync_replicas", f"must be >= 1 (or -1: min(2, replication)), got {min_isr}"
+        )
     if replication > 0 and min_isr > replication:
-        raise section.error("min_insync_replicas", "must not exceed replication_factor")
+        raise section.error(
+            "min_insync_replicas",
+            f"must not exceed replication_factor ({replication}), got {min_isr}",
+        )
     if not isinstance(raw_configs, dict) or not all(isinstance(k, str) for k in raw_configs):
         raise section.error("topic_configs", "must map topic config names to values")
     if write_timeout < 1:
-        raise section.error("write_timeout_ms", "must be >= 1")
+        raise section.error("write_timeout_ms", f"must be >= 1, got {write_timeout}")
     return {
         "topic": topic,
         "replication_factor": replication,
@@ -206,11 +217,11 @@ def _zookeeper_options(section: ConfigSection, kind: str) -> dict[str, Any]:
     if not connect:
         raise section.error("connect", "is required for a zookeeper store (host:port[,...])")
     if chroot and not chroot.startswith("/"):
-        raise section.error("chroot", "must start with '/'")
+        raise section.error("chroot", f"must start with '/', got {chroot!r}")
     if "/" in connect and chroot:
         raise section.error("chroot", "the connect string already has a chroot")
     if timeout <= 0:
-        raise section.error("session_timeout_s", "must be > 0")
+        raise section.error("session_timeout_s", f"must be > 0, got {timeout}")
     auth: Path | None = None
     if raw_auth:
         auth = Path(raw_auth)
@@ -226,11 +237,16 @@ def _zookeeper_options(section: ConfigSection, kind: str) -> dict[str, Any]:
 
 def parse_policy_config(root: ConfigSection) -> PolicyConfig:
     """Both sections from the top of the proxy config; without ``acl_store`` ACLs are in memory."""
-    authorizer = parse_authorizer_config(root.section("authorizer"))
+    authorizer_section = root.section("authorizer")
+    store_section = root.section("acl_store") if "acl_store" in root else None
+    # Both sections are taken before either is parsed: when check-config goes on after an
+    # error in one (config_tree.collecting), the other is still a key the top level knows.
+    authorizer = attempt(lambda: parse_authorizer_config(authorizer_section), AuthorizerConfig())
+    memory = AclStoreConfig(type="memory")
     store = (
-        parse_acl_store_config(root.section("acl_store"))
-        if "acl_store" in root
-        else AclStoreConfig(type="memory")
+        memory
+        if store_section is None
+        else attempt(lambda: parse_acl_store_config(store_section), memory)
     )
     return PolicyConfig(authorizer=authorizer, acl_store=store)
 

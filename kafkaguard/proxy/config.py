@@ -11,6 +11,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final
@@ -29,7 +30,15 @@ from kafkaguard.certs.tls import (
     parse_tls_config,
     parse_upstream_tls_config,
 )
-from kafkaguard.config_tree import REQUIRED, ConfigError, ConfigSection
+from kafkaguard.config_tree import (
+    MAX_PORT,
+    REQUIRED,
+    ConfigError,
+    ConfigSection,
+    attempt,
+    collecting,
+    report,
+)
 from kafkaguard.policy.config import PolicyConfig, parse_policy_config
 from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kafkaguard.proxy.edge.sni import NODE_ID_PLACEHOLDER, SniRouting, dns_name
@@ -70,8 +79,8 @@ class HostPort:
 def parse_host_port(text: str, section: ConfigSection, key: str) -> HostPort:
     host, sep, port = text.strip().rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise section.error(key, f"must be host:port, got {text!r}")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= MAX_PORT:
+        raise section.error(key, f"must be host:port (port 1 to {MAX_PORT}), got {text!r}")
     return HostPort(host, int(port))
 
 
@@ -374,12 +383,10 @@ def parse_limits(section: ConfigSection, base: LimitsConfig | None = None) -> Li
 
 
 def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
-    base = section.get_int("base", None, minimum=1)
+    base = section.get_port("base", None)
     raw = section.raw("map", None)
     section.reject_unknown()
     if raw is None:
-        if base is not None and base > 65535:
-            raise section.error("base", "must be a TCP port")
         return BrokerPorts(base if base is not None else listener_port + 1, MappingProxyType({}))
     if base is not None:
         raise section.error("map", "give either base or map, not both")
@@ -389,7 +396,7 @@ def _broker_ports(section: ConfigSection, listener_port: int) -> BrokerPorts:
     for key, port in raw.items():
         node = _node_id(section, key)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise section.error("map", f"node {node}: {port!r} is not a TCP port (1-65535)")
+            raise section.error("map", f"node {node}: {port!r} is not a TCP port (1 to {MAX_PORT})")
         if port == listener_port:
             raise section.error("map", f"node {node}: port {port} is the listener's own port")
         for other, taken in explicit.items():
@@ -443,9 +450,7 @@ def _listener(
         raise section.error("name", f"must be a listener name like EXTERNAL, got {name!r}")
     protocol = section.choice("security_protocol", SECURITY_PROTOCOLS, "PLAINTEXT")
     bind_host = section.get_str("bind_host", "127.0.0.1")
-    port = section.get_int("port", REQUIRED, minimum=1)
-    if port > 65535:
-        raise section.error("port", "must be a TCP port")
+    port = section.get_port("port", REQUIRED)
     sni = _sni_routing(section, protocol)
     advertised = _advertised_host(section, bind_host, sni)
     ports = (
@@ -507,8 +512,8 @@ def _advertised_host(section: ConfigSection, bind_host: str, sni: SniRouting | N
         unspecified = ipaddress.ip_address(bind_host).is_unspecified
     except ValueError:
         unspecified = False
-    if unspecified:
-        raise section.error("advertised_host", f"is required when binding to {bind_host}")
+    if unspecified:  # reported, not raised: the listener's other keys are checked too
+        report(section.error("advertised_host", f"is required when binding to {bind_host}"))
     return bind_host
 
 
@@ -545,11 +550,9 @@ def _sni_routing(section: ConfigSection, protocol: str) -> SniRouting | None:
 
 
 def _admin(section: ConfigSection) -> AdminConfig:
-    if section.get_int("port", 9404) > 65535:
-        raise section.error("port", "must be at most 65535")
     admin = AdminConfig(
         bind_host=section.get_str("bind_host", "127.0.0.1"),
-        port=section.get_int("port", 9404, minimum=0),
+        port=section.get_port("port", 9404, any_port=True),
         allow_remote=section.get_bool("allow_remote", False),
         max_connections=section.get_int("max_connections", 64, minimum=1),
         request_timeout_ms=section.get_int("request_timeout_ms", 5_000, minimum=1),
@@ -732,15 +735,7 @@ def _embedded(root: ConfigSection, up: ConfigSection, servers: tuple[HostPort, .
     return embedded
 
 
-def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
-    limits = parse_limits(root.section("limits"))
-    sections = root.sections("listeners")
-    listeners = tuple(_listener(s, limits, base_dir) for s in sections)
-    if not listeners:
-        raise root.error("listeners", "at least one listener is required")
-    names = [ls.name for ls in listeners]
-    if len(set(names)) != len(names):
-        raise root.error("listeners", "listener names must be unique")
+def _upstream(root: ConfigSection, base_dir: Path | None) -> UpstreamConfig:
     up = root.section("upstream")
     servers = tuple(
         parse_host_port(s, up, "bootstrap_servers") for s in up.str_list("bootstrap_servers", [])
@@ -762,24 +757,66 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
         embedded=embedded,
     )
     up.reject_unknown()
+    return upstream
+
+
+def _logging(root: ConfigSection) -> tuple[str, str]:
+    """``logging.level`` and ``logging.format``."""
     logging_section = root.section("logging")
     log_level = logging_section.choice("level", ("DEBUG", "INFO", "WARNING", "ERROR"), "INFO")
     log_format = logging_section.choice("format", LOG_FORMATS, "text")
     logging_section.reject_unknown()
-    admin = _admin(root.section("admin")) if "admin" in root else None
-    _check_fixed_ports(root, sections, listeners, admin)
+    return log_level, log_format
+
+
+def _metrics(root: ConfigSection) -> MetricsConfig:
     metrics_section = root.section("metrics")
     metrics = MetricsConfig(
         per_principal=metrics_section.get_bool("per_principal", False),
         max_principals=metrics_section.get_int("max_principals", 100, minimum=1),
     )
     metrics_section.reject_unknown()
+    return metrics
+
+
+def _listeners(
+    root: ConfigSection, limits: LimitsConfig, base_dir: Path | None
+) -> tuple[list[ConfigSection], tuple[ListenerConfig, ...]]:
+    """The listeners that parse, and their sections (when collecting errors, a listener
+    refused is left out and the others are still checked)."""
+    parsed = [
+        (s, attempt(partial(_listener, s, limits, base_dir), None))
+        for s in root.sections("listeners")
+    ]
+    if not parsed:
+        raise root.error("listeners", "at least one listener is required")
+    names = [listener.name for _, listener in parsed if listener is not None]
+    if len(set(names)) != len(names):
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        raise root.error(
+            "listeners", f"listener names must be unique, got {', '.join(duplicated)} twice"
+        )
+    good = [(s, listener) for s, listener in parsed if listener is not None]
+    return [s for s, _ in good], tuple(listener for _, listener in good)
+
+
+def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConfig:
+    """The configuration in ``root``. Raises the first error, or under
+    :func:`~kafkaguard.config_tree.collecting` (:func:`load_config`) goes on after each
+    section refused, so that every error of the file is reported at once."""
+    limits = attempt(partial(parse_limits, root.section("limits")), LimitsConfig())
+    sections, listeners = _listeners(root, limits, base_dir)
+    upstream = attempt(partial(_upstream, root, base_dir), UpstreamConfig(()))
+    log_level, log_format = attempt(partial(_logging, root), ("INFO", "text"))
+    admin = attempt(partial(_admin, root.section("admin")), None) if "admin" in root else None
+    attempt(partial(_check_fixed_ports, root, sections, listeners, admin), None)
+    metrics = attempt(partial(_metrics, root), MetricsConfig())
     shutdown_timeout_ms = root.get_int("shutdown_timeout_ms", 30_000, minimum=0)
-    workers = _workers(root, embedded=embedded)
+    workers = attempt(partial(_workers, root, embedded=upstream.embedded), 1)
     policy = parse_policy_config(root)
     # --- enforcement mode and audit trail (kafkaguard/audit) ---
     enforcement = root.choice("enforcement", ENFORCEMENT_MODES, ENFORCE)
-    audit = parse_audit_config(root.section("audit"), base_dir)
+    audit = attempt(partial(parse_audit_config, root.section("audit"), base_dir), AuditConfig())
     # --- end enforcement and audit ---
     root.reject_unknown()
     return ProxyConfig(
@@ -802,8 +839,12 @@ def parse_config(root: ConfigSection, base_dir: Path | None = None) -> ProxyConf
 
 
 def load_config(path: str | Path) -> ProxyConfig:
+    """The file's configuration; every error in it, each with its ``file:line`` and key, in
+    one :class:`~kafkaguard.config_tree.ConfigErrors` when there are several."""
     path = Path(path)
-    return parse_config(ConfigSection.from_file(path), path.resolve().parent)
+    with collecting():
+        return parse_config(ConfigSection.from_file(path), path.resolve().parent)
+    raise AssertionError("collecting() raises when it recorded an error")  # pragma: no cover
 
 
 def worker_count(setting: int | str) -> int:

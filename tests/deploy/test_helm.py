@@ -4,7 +4,9 @@ template`` renders decodes strictly into Kubernetes' own API types (tests/suppor
 configuration as kafkaguard loads it: the Service and container ports are the listeners' and
 the admin listener's, the probes reach ``/healthz`` and ``/readyz`` there, the command line
 reads the mounted ConfigMap, every file the configuration names is mounted, and the pod
-outlives the drain. Two shapes: the default values and ``ci/tls-sasl-sni-values.yaml``."""
+outlives the drain. Two shapes: the default values and ``ci/tls-sasl-sni-values.yaml``. The
+chart's values.schema.json is what ``kafkaguard config-schema --helm-values`` generates, and
+makes ``helm lint --strict`` refuse a mistyped value naming its path."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kafkaguard.cli import build_parser
+from kafkaguard.cli import build_parser, main
 from kafkaguard.proxy.config import ProxyConfig, load_config
 from tests.support import kubernetes
 from tests.support.readme import deploying_commands
@@ -79,6 +81,54 @@ def rendered(request: pytest.FixtureRequest) -> Rendered:
 def test_helm_lint_strict(shape: str) -> None:
     done = _helm("lint", "--strict", str(CHART), *SHAPES[shape])
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_values_schema_is_generated_from_config_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """values.schema.json is what ``kafkaguard config-schema --helm-values`` prints: a
+    configuration key added, renamed or given a range changes it. To regenerate:
+    ``kafkaguard config-schema --helm-values deploy/helm/kafkaguard/values.yaml >
+    deploy/helm/kafkaguard/values.schema.json``."""
+    assert main(["config-schema", "--helm-values", str(CHART / "values.yaml")]) == 0
+    generated = capsys.readouterr().out
+    committed = (CHART / "values.schema.json").read_text(encoding="utf-8")
+    assert committed == generated, "values.schema.json is stale: regenerate it (docstring)"
+
+
+@pytest.mark.parametrize(
+    ("values", "refusals"),
+    [
+        (
+            "config:\n  listeners:\n    - name: EXTERNAL\n      bind_host: 0.0.0.0\n"
+            "      port: 9092\n      advertized_host: proxy.example.com\n",
+            ["at '/config/listeners/0': additional properties 'advertized_host' not allowed"],
+        ),
+        (
+            "config:\n  listeners:\n    - {name: EXTERNAL, port: 99192}\n",
+            ["at '/config/listeners/0/port': maximum: got 99,192, want 65,535"],
+        ),
+        (
+            "replicaCounts: 3\nservice: {typ: ClusterIP}\n",
+            [
+                "at '': additional properties 'replicaCounts' not allowed",
+                "at '/service': additional properties 'typ' not allowed",
+            ],
+        ),
+    ],
+    ids=["config-key", "config-port", "chart-keys"],
+)
+def test_helm_lint_strict_refuses_a_mistyped_value_naming_its_path(
+    tmp_path: Path, values: str, refusals: list[str]
+) -> None:
+    """The chart's values.schema.json: a mistyped configuration key fails ``helm lint`` (and
+    ``helm install``) with its path, not pods that crash-loop on check-config."""
+    file = tmp_path / "values.yaml"
+    file.write_text(values, encoding="utf-8")
+    done = _helm("lint", "--strict", str(CHART), "-f", str(file))
+    assert done.returncode == 1, done.stdout + done.stderr
+    for refusal in refusals:
+        assert refusal in done.stdout, done.stdout
 
 
 def _validate(text: str) -> subprocess.CompletedProcess[str]:

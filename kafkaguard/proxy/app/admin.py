@@ -38,6 +38,7 @@ import contextlib
 import gzip
 import ipaddress
 import logging
+import os
 import socket
 import threading
 from collections import OrderedDict
@@ -57,6 +58,7 @@ from kafkaguard.proxy.app.metrics import (
 )
 from kafkaguard.proxy.config import AdminConfig, HostPort
 from kafkaguard.proxy.log_limit import RateLimitedLog
+from kafkaguard.proxy.net.listener import BindError
 
 log = logging.getLogger("kafkaguard.admin")
 _errors = RateLimitedLog(log)
@@ -181,11 +183,17 @@ class AdminServer:
                 config.bind_host,
             )
         ipv6 = ":" in config.bind_host  # "::" takes IPv4 too, as Linux binds it by default
-        sock = socket.create_server(
-            (config.bind_host, config.port),
-            family=socket.AF_INET6 if ipv6 else socket.AF_INET,
-            dualstack_ipv6=ipv6 and socket.has_dualstack_ipv6(),
-        )
+        try:
+            sock = socket.create_server(
+                (config.bind_host, config.port),
+                family=socket.AF_INET6 if ipv6 else socket.AF_INET,
+                dualstack_ipv6=ipv6 and socket.has_dualstack_ipv6(),
+            )
+        except OSError as exc:
+            # create_server's message repeats the address as a tuple: the kernel's words only
+            why = f"[Errno {exc.errno}] {os.strerror(exc.errno)}" if exc.errno else str(exc)
+            where = HostPort(config.bind_host, config.port)
+            raise BindError(exc.errno, f"the admin listener cannot bind {where}: {why}") from exc
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         self._loop = asyncio.new_event_loop()

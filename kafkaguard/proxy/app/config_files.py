@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kafkaguard.certs.tls import TlsError, build_client_context, build_server_context
-from kafkaguard.config_tree import ConfigError, ConfigSection
+from kafkaguard.config_tree import ConfigError, ConfigSection, report
 from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.policy.stores.file import read_acl_file
 from kafkaguard.proxy.config import ProxyConfig
@@ -26,7 +26,8 @@ from kafkaguard.proxy.sasl.scram import CredentialFormatError
 
 def check_files(config: ProxyConfig) -> None:
     """Raise :class:`ConfigError` (``file:line key: what``) for the first referenced file that
-    ``run`` would refuse."""
+    ``run`` would refuse; under :func:`~kafkaguard.config_tree.collecting`, record one for
+    each."""
     root = config.section
     if root is None:  # built in code: no file to point at
         return
@@ -36,7 +37,7 @@ def check_files(config: ProxyConfig) -> None:
                 build_server_context(listener.ssl)
             except TlsError as exc:
                 key = "ca_file" if str(exc).startswith("cannot load CA file") else "cert_file"
-                raise section.section("ssl").error(key, str(exc)) from None
+                report(section.section("ssl").error(key, str(exc)))
         if listener.sasl is not None:
             _check_sasl(section.section("sasl"), listener.sasl)
     upstream_tls = config.upstream.ssl
@@ -45,13 +46,13 @@ def check_files(config: ProxyConfig) -> None:
             build_client_context(upstream_tls)
         except TlsError as exc:
             key = "ca_file" if upstream_tls.cert_file is None else "cert_file"
-            raise root.section("upstream").section("ssl").error(key, str(exc)) from None
+            report(root.section("upstream").section("ssl").error(key, str(exc)))
     store = config.policy.acl_store
     if store.type == "file" and store.path is not None:
         try:
             read_acl_file(store.path)
         except AclStoreError as exc:
-            raise root.section("acl_store").error("path", str(exc)) from None
+            report(root.section("acl_store").error("path", str(exc)))
 
 
 def check_store_topics(config: ProxyConfig, timeout_s: float = 5.0) -> list[str]:
@@ -82,7 +83,7 @@ def _check_sasl(section: ConfigSection, sasl: SaslListenerConfig) -> None:
         try:
             read_users_file(sasl.credentials_file)
         except (CredentialFormatError, OSError) as exc:
-            raise section.error("credentials_file", str(exc)) from None
+            report(section.error("credentials_file", str(exc)))
     oauth = sasl.oauthbearer
     if oauth is None:
         return
@@ -91,14 +92,14 @@ def _check_sasl(section: ConfigSection, sasl: SaslListenerConfig) -> None:
         try:
             parse_jwks(Path(oauth.jwks_file).read_bytes(), str(oauth.jwks_file))
         except OSError as exc:
-            raise oauth_section.error("jwks_file", f"{oauth.jwks_file}: {exc.strerror}") from None
+            report(oauth_section.error("jwks_file", f"{oauth.jwks_file}: {exc.strerror}"))
         except KeyLoadError as exc:
-            raise oauth_section.error("jwks_file", str(exc)) from None
+            report(oauth_section.error("jwks_file", str(exc)))
     for pem in oauth.public_key_files:
         try:
             load_pem_key(pem)
         except KeyLoadError as exc:
-            raise oauth_section.error("public_key_files", str(exc)) from None
+            report(oauth_section.error("public_key_files", str(exc)))
 
 
 __all__ = ["ConfigError", "check_files", "check_store_topics"]

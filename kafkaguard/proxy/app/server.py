@@ -45,14 +45,19 @@ from kafkaguard.proxy.config import (
     UpstreamConfig,
     load_config,
 )
+from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.net.cluster import UpstreamCluster
-from kafkaguard.proxy.net.listener import ListenerRuntime
+from kafkaguard.proxy.net.listener import BindError, ListenerRuntime
 from kafkaguard.proxy.sasl.client import read_password
 from kafkaguard.proxy.sasl.executor import executor_for
 
 log = logging.getLogger("kafkaguard.proxy")
 
 _LISTENER_READY_TIMEOUT_S: Final = 30.0
+PROBE_WARNING_INTERVAL_S: Final = 10.0
+"""While the upstream is unreachable at start, one warning per cause per this many seconds,
+the next saying how many similar ones it stands for (a probe a second would print a screen of
+identical lines before giving up)."""
 """A reload waits this long for the authorizer to be ready for an added listener."""
 
 
@@ -190,17 +195,25 @@ class ProxyServer:
     async def start(self, probe_attempts: int = 30) -> None:
         if self.admin is not None:  # first: /healthz and /readyz answer during start-up too
             self.admin.start()
+        warnings = RateLimitedLog(log, PROBE_WARNING_INTERVAL_S)
         for attempt in range(1, probe_attempts + 1):
             try:
                 server = await self.cluster.probe()
-                log.info("upstream %s answered the version probe", server)
+                log.info("upstream %s answered the version probe (attempt %d)", server, attempt)
                 if self.admin is not None:  # readiness: checked again at intervals from now
                     self.admin.watch_upstream()
                 break
             except OSError as exc:
                 if attempt == probe_attempts:
                     raise
-                log.warning("upstream not reachable yet (attempt %d): %s", attempt, exc)
+                warnings.log(
+                    ("upstream-unreachable", str(exc)),
+                    logging.WARNING,
+                    "upstream not reachable yet (attempt %d of %d): %s",
+                    attempt,
+                    probe_attempts,
+                    exc,
+                )
                 await asyncio.sleep(1.0)
         # KIP-504: a listener accepts connections only once its authorizer is ready for it.
         ready = self.authorizer.start([ls.config.name for ls in self.listeners])
@@ -333,9 +346,8 @@ class ProxyServer:
                 await runtime.close()
             if not isinstance(exc, Exception):
                 raise
-            raise RuntimeError(
-                f"listener {listener.name} on {listener.bind_host}:{listener.port}: {exc}"
-            ) from exc
+            where = f"listener {listener.name} on {listener.bind_host}:{listener.port}: "
+            raise RuntimeError(f"{'' if isinstance(exc, BindError) else where}{exc}") from exc
         return runtime
 
     async def _authorizer_ready(self, listeners: list[str]) -> None:

@@ -47,7 +47,7 @@ from typing import Any
 
 from kafkaguard.certs.tls import ServerTls
 from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
-from kafkaguard.proxy.config import LimitsConfig, ListenerConfig, canonical_ip
+from kafkaguard.proxy.config import HostPort, LimitsConfig, ListenerConfig, canonical_ip
 from kafkaguard.proxy.core.commands import CloseCause
 from kafkaguard.proxy.core.limits import ConnectionQuotas, sweep_interval
 from kafkaguard.proxy.core.stats import ListenerStats
@@ -90,6 +90,14 @@ _REFUSAL_DETAIL = {
         "after {throttle_ms} ms"
     ),
 }
+
+
+class BindError(OSError):
+    """A port a listener needs cannot be bound: the message names the listener, the address
+    and the port, which the kernel's ``[Errno 98] Address already in use`` does not."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class NodePortUnavailable(RuntimeError):
@@ -211,7 +219,8 @@ class ListenerRuntime:
             self.config.advertised_host,
         )
 
-    def _bind(self, port: int) -> socket.socket:
+    def _bind(self, port: int, what: str = "bootstrap port") -> socket.socket:
+        """A listening socket on ``port`` (``what``: the port's part, for the error)."""
         family = socket.AF_INET6 if ":" in self.config.bind_host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -221,9 +230,12 @@ class ListenerRuntime:
             sock.bind((self.config.bind_host, port))
             sock.listen(1024)
             sock.setblocking(False)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            where = HostPort(self.config.bind_host, port)
+            raise BindError(
+                exc.errno, f"listener {self.config.name} cannot bind {where} ({what}): {exc}"
+            ) from exc
         return sock
 
     def _serve(self, sock: socket.socket, node_id: int | None) -> None:
@@ -659,11 +671,9 @@ class ListenerRuntime:
                 f"listener {self.config.name} has no proxy port for upstream node {node_id}"
             )
         try:
-            sock = self._bind(port)
-        except OSError as exc:
-            raise NodePortUnavailable(
-                f"listener {self.config.name} cannot bind port {port} for node {node_id}: {exc}"
-            ) from exc
+            sock = self._bind(port, f"node {node_id}'s port")
+        except BindError as exc:
+            raise NodePortUnavailable(str(exc)) from exc
         self._node_ports[node_id] = port
         log.info(
             "listener %s serves upstream node %d on %s:%d",

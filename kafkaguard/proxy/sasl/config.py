@@ -200,7 +200,9 @@ def _parse_oauth(section: ConfigSection) -> OAuthBearerConfig:
     if jwks is not None and url is not None:
         raise section.error("jwks_endpoint_url", "is exclusive with jwks_file")
     if url is not None and not url.lower().startswith("https://"):
-        raise section.error("jwks_endpoint_url", "must be an https:// URL (or use jwks_file)")
+        raise section.error(
+            "jwks_endpoint_url", f"must be an https:// URL (or use jwks_file), got {url!r}"
+        )
     ca_file = section.get_str("jwks_endpoint_ca_file", None)
     if ca_file is not None and url is None:
         raise section.error("jwks_endpoint_ca_file", "is only for jwks_endpoint_url")
@@ -223,7 +225,9 @@ def _parse_oauth(section: ConfigSection) -> OAuthBearerConfig:
     if audience is not None and not (
         isinstance(audience, list) and all(isinstance(a, str) for a in audience)
     ):
-        raise section.error("expected_audience", "must be a string or a list of strings")
+        raise section.error(
+            "expected_audience", f"must be a string or a list of strings, got {audience!r}"
+        )
     config = OAuthBearerConfig(
         jwks_file=_path(section, "jwks_file", jwks) if jwks else None,
         jwks_endpoint_url=url,

@@ -307,7 +307,8 @@ def test_a_configuration_that_does_not_load_is_reported_as_json_when_it_asks_for
     document = json.loads(line)
     assert document["level"] == "ERROR" and document["logger"] == "kafkaguard"
     assert document["message"] == (
-        f"kafkaguard: configuration error: {config}:5 listeners[0].port: must be a TCP port"
+        f"kafkaguard: configuration error: {config}:5 listeners[0].port: must be a TCP port "
+        "from 1 to 65535, got 70000"
     )
     assert captured.out == ""
 
