@@ -47,6 +47,13 @@ OPTIONAL_NOTE: Final = (
 )
 
 
+def _page(source: str, title: str, intro: str, body: list[str]) -> str:
+    """A generated page: the note saying where it comes from, its title, its introduction
+    (a paragraph of Markdown) and its body lines."""
+    head = [GENERATED.format(source=source), f"# {title}", "", intro.strip("\n"), ""]
+    return "\n".join([*head, *body, ""])
+
+
 def _cell(value: object) -> str:
     """A Markdown table cell: ``|`` escaped, one line."""
     return " ".join(str(value).split()).replace("|", "\\|")
@@ -96,26 +103,23 @@ def _config_rows(schema: dict[str, Any], prefix: str) -> Iterator[str]:
             )
 
 
+CONFIGURATION_INTRO: Final = """
+Every key the configuration loaders read, as `kafkaguard config-schema` finds them: its
+type, the range or choices it accepts and its default. What each key means is in
+[config.example.yaml](config-example.md), which comments every one; `kafkaguard
+check-config` remains the authority on combinations of keys and on values (addresses,
+files). A section marked *section* refuses keys it does not know.
+"""
+
+
 def configuration_page() -> str:
     from kafkaguard.cli.config_schema import config_schema  # the exploration is slow-ish
 
-    schema = config_schema()
-    lines = [
-        GENERATED.format(source="kafkaguard/cli/config_schema.py"),
-        "# Configuration reference",
-        "",
-        "Every key the configuration loaders read, as `kafkaguard config-schema` finds them: its",
-        "type, the range or choices it accepts and its default. What each key means is in",
-        "[config.example.yaml](config-example.md), which comments every one; `kafkaguard",
-        "check-config` remains the authority on combinations of keys and on values (addresses,",
-        "files). A section marked *section* refuses keys it does not know.",
-        "",
-        "| key | type | range | default |",
-        "| --- | --- | --- | --- |",
-        *_config_rows(schema, ""),
-        "",
-    ]
-    return "\n".join(lines)
+    rows = ["| key | type | range | default |", "| --- | --- | --- | --- |"]
+    rows += _config_rows(config_schema(), "")
+    return _page(
+        "kafkaguard/cli/config_schema.py", "Configuration reference", CONFIGURATION_INTRO, rows
+    )
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -174,19 +178,16 @@ def _parser_section(parser: argparse.ArgumentParser, depth: int) -> Iterator[str
         yield from _parser_section(child, min(depth + 1, 4))
 
 
+CLI_INTRO: Final = """
+Every `kafkaguard` command, sub-command and option, with the help text `--help` prints.
+"""
+
+
 def cli_page() -> str:
     from kafkaguard.cli import build_parser
 
     parser = build_parser()
-    lines = [
-        GENERATED.format(source="the argparse parsers of kafkaguard/cli/__init__.py"),
-        "# Command line reference",
-        "",
-        "Every `kafkaguard` command, sub-command and option, with the help text `--help` prints.",
-        "",
-    ]
-    if parser.description:
-        lines += ["```text", parser.description.strip("\n"), "```", ""]
+    lines = ["```text", (parser.description or "").strip("\n"), "```", ""]
     lines += ["| command | what it does |", "| --- | --- |"]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -195,7 +196,8 @@ def cli_page() -> str:
     lines.append("")
     for _, child in _subcommands(parser):
         lines += _parser_section(child, 2)
-    return "\n".join(lines)
+    source = "the argparse parsers of kafkaguard/cli/__init__.py"
+    return _page(source, "Command line reference", CLI_INTRO, lines[:-1])
 
 
 # -- metrics --------------------------------------------------------------------------------
@@ -234,22 +236,19 @@ def _exposed(family: Metric) -> str:
     return family.name + {"counter": "_total", "info": "_info"}.get(family.type, "")
 
 
+METRICS_INTRO: Final = """
+What `/metrics` on the admin listener (`admin:`) serves, in Prometheus' text format:
+every family of kafkaguard's collector, its type, labels and help text. Beside them,
+prometheus-client's process collector adds `process_*` (CPU seconds, resident memory,
+open file descriptors). With `workers: N`, worker i serves `admin.port + i`: scrape
+each and sum across them.
+"""
+
+
 def metrics_page() -> str:
     base = {f.name: _labels(f) for f in _families(METRICS_CONFIG, every=False)}
     full = {**METRICS_CONFIG, "metrics": {"per_principal": True}}
-    lines = [
-        GENERATED.format(source="kafkaguard/proxy/app/metrics.py"),
-        "# Metrics reference",
-        "",
-        "What `/metrics` on the admin listener (`admin:`) serves, in Prometheus' text format:",
-        "every family of kafkaguard's collector, its type, labels and help text. Beside them,",
-        "prometheus-client's process collector adds `process_*` (CPU seconds, resident memory,",
-        "open file descriptors). With `workers: N`, worker i serves `admin.port + i`: scrape",
-        "each and sum across them.",
-        "",
-        "| metric | type | labels | help |",
-        "| --- | --- | --- | --- |",
-    ]
+    rows = ["| metric | type | labels | help |", "| --- | --- | --- | --- |"]
     for family in _families(full, every=True):
         known = base.get(family.name)
         labels = ", ".join(
@@ -257,12 +256,12 @@ def metrics_page() -> str:
             for label in _labels(family)
         )
         mark = "†" if known is None else ""
-        lines.append(
+        rows.append(
             f"| `{_exposed(family)}`{mark} | {family.type} | {labels} "
             f"| {_cell(family.documentation)} |"
         )
-    lines += ["", OPTIONAL_NOTE, ""]
-    return "\n".join(lines)
+    rows += ["", OPTIONAL_NOTE]
+    return _page("kafkaguard/proxy/app/metrics.py", "Metrics reference", METRICS_INTRO, rows)
 
 
 PAGES: Final[dict[str, Callable[[], str]]] = {
