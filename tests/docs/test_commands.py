@@ -124,6 +124,26 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
             demo.communicate()
 
 
+def test_the_acl_commands_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/acls.md's first lines: add, remove (the ACL on the topic) and list, on a file
+    store, leave the group's ACL."""
+    config = docs.file_store_config(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (block, *_) = docs.blocks(
+        "acls.md", "# Managing ACLs: stores, fleets, `acls apply` and `explain`", "sh"
+    )
+    lines = [shlex.split(line) for line in block.replace("\\\n", " ").strip().splitlines()]
+    assert [words[:4] for words in lines] == [["kafkaguard", "acls", "--config", "config.yaml"]] * 3
+    for words in lines:
+        assert main(words[1:]) == 0, words
+    capsys.readouterr()
+    assert main(["acls", "--config", str(config), "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "name=orders-readers" in listed and "name=orders," not in listed
+
+
 def _service() -> configparser.SectionProxy:
     parser = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
     parser.optionxform = str  # type: ignore[assignment,method-assign]

@@ -31,14 +31,7 @@ def _explain(config: Path, principal: str, operation: str, *resource: str) -> in
 def test_the_fixes_grant_what_they_say(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n"
-        "listeners: [{name: PLAINTEXT, port: 9092}]\n"
-        "acl_store: {type: file, path: acls.yaml}\n",
-        encoding="utf-8",
-    )
-    (tmp_path / "acls.yaml").write_text("acls: []\n", encoding="utf-8")
+    config = docs.file_store_config(tmp_path)
     monkeypatch.chdir(tmp_path)  # the page's commands name config.yaml
     for fixed in FIXED:
         assert _explain(config, *fixed) == 1, fixed  # denied before

@@ -66,3 +66,17 @@ def commands(name: str, heading: str, program: str) -> list[list[str]]:
 def deploying_commands(program: str) -> list[list[str]]:
     """The commands of docs/deploying.md (the page tests/deploy/ runs) that run ``program``."""
     return commands("deploying.md", "# Deploying", program)
+
+
+def file_store_config(directory: Path) -> Path:
+    """``directory/config.yaml``, the name the pages' commands use, with an empty file store
+    (``acls.yaml``) beside it: where the documented ``kafkaguard acls`` lines can run."""
+    config = directory / "config.yaml"
+    config.write_text(
+        "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n"
+        "listeners: [{name: PLAINTEXT, port: 9092}]\n"
+        "acl_store: {type: file, path: acls.yaml}\n",
+        encoding="utf-8",
+    )
+    (directory / "acls.yaml").write_text("acls: []\n", encoding="utf-8")
+    return config
