@@ -1,7 +1,7 @@
 """``kafkaguard config-schema``: the JSON Schema is derived from the loaders (a key a loader
 reads is in it, with no second list), accepts config.example.yaml (its commented listener
-examples too), the README's snippets and the Helm chart's configuration, and refuses a
-misspelt key where check-config would."""
+examples too), the documentation's configuration snippets and the Helm chart's configuration,
+and refuses a misspelt key where check-config would."""
 
 from __future__ import annotations
 
@@ -59,8 +59,14 @@ def test_the_example_validates(validator: jsonschema.Draft202012Validator) -> No
 
 
 def _readme_snippets() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)
+    """Every configuration snippet of the README and the documentation's pages."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [
+        snippet
+        for path in pages
+        for snippet in re.findall(r"```yaml\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+        if re.match(r"(upstream|listeners|acl_store|audit|authorizer|admin|enforcement):", snippet)
+    ]
 
 
 def test_the_readme_snippets_validate(validator: jsonschema.Draft202012Validator) -> None:

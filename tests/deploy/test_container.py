@@ -30,8 +30,8 @@ from confluent_kafka import Consumer, KafkaError, Producer
 
 from kafkaguard.tansu import TansuBroker, free_base, free_port
 from tests.support import debian
+from tests.support.docs import deploying_commands
 from tests.support.proxy_fixture import TANSU_NODE_ID
-from tests.support.readme import deploying_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "deploy" / "container" / "Containerfile"
@@ -102,7 +102,7 @@ def _wheels(directory: Path) -> Path:
 def _build(buildah: list[str], *args: str, context: Path) -> None:
     done = subprocess.run(
         [*buildah, "bud", "--isolation", "chroot", *args, str(context)],
-        cwd=context,  # relative paths in args (README's -f) are the context's
+        cwd=context,  # relative paths in args (docs/deploying.md's -f) are the context's
         capture_output=True,
         text=True,
         timeout=900,
@@ -130,7 +130,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
     _build(buildah, "-t", "localhost/kafkaguard-base:test", context=base)
     wheels = _wheels(work / "wheels")
     name = "localhost/kafkaguard:test"
-    # README's "Deploying" build line as written, plus what this machine needs: the Debian
+    # docs/deploying.md's build line as written, plus what this machine needs: the Debian
     # base, and the wheels instead of an index.
     documented = next(c for c in deploying_commands("buildah") if "--target" not in c)
     assert documented[:2] == ["buildah", "bud"] and documented[-1] == "."
@@ -182,7 +182,7 @@ def test_the_image_runs_as_operators_expect(image: Image) -> None:
     labels = config["Labels"]
     assert labels["org.opencontainers.image.version"] == "0.1.0"  # type: ignore[index]
     assert "org.opencontainers.image.source" in labels  # type: ignore[operator]
-    print(f"image size: {image.size}")  # recorded in the test log (README, "Deploying")
+    print(f"image size: {image.size}")  # recorded in the test log (docs/deploying.md)
 
 
 @pytest.mark.integration

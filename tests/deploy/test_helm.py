@@ -21,7 +21,7 @@ import yaml
 from kafkaguard.cli import build_parser, main
 from kafkaguard.proxy.config import ProxyConfig, load_config
 from tests.support import kubernetes
-from tests.support.readme import deploying_commands
+from tests.support.docs import deploying_commands
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "kafkaguard"
 KUBE_VERSION = "1.30.0"
@@ -268,7 +268,7 @@ def test_check_config_accepts_the_default_configmap(tmp_path: Path) -> None:
 
 
 def test_the_readmes_helm_commands_run(tmp_path: Path) -> None:
-    """README's "Deploying" helm lines, as written (``helm install`` needs a cluster)."""
+    """docs/deploying.md's helm lines, as written (``helm install`` needs a cluster)."""
     commands = {c[1]: c for c in deploying_commands("helm")}
     assert set(commands) == {"lint", "template", "install"}
     root = CHART.parents[2]

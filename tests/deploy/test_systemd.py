@@ -15,7 +15,7 @@ import pytest
 from kafkaguard.cli import build_parser
 from kafkaguard.proxy.config import ProxyConfig
 from tests.support import debian
-from tests.support.readme import deploying_commands
+from tests.support.docs import deploying_commands
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 UNIT = DEPLOY / "kafkaguard.service"
@@ -44,7 +44,7 @@ def _here(tmp_path: Path) -> Path:
 
 
 def test_systemd_analyze_verifies_the_unit(tmp_path: Path) -> None:
-    """README's "Deploying" command, on this environment's copy of the unit."""
+    """docs/deploying.md's command, on this environment's copy of the unit."""
     tool = debian.require("systemd-analyze", "systemd")
     (command,) = [c for c in deploying_commands("systemd-analyze") if c[1] == "verify"]
     installed = f"/etc/systemd/system/{UNIT.name}"

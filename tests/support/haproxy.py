@@ -2,9 +2,10 @@
 
 :class:`HAProxy` gives each target (a kafkaguard port) a frontend on a free loopback port of
 its own, whose server line sends the PROXY protocol (``send-proxy-v2``, or ``send-proxy``
-for v1) — the set-up of the README's "Behind a load balancer". It runs ``haproxy -db`` (in
-the foreground) with its configuration in a temporary directory, is ready once its stats
-socket answers (every listener is bound by then), and is stopped by its own pid.
+for v1) — the set-up of docs/listeners.md's "Behind a load balancer". It runs
+``haproxy -db`` (in the foreground) with its configuration in a temporary directory, is
+ready once its stats socket answers (every listener is bound by then), and is stopped by its
+own pid.
 :func:`require` finds the binary or skips the calling test (fails it in CI).
 """
 

@@ -68,6 +68,7 @@ from kafkaguard.proxy.edge.proxy_protocol import (
 )
 from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.tansu import TansuBroker
+from tests.support import docs
 from tests.support.haproxy import HAProxy
 from tests.support.haproxy import require as require_haproxy
 from tests.support.proxy_fixture import (
@@ -901,9 +902,8 @@ def test_example_config_keys() -> None:
 
 
 def _readme_section() -> list[tuple[str, str]]:
-    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## Behind a load balancer\n")
-    section = readme[start : readme.index("\n## ", start + 1)]
+    """docs/listeners.md's "Behind a load balancer" blocks (with its SNI routing part)."""
+    section = docs.section("listeners.md", "## Behind a load balancer")
     return re.findall(r"```(\w*)\n(.*?)```", section, re.DOTALL)
 
 
@@ -924,7 +924,7 @@ def test_readme_listener_snippets_are_valid() -> None:
 
 
 def test_readme_haproxy_snippet_is_valid(tmp_path: Path) -> None:
-    """``haproxy -c``: the README's configuration is one HAProxy accepts."""
+    """``haproxy -c``: the documented configuration is one HAProxy accepts."""
     binary = require_haproxy()
     (text,) = [body for kind, body in _readme_section() if kind == ""]
     assert "send-proxy-v2" in text and "mode tcp" in text

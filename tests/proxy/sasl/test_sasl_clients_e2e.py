@@ -247,7 +247,7 @@ def test_aiokafka_principal_reaches_the_authorizer(sasl_setup: SaslSetup, mechan
         asyncio.run(produce("bob"))
 
 
-# -- kcat (the README's example) -------------------------------------------------------------
+# -- kcat (docs/listeners.md's example) ------------------------------------------------------------
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
