@@ -60,6 +60,8 @@ from kafkaguard.proxy.sasl.client import (
 API_VERSIONS: Final = 18
 DESCRIBE_ACLS: Final = 29
 METADATA: Final = 3
+_NAMES: Final = {API_VERSIONS: "ApiVersions", DESCRIBE_ACLS: "DescribeAcls", METADATA: "Metadata"}
+"""Kafka's names of the requests sent here (``ApiKeys``), for messages."""
 _ANY: Final = 1
 """The ANY code of ResourceTypeFilter, PatternTypeFilter, Operation and PermissionType."""
 TIMEOUT_S: Final = 30.0
@@ -77,14 +79,14 @@ class WireAdminError(AclStoreError):
 
 def _servers(text: str) -> tuple[HostPort, ...]:
     """``host:port[,host:port]`` (IPv6 hosts in brackets)."""
+    if not text.strip():
+        raise WireAdminError("no bootstrap server given")
     out = []
     for item in (s.strip() for s in text.split(",")):
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise WireAdminError(f"bootstrap server {item!r} is not host:port")
         out.append(HostPort(host.strip("[]"), int(port)))
-    if not out or not text.strip():
-        raise WireAdminError("no bootstrap server given")
     return tuple(out)
 
 
@@ -151,7 +153,7 @@ class WireConnection:
                 )
             except (OSError, TimeoutError, ProtocolError) as exc:
                 last = exc
-        name = codec.API_NAMES.get(api_key, str(api_key))
+        name = _NAMES[api_key]
         where = ",".join(map(str, self.servers))
         raise WireAdminError(f"{name} at {where} as {self.principal}: no answer ({last})")
 
@@ -179,7 +181,7 @@ class WireConnection:
             broker = versions.get(api_key, range(0))
             common = [v for v in wanted if v in broker and v in codec.codec_versions(api_key)]
             if not common:
-                name = codec.API_NAMES.get(api_key, str(api_key))
+                name = _NAMES[api_key]
                 raise WireAdminError(f"{server} answers no {name} version this tool sends")
             version = common[-1]
             schema = codec.request_schema(api_key, version)
