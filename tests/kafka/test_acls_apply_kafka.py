@@ -68,5 +68,6 @@ def test_apply_as_the_super_user_reads_what_kafka_holds(
             "spec: {authorization: {type: simple, acls: []}}\n"
         )
         main(["acls", "apply", "-f", str(users), *admin, "--prune"])
+    assert "- " + '{"principal": "User:issue38"' in capsys.readouterr().out
     assert main(["acls", "--list", *admin, "--principal", "User:issue38"]) == 0
     assert "issue38-orders" not in capsys.readouterr().out
