@@ -11,22 +11,10 @@ import pytest
 from kafkaguard.cli import main
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
-from tests.support.kafka_broker import REFEREE_USERS, KafkaBroker
+from tests.support.kafka_broker import KafkaBroker, referee_command_config
 from tests.support.policy import acl
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
-
-
-def properties(tmp_path: Path, user: str) -> Path:
-    """kafka-acls.sh's ``--command-config`` for a referee user (SASL/PLAIN, JAAS)."""
-    path = tmp_path / f"{user}.properties"
-    path.write_text(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
-        f'username="{user}" password="{REFEREE_USERS[user]}";\n',
-        encoding="utf-8",
-    )
-    return path
 
 
 def test_apply_as_a_principal_kafka_refuses_exits_1_naming_the_code(
@@ -35,7 +23,7 @@ def test_apply_as_a_principal_kafka_refuses_exits_1_naming_the_code(
     desired = tmp_path / "acls.yaml"
     desired.write_text(format_acl_text([acl("User:carol", AclOperation.READ, name="t")]))
     server = ("--bootstrap-server", kafka_referee.bootstrap)
-    carol = ("--command-config", str(properties(tmp_path, "carol")))
+    carol = ("--command-config", str(referee_command_config(tmp_path, "carol")))
     code = main(["acls", "apply", "-f", str(desired), *server, *carol, "--dry-run"])
     captured = capsys.readouterr()
     assert code == 1, captured.out
@@ -52,8 +40,8 @@ def test_apply_as_the_super_user_reads_what_kafka_holds(
     grant = acl("User:issue38", AclOperation.WRITE, name="issue38-orders")
     desired = tmp_path / "acls.yaml"
     desired.write_text(format_acl_text([grant]))
-    admin = ("--bootstrap-server", kafka_referee.bootstrap)
-    admin += ("--command-config", str(properties(tmp_path, "admin")))
+    config = referee_command_config(tmp_path, "admin")
+    admin = ("--bootstrap-server", kafka_referee.bootstrap, "--command-config", str(config))
     try:
         assert main(["acls", "apply", "-f", str(desired), *admin]) == 0
         capsys.readouterr()

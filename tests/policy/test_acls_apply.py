@@ -267,14 +267,13 @@ def test_apply_to_zookeeper_twice(zookeeper: ZooKeeperServer, chroot: str, users
     assert sum(line.count("principal=User:") for line in listed) == len(DESIRED)
 
 
-@pytest.fixture
-def admin_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
-    """A proxy whose PLAINTEXT clients are super users (they may Create/DeleteAcls), its ACLs
-    in a file store."""
-    store = tmp_path / "proxy-acls.yaml"
-    store.write_text(format_acl_text([OTHER]), encoding="utf-8")
+def file_store_proxy(
+    tansu: TansuBroker, store: Path, acls: list[AclBinding], super_users: frozenset[str]
+) -> RunningProxy:
+    """A proxy in front of Tansu enforcing ``acls``, kept in the file store ``store``."""
+    store.write_text(format_acl_text(acls), encoding="utf-8")
     policy = PolicyConfig(
-        authorizer=AuthorizerConfig(super_users=frozenset({"User:ANONYMOUS"})),
+        authorizer=AuthorizerConfig(super_users=super_users),
         acl_store=AclStoreConfig(type="file", path=store),
     )
     running = start_proxy_thread(
@@ -285,6 +284,16 @@ def admin_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
         )
     )
     running.acl_file = store
+    return running
+
+
+@pytest.fixture
+def admin_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
+    """A proxy whose PLAINTEXT clients are super users (they may Create/DeleteAcls), its ACLs
+    in a file store."""
+    running = file_store_proxy(
+        tansu, tmp_path / "proxy-acls.yaml", [OTHER], frozenset({"User:ANONYMOUS"})
+    )
     try:
         yield running
     finally:
@@ -345,19 +354,7 @@ def test_without_prune_the_acls_only_prune_would_remove_are_reported(
 def refusing_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
     """A proxy enforcing ACLs in which User:ANONYMOUS (its PLAINTEXT clients) may not
     DESCRIBE the cluster: DescribeAcls is answered 31 CLUSTER_AUTHORIZATION_FAILED."""
-    store = tmp_path / "proxy-acls.yaml"
-    store.write_text(format_acl_text([OTHER, *DESIRED]), encoding="utf-8")
-    policy = PolicyConfig(
-        authorizer=AuthorizerConfig(), acl_store=AclStoreConfig(type="file", path=store)
-    )
-    running = start_proxy_thread(
-        proxy_config(
-            tansu.address,
-            broker_ports=BrokerPorts(free_base([TANSU_NODE_ID]), {}),
-            policy=policy,
-        )
-    )
-    running.acl_file = store
+    running = file_store_proxy(tansu, tmp_path / "refusing.yaml", [OTHER, *DESIRED], frozenset())
     try:
         yield running
     finally:

@@ -30,13 +30,11 @@ from cryptography import x509
 
 from kafkaguard.certs.tls import UpstreamTlsConfig, build_client_context
 from kafkaguard.policy.model import (
-    AccessControlEntry,
-    AclBinding,
     AclOperation,
     AclPermissionType,
     PatternType,
-    ResourcePattern,
     ResourceType,
+    acl_binding,
 )
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot
 from kafkaguard.protocol import codec
@@ -256,18 +254,14 @@ async def describe_acls(settings: Mapping[str, Any], bootstrap: str | None = Non
         )
     try:
         return frozenset(
-            AclBinding(
-                ResourcePattern(
-                    ResourceType(int(resource.resource_type)),
-                    str(resource.resource_name),
-                    PatternType(int(resource.pattern_type)),
-                ),
-                AccessControlEntry(
-                    str(entry.principal),
-                    str(entry.host),
-                    AclOperation(int(entry.operation)),
-                    AclPermissionType(int(entry.permission_type)),
-                ),
+            acl_binding(
+                ResourceType(int(resource.resource_type)),
+                str(resource.resource_name),
+                str(entry.principal),
+                AclOperation(int(entry.operation)),
+                AclPermissionType(int(entry.permission_type)),
+                host=str(entry.host),
+                pattern_type=PatternType(int(resource.pattern_type)),
             )
             for resource in response.resources
             for entry in resource.acls
