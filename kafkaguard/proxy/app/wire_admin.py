@@ -37,6 +37,7 @@ from kafkaguard.policy.model import (
     acl_binding,
 )
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot
+from kafkaguard.policy.x500 import rfc2253
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.errors import ProtocolError
@@ -190,8 +191,8 @@ class WireConnection:
 
 
 def _tls(settings: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
-    """The TLS context of ``ssl.*`` settings, and the client certificate's subject (RFC 4514,
-    the order Java's ``X500Principal.getName()`` prints) when one is presented."""
+    """The TLS context of ``ssl.*`` settings, and the client certificate's subject as Java's
+    ``X500Principal.getName()`` prints it (the mTLS principal before mapping rules)."""
 
     def path(key: str) -> Path | None:
         value = settings.get(key)
@@ -210,7 +211,7 @@ def _tls(settings: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
     try:
         context = build_client_context(config)
         subject = (
-            x509.load_pem_x509_certificate(cert.read_bytes()).subject.rfc4514_string()
+            rfc2253(x509.load_pem_x509_certificate(cert.read_bytes()).subject)
             if cert is not None
             else None
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kafkaguard.certs import tooling
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.proxy.app import wire_admin
@@ -99,3 +100,23 @@ def test_settings_that_cannot_connect_are_named(given: dict[str, str], error: st
 def test_an_unreachable_server_is_an_error_not_an_empty_store() -> None:
     with pytest.raises(AclStoreError, match="DescribeAcls at 127.0.0.1:1 as User:ANONYMOUS"):
         asyncio.run(wire_admin.describe_acls({"bootstrap.servers": "127.0.0.1:1"}))
+
+
+def test_a_client_certificate_names_the_principal_as_kafka_does(tmp_path: Path) -> None:
+    tooling.init_ca(tmp_path)
+    issued = tooling.issue_client(tmp_path, common_name="carol", organization="Other")
+    connection = wire_admin.WireConnection.from_settings(
+        {
+            "bootstrap.servers": "127.0.0.1:1",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(tmp_path / tooling.CA_CERT),
+            "ssl.certificate.location": str(issued.cert_path),
+            "ssl.key.location": str(issued.key_path),
+        }
+    )
+    assert connection.principal == "User:CN=carol,O=Other"  # X500Principal.getName()
+    assert connection.ssl_context is not None and connection.ssl_context.check_hostname
+    with pytest.raises(AclStoreError, match="TLS settings"):
+        wire_admin.WireConnection.from_settings(
+            {"bootstrap.servers": "h:1", "security.protocol": "SSL", "ssl.ca.location": "/nope"}
+        )
