@@ -12,6 +12,7 @@ applies the result to one. Mistakes are :class:`UsageError` (exit code 2, like
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Collection, Mapping
 
 from kafkaguard.policy.model import (
@@ -55,7 +56,8 @@ STORES_HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = STORES_HELP
+    # `kafkaguard acls` prints it raw (RawDescriptionHelpFormatter): wrapped here, options whole
+    parser.epilog = textwrap.fill(STORES_HELP, 100, break_on_hyphens=False)
     parser.add_argument(
         "acls_command",
         metavar="command",
