@@ -14,7 +14,9 @@ Against ZooKeeper (issue 6) it edits Kafka's ``/kafka-acl`` znodes directly, wit
 conditional writes and change notifications as the proxies (which apply them within a second):
 ``--zookeeper-connect host:2181 [--zookeeper-chroot /kafka]`` or a ``--config`` whose
 ``acl_store.type`` is ``zookeeper``. --add/--remove/--list take exactly one of ``--config``,
-``--acl-file`` and ``--zookeeper-connect``.
+``--acl-file`` and ``--zookeeper-connect``; ``--list`` also takes ``--bootstrap-server`` (a
+running proxy's ACLs, read with the DescribeAcls reader :func:`run` is given: a refusal is an
+error, never an empty list).
 
 ``kafkaguard acls migrate --from file --to zookeeper`` (or back) copies every ACL of one store
 into the other (ACLs already there are kept). Each side is named by its own option
