@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -97,8 +97,8 @@ class WireConnection:
     ssl_context: ssl.SSLContext | None
     mechanism: str | None
     username: str
-    password: str
-    principal: str
+    password: str = field(repr=False)
+    principal: str = "User:ANONYMOUS"
     """The principal the cluster sees, as Kafka's DefaultKafkaPrincipalBuilder names it:
     ``User:<SASL user>``, ``User:<certificate subject>`` under mutual TLS, else
     ``User:ANONYMOUS`` (a proxy's principal mapping rules may rename it)."""
