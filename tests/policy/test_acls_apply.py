@@ -18,6 +18,7 @@ from kafkaguard.policy.stores.file import read_acl_file
 from kafkaguard.proxy.app import wire_admin
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.tansu import TansuBroker, free_base
+from tests.support.doc_sessions import assert_shown, sessions
 from tests.support.policy import CLUSTER, DENY, GROUP, PREFIXED, Op, acl
 from tests.support.proxy_fixture import (
     TANSU_NODE_ID,
@@ -388,3 +389,34 @@ def test_list_through_the_admin_api_reads_or_fails(
     code, _ = run("--add", "--bootstrap-server", admin_proxy.bootstrap, "--topic", "t",
                   "--allow-principal", "User:x")  # fmt: skip
     assert code == 2
+
+
+def test_the_docs_dry_run_session(
+    users: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/acl-tools.md's ``apply`` without ``--prune`` session, replayed."""
+    (session,) = sessions("acl-tools.md", "`acls apply` without `--prune`")
+    monkeypatch.chdir(tmp_path)
+    stale = acl(ORDERS_APP, Op.WRITE, name="orders")
+    Path("acls.yaml").write_text(format_acl_text([OTHER, stale, *DESIRED]), encoding="utf-8")
+    assert session.argv[0] == "acls"
+    code, out = run(*session.argv[1:])
+    assert code == session.exit_code
+    assert_shown(session, out)
+
+
+def test_the_docs_refusal_session(
+    refusing_proxy: RunningProxy,
+    users: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/acl-tools.md's refused ``apply --dry-run``, replayed against a proxy that refuses
+    User:ANONYMOUS DescribeAcls (the page's proxy:9092 is this proxy's address)."""
+    (session, *_) = sessions("acl-tools.md", "Reading a running proxy's ACLs")
+    monkeypatch.chdir(users.parent)
+    argv = [refusing_proxy.bootstrap if w == "proxy:9092" else w for w in session.argv[1:]]
+    code, out = run(*argv)
+    assert code == session.exit_code and changes(out) == [], out
+    err = capsys.readouterr().err.replace(refusing_proxy.bootstrap, "proxy:9092")
+    assert_shown(session, err.splitlines())

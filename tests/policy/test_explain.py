@@ -32,6 +32,7 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.tansu import TansuBroker
+from tests.support.doc_sessions import assert_shown, sessions
 from tests.support.policy import ALLOW, DENY, PREFIXED, TOPIC, Op, acl, authorizer, ctx
 from tests.support.proxy_fixture import StartEnforcingProxy, unique_name
 from tests.support.raw_client import RawKafkaClient, build_request, schema_module
@@ -394,6 +395,19 @@ def test_ask_upstream_decides_from_the_live_cluster(
     create_topic({"bootstrap.servers": str(tansu.address)}, present, partitions=1)
     assert main([*run_explain(config, "User:ANONYMOUS", "WRITE", "--topic", present), *ask]) == 0
     assert f"Topic:LITERAL:{present} exists (asked the upstream)" in capsys.readouterr().out
+
+
+def test_the_docs_explain_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/acl-tools.md's ``explain`` session, replayed (one listener, EXTERNAL)."""
+    (session,) = sessions("acl-tools.md", "`explain`")
+    config = write_config(tmp_path, [WRITE_NEW])
+    text = config.read_text(encoding="utf-8").replace("  - name: INTERNAL\n    port: 19998\n", "")
+    (tmp_path / "proxy.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(session.argv) == session.exit_code
+    assert_shown(session, capsys.readouterr().out.splitlines())
 
 
 def test_ask_upstream_that_does_not_answer_is_an_error(
