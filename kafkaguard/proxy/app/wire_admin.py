@@ -102,6 +102,14 @@ class WireConnection:
     """The principal the cluster sees, as Kafka's DefaultKafkaPrincipalBuilder names it:
     ``User:<SASL user>``, ``User:<certificate subject>`` under mutual TLS, else
     ``User:ANONYMOUS`` (a proxy's principal mapping rules may rename it)."""
+    from_certificate: bool = False
+
+    @property
+    def named(self) -> str:
+        """The principal as messages name it: a certificate's subject says that the
+        listener's ``ssl.principal.mapping.rules`` may make another name of it."""
+        note = " (the certificate's subject, before principal mapping rules)"
+        return self.principal + (note if self.from_certificate else "")
 
     @classmethod
     def from_settings(
@@ -127,7 +135,8 @@ class WireConnection:
             if not username:
                 raise WireAdminError(f"{protocol} needs sasl.username and sasl.password")
             principal = f"User:{username}"
-        return cls(servers, context, mechanism, username, password, principal)
+        from_certificate = principal != "User:ANONYMOUS" and mechanism is None
+        return cls(servers, context, mechanism, username, password, principal, from_certificate)
 
     def _sasl(self, versions: dict[int, range]) -> UpstreamSaslExchange | None:
         if self.mechanism is None:
@@ -154,7 +163,7 @@ class WireConnection:
                 last = exc
         name = _NAMES[api_key]
         where = ",".join(map(str, self.servers))
-        raise WireAdminError(f"{name} at {where} as {self.principal}: no answer ({last})")
+        raise WireAdminError(f"{name} at {where} as {self.named}: no answer ({last})")
 
     async def _ask_one(self, server: HostPort, api_key: int, wanted: range, build: Build) -> Any:
         reader, writer = await _open(server, self.ssl_context)
@@ -250,7 +259,7 @@ async def describe_acls(settings: Mapping[str, Any], bootstrap: str | None = Non
             else ""
         )
         raise WireAdminError(
-            f"DescribeAcls at {where} as {connection.principal} refused: "
+            f"DescribeAcls at {where} as {connection.named} refused: "
             f"{error.name.upper()} ({int(error.value)}){message}{need}"
         )
     try:
@@ -295,7 +304,7 @@ async def topic_exists(settings: Mapping[str, Any], topic: str) -> bool:
             if error == ErrorCode.unknown_topic_or_partition:
                 return False
             raise WireAdminError(
-                f"Metadata for topic {topic!r} as {connection.principal}: "
+                f"Metadata for topic {topic!r} as {connection.named}: "
                 f"{error.name.upper()} ({int(error.value)})"
             )
     raise WireAdminError(f"Metadata answered nothing for topic {topic!r}")
