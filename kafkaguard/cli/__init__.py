@@ -88,8 +88,9 @@ Exit status: 0 valid (warnings may be printed), 2 invalid.""",
     "explain": """\
 Tell why a principal may or may not perform an operation on a resource under the ACLs the
 configuration's store holds now, the way the proxy decides: the ACLs that matched, super
-users, allow_everyone_if_no_acl_found.
-Exit status: 0 allowed, 1 denied, 2 error.""",
+users, allow_everyone_if_no_acl_found, and the CREATE a topic that does not exist also needs
+(auto-creation). --ask-upstream asks the configuration's upstream whether the topic exists.
+Exit status: 0 allowed, 1 denied, 2 error, 3 allowed only if the topic exists (not asked).""",
     "analyze": """\
 Audit analytics on Spark (pip install 'kafkaguard[analytics]', Java 17 or newer): compact
 the audit trail into Parquet, report on it, propose least-privilege ACLs, find unused ACLs,
@@ -206,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain_parser = commands.add_parser(
         "explain",
         **_described("explain"),
-        help="why a request is allowed or denied (exit 0 allowed, 1 denied, 2 error)",
+        help="why a request is allowed or denied (exit 0 allowed, 1 denied, 2 error, 3 it "
+        "depends on whether the topic exists)",
     )
     explain.add_arguments(explain_parser)
     explain_parser.set_defaults(handler=explain.run)

@@ -1,5 +1,9 @@
 """``kafkaguard explain``: why the configured authorizer allows or denies one request, read
-from the same ACL store and settings the proxy would use."""
+from the same ACL store and settings the proxy would use, with every check Kafka makes for it:
+a topic that does not exist is auto-created only with CREATE
+(:func:`kafkaguard.policy.explain.auto_creation`). ``--ask-upstream`` asks the config's
+upstream, as the proxy reaches it, whether the topic exists; without it both outcomes are
+printed and, when they differ, the exit status is 3."""
 
 from __future__ import annotations
 
@@ -19,15 +23,22 @@ from kafkaguard.policy.authorizer import (
 )
 from kafkaguard.policy.config import build_authorizer
 from kafkaguard.policy.explain import (
+    AutoCreation,
     Explanation,
+    auto_creation,
+    auto_creation_json,
     decision_context,
     explain,
     explanation_json,
+    overall_result,
+    render_auto_creation,
     render_text,
 )
 from kafkaguard.policy.model import CLUSTER_NAME, AclOperation, ResourcePattern, ResourceType
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.proxy.app.server import audit_connection
+from kafkaguard.proxy.app.wire_admin import topic_exists
 from kafkaguard.proxy.config import (
     ListenerConfig,
     ProxyConfig,
@@ -65,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     resource.add_argument("--transactional-id")
     resource.add_argument("--delegation-token")
     resource.add_argument("--user")
+    parser.add_argument(
+        "--ask-upstream",
+        action="store_true",
+        help="ask the config's upstream cluster (its TLS and SASL settings) whether the topic "
+        "exists: a missing one is auto-created only with CREATE; without it both outcomes "
+        "are printed",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -95,8 +113,9 @@ def _explain_request(
 
 async def _explain_decision(
     config: ProxyConfig, listener: str, context: RequestContext, action: Action
-) -> Explanation:
-    """Load the authorizer and ACL store as ``kafkaguard run`` does, decide once, close."""
+) -> tuple[Explanation, AutoCreation | None]:
+    """Load the authorizer and ACL store as ``kafkaguard run`` does, decide (the request's
+    check, then the CREATE checks a missing topic adds), close."""
     authorizer = build_authorizer(config.policy)
     try:
         if not isinstance(authorizer, StandardAuthorizer):
@@ -104,27 +123,47 @@ async def _explain_decision(
             raise ValueError(f"explain needs kafkaguard's StandardAuthorizer, not {class_path}")
         ready = authorizer.start([listener])
         await asyncio.wait_for(ready[listener], _EXPLAIN_LOAD_TIMEOUT_S)
-        return explain(authorizer, context, action)
+        return explain(authorizer, context, action), auto_creation(authorizer, context, action)
     finally:
         await authorizer.close()
 
 
+def _exists(
+    config: ProxyConfig, args: argparse.Namespace, creation: AutoCreation | None
+) -> bool | None:
+    """Whether the topic exists, when asked to find out and it matters (else None)."""
+    if not args.ask_upstream or creation is None:
+        return None
+    return asyncio.run(topic_exists(audit_connection(config.upstream), creation.topic))
+
+
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 if the request would be allowed, 1 if denied, 2 on errors."""
+    """Exit 0 if the request would be allowed, 1 if denied, 3 if that depends on whether the
+    topic exists (not checked: no ``--ask-upstream``), 2 on errors."""
     try:
         config = load_config(args.config)
         listener, context, action = _explain_request(config, args)
-        explanation = asyncio.run(_explain_decision(config, listener.name, context, action))
+        explanation, creation = asyncio.run(
+            _explain_decision(config, listener.name, context, action)
+        )
+        exists = _exists(config, args, creation)
     except (ConfigError, ValueError, AclStoreError, OSError, TimeoutError) as exc:
         print(f"kafkaguard explain: {exc}", file=sys.stderr)  # noqa: T201
         return 2
+    result = overall_result(explanation, creation, exists)
     enforcement = config.listener_enforcement(listener)
     if args.json:
         document = explanation_json(explanation, context, action)
         document["listener_enforcement"] = enforcement
+        document["auto_creation"] = auto_creation_json(creation, exists)
+        document["overall_result"] = "UNDECIDED" if result is None else result.value
         print(json.dumps(document, indent=2))  # noqa: T201
     else:
-        for line in render_text(explanation, context, action, config.policy.authorizer):
+        authorizer_config = config.policy.authorizer
+        lines = render_text(explanation, context, action, authorizer_config)
+        if creation is not None and explanation.result is AuthorizationResult.ALLOWED:
+            lines += render_auto_creation(creation, exists, context, authorizer_config)
+        for line in lines:
             print(line)  # noqa: T201
         if args.host is None:
             print(  # noqa: T201
@@ -135,4 +174,6 @@ def run(args: argparse.Namespace) -> int:
                 f"Listener {listener.name} is in log_only mode: the proxy forwards the request "
                 "even when denied (audited with would_deny)"
             )
-    return 0 if explanation.result is AuthorizationResult.ALLOWED else 1
+    if result is None:
+        return 3
+    return 0 if result is AuthorizationResult.ALLOWED else 1

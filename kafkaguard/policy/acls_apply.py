@@ -10,9 +10,11 @@ other kinds are skipped with a note). Each ``KafkaUser`` names its principal: ``
 ``authorization`` has none.
 
 The command reads the store, prints the difference in the ACL file's one-line notation (``+``
-added, ``-`` removed), then applies it unless ``--dry-run``. Without ``--prune`` it only adds;
-with it, it also removes the ACLs of the principals the file names that the file does not
-hold; other principals' ACLs are never touched. Applying the same file again changes and
+added, ``-`` removed), then applies it unless ``--dry-run``. Without ``--prune`` it only adds,
+and says how many ACLs of the principals the file names the file does not hold (``--dry-run``
+lists them, each as ``(--prune) - ...``): with ``--prune`` it also removes those; other
+principals' ACLs are never touched. A read of the store that fails or is refused is an error
+(exit 1), never an empty store. Applying the same file again changes and
 prints nothing. The change is made in two steps so that no client ever holds more than the old
 or the new ACLs allow: first the new DENY bindings are added and the stale ALLOW ones removed,
 then the new ALLOW bindings are added and the stale DENY ones removed.
@@ -20,7 +22,9 @@ then the new ALLOW bindings are added and the stale DENY ones removed.
 The store is any :class:`~kafkaguard.policy.stores.base.AclStore` that
 :func:`~kafkaguard.policy.config.build_store` builds (``--config``'s ``acl_store``,
 ``--acl-file``, ``--zookeeper-connect``), or a running proxy (or broker) through the Admin API
-(``--bootstrap-server`` with ``--command-config``: DescribeAcls, CreateAcls, DeleteAcls).
+(``--bootstrap-server`` with ``--command-config``: DescribeAcls sent by kafkaguard itself,
+which sees a refusal such as 31 CLUSTER_AUTHORIZATION_FAILED; CreateAcls and DeleteAcls
+through confluent-kafka).
 
 Exit codes: 0 the store matches the file (changed or not, or ``--dry-run``); 1 the file is
 invalid (``file:line`` named) or the store failed; 2 a usage error.
@@ -31,7 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -320,12 +324,23 @@ class AclTarget(Protocol):
     async def close(self) -> None: ...
 
 
+AclReader = Callable[[Mapping[str, str], str], Coroutine[Any, Any, Snapshot]]
+"""Reads every ACL of a running proxy or broker (``properties``, ``bootstrap``) with
+DescribeAcls, and raises :class:`AclStoreError` on any error code of the answer. It speaks the
+wire protocol, which this package may not: the command line passes
+:func:`kafkaguard.proxy.app.wire_admin.describe_acls`."""
+
+
 @dataclass
 class AdminApiAcls:
-    """The ACLs of a running proxy (or broker), through the Admin API of confluent-kafka."""
+    """The ACLs of a running proxy (or broker) through the Admin API: read with ``reader``
+    (librdkafka's ``describe_acls`` answers an empty list when DescribeAcls is refused with 31
+    CLUSTER_AUTHORIZATION_FAILED, so it is never used to read), changed with confluent-kafka's
+    ``create_acls``/``delete_acls``, which report each binding's error."""
 
     bootstrap: str
     properties: dict[str, str] = field(default_factory=dict)
+    reader: AclReader | None = None
     _admin: Any = None
     _snapshot: Snapshot = frozenset()
 
@@ -334,39 +349,26 @@ class AdminApiAcls:
         return f"Admin API at {self.bootstrap}"
 
     async def start(self) -> None:
-        try:
-            from confluent_kafka.admin import AdminClient
-        except ImportError as exc:
+        if self.reader is None:
             raise AclStoreError(
-                "--bootstrap-server needs confluent-kafka: pip install 'kafkaguard[kafka]'"
-            ) from exc
-        self._admin = AdminClient({**self.properties, "bootstrap.servers": self.bootstrap})
-        self._snapshot = await asyncio.to_thread(self._describe)
+                "--bootstrap-server needs the DescribeAcls reader of `kafkaguard acls`"
+            )
+        self._snapshot = await self.reader(self.properties, self.bootstrap)
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    def _describe(self) -> Snapshot:
-        from confluent_kafka.admin._acl import AclBindingFilter
-
-        any_acl = AclBindingFilter(1, None, 1, None, None, 1, 1)  # type: ignore[arg-type]  # ANY
-        found = _result(self._admin.describe_acls(any_acl, request_timeout=_ADMIN_TIMEOUT_S))
-        return frozenset(
-            AclBinding(
-                ResourcePattern(
-                    ResourceType(b.restype.value),
-                    b.name,
-                    PatternType(b.resource_pattern_type.value),
-                ),
-                AccessControlEntry(
-                    b.principal,
-                    b.host,
-                    AclOperation(b.operation.value),
-                    AclPermissionType(b.permission_type.value),
-                ),
-            )
-            for b in found
-        )
+    def _client(self) -> Any:
+        if self._admin is None:
+            try:
+                from confluent_kafka.admin import AdminClient
+            except ImportError as exc:
+                raise AclStoreError(
+                    "changing ACLs through --bootstrap-server needs confluent-kafka: "
+                    "pip install 'kafkaguard[kafka]'"
+                ) from exc
+            self._admin = AdminClient({**self.properties, "bootstrap.servers": self.bootstrap})
+        return self._admin
 
     async def add(self, bindings: Collection[AclBinding]) -> None:
         if bindings:
@@ -395,7 +397,7 @@ class AdminApiAcls:
             )
             for b in ordered
         ]
-        futures = getattr(self._admin, call)(wire, request_timeout=_ADMIN_TIMEOUT_S)
+        futures = getattr(self._client(), call)(wire, request_timeout=_ADMIN_TIMEOUT_S)
         for binding, item in zip(ordered, wire, strict=True):
             try:
                 _result(futures[item])
@@ -446,10 +448,15 @@ def client_properties(path: Path) -> dict[str, str]:
     return properties
 
 
-def _target(args: argparse.Namespace, connection: Mapping[str, Any] | None) -> AclTarget:
+def _target(
+    args: argparse.Namespace,
+    connection: Mapping[str, Any] | None,
+    reader: AclReader | None = None,
+) -> AclTarget:
     """The one store ``apply`` changes: named by exactly one of the store options.
     ``connection``: the librdkafka settings of ``--config``'s upstream, which a ``kafka`` store
-    needs (kafkaguard/proxy/app/store_migrate.py gives them)."""
+    needs (kafkaguard/proxy/app/store_migrate.py gives them); ``reader``: how a running proxy's
+    ACLs are read (:data:`AclReader`)."""
     given = [
         flag
         for flag, value in (
@@ -470,7 +477,7 @@ def _target(args: argparse.Namespace, connection: Mapping[str, Any] | None) -> A
         raise UsageError("--command-config goes with --bootstrap-server")
     if args.bootstrap_server:
         properties = client_properties(Path(args.command_config)) if args.command_config else {}
-        return AdminApiAcls(args.bootstrap_server, properties)
+        return AdminApiAcls(args.bootstrap_server, properties, reader)
     if args.config:
         store = parse_policy_config(ConfigSection.from_file(args.config)).acl_store
         if store.type == "memory":
@@ -506,9 +513,12 @@ async def apply_acls(
     ``dry_run``), never letting a client hold more than the old or the new ACLs allow."""
     await target.start()
     try:
-        diff = plan(target.snapshot(), desired, prune=prune)
+        current = target.snapshot()
+        diff = plan(current, desired, prune=prune)
         for line in diff.lines():
             out(line)
+        if not prune:
+            _report_unpruned(plan(current, desired, prune=True).removed, dry_run, out)
         if not diff.added and not diff.removed:
             out(f"No changes: {target.description} holds every ACL of the file.")
             return diff
@@ -527,10 +537,28 @@ async def apply_acls(
         await target.close()
 
 
+def _report_unpruned(stale: Snapshot, dry_run: bool, out: Callable[[str], None]) -> None:
+    """What only ``--prune`` would remove: ACLs of the file's principals the file lacks. Said
+    even when nothing else changes (a Strimzi user expects the User Operator's reconcile, which
+    removes them); listed with ``--dry-run``."""
+    if not stale:
+        return
+    if dry_run:
+        for line in AclDiff(removed=stale).lines():
+            out(f"  (--prune) {line}")
+    count = f"{len(stale)} ACL{'s' if len(stale) != 1 else ''}"
+    listed = "" if dry_run else " (--dry-run lists them)"
+    out(
+        f"Kept: {count} of the file's principals that the file does not hold; "
+        f"--prune would remove them{listed}."
+    )
+
+
 def run(
     args: argparse.Namespace,
     out: Callable[[str], None],
     connection: Mapping[str, Any] | None = None,
+    reader: AclReader | None = None,
 ) -> None:
     """``acls apply``; errors propagate to :func:`kafkaguard.policy.acls_cli.run` (exit 1/2)."""
     if not args.apply_file:
@@ -538,7 +566,7 @@ def run(
     desired = load_desired(Path(args.apply_file))
     for note in desired.notes:
         out(f"Note: {note}")
-    target = _target(args, connection)
+    target = _target(args, connection, reader)
     try:
         asyncio.run(apply_acls(target, desired, prune=args.prune, dry_run=args.dry_run, out=out))
     except ConfigError as exc:

@@ -12,6 +12,7 @@ applies the result to one. Mistakes are :class:`UsageError` (exit code 2, like
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Collection, Mapping
 
 from kafkaguard.policy.model import (
@@ -38,9 +39,12 @@ class UsageError(Exception):
 
 
 STORES_HELP = (
-    "The store: --config (the proxy's acl_store), --acl-file or --zookeeper-connect; one of "
-    "them for --add/--remove/--list. migrate --from KIND --to KIND copies every ACL of one "
-    "store into the other (one file, one zookeeper; ACLs already there are kept). Each side "
+    "The store: --config (the proxy's acl_store: a file, ZooKeeper or a Kafka topic), "
+    "--acl-file or --zookeeper-connect; one of them for --add/--remove/--list, or "
+    "--bootstrap-server (with --command-config) for --list and apply: a running proxy's ACLs, "
+    "read with DescribeAcls (a refusal is an error). migrate --from KIND --to KIND copies "
+    "every ACL of one store into the other (two of file, zookeeper and kafka; ACLs already "
+    "there are kept). Each side "
     "is named by its option (--acl-file, --zookeeper-connect) or by --config, whose acl_store "
     "is the side of its type: with a ZooKeeper-backed proxy config, 'migrate --from file --to "
     "zookeeper --config proxy.yaml --acl-file acls.yaml' loads an old ACL file into the "
@@ -52,7 +56,8 @@ STORES_HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = STORES_HELP
+    # `kafkaguard acls` prints it raw (RawDescriptionHelpFormatter): wrapped here, options whole
+    parser.epilog = textwrap.fill(STORES_HELP, 100, break_on_hyphens=False)
     parser.add_argument(
         "acls_command",
         metavar="command",
@@ -63,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config",
-        help="the proxy's config file: its acl_store (file or zookeeper) is the store, or "
-        "the migrate side of that type",
+        help="the proxy's config file: its acl_store (file, zookeeper or kafka topic) is the "
+        "store, or the migrate side of that type",
     )
     parser.add_argument("--acl-file", help="the YAML ACL file to edit directly (a file store)")
     parser.add_argument("--zookeeper-connect", help="host:port[,...][/chroot] of ZooKeeper")
@@ -131,11 +136,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bootstrap-server",
-        help="apply: a running proxy (or broker) whose ACLs to change through the Admin API",
+        help="apply, --list: a running proxy (or broker) whose ACLs to change or list "
+        "through the Admin API",
     )
     parser.add_argument(
         "--command-config",
-        help="apply: client properties for --bootstrap-server (security.protocol, "
+        help="client properties for --bootstrap-server (security.protocol, "
         "sasl.mechanism, sasl.jaas.config, ssl.ca.location, ...)",
     )
 

@@ -14,7 +14,9 @@ Against ZooKeeper (issue 6) it edits Kafka's ``/kafka-acl`` znodes directly, wit
 conditional writes and change notifications as the proxies (which apply them within a second):
 ``--zookeeper-connect host:2181 [--zookeeper-chroot /kafka]`` or a ``--config`` whose
 ``acl_store.type`` is ``zookeeper``. --add/--remove/--list take exactly one of ``--config``,
-``--acl-file`` and ``--zookeeper-connect``.
+``--acl-file`` and ``--zookeeper-connect``; ``--list`` also takes ``--bootstrap-server`` (a
+running proxy's ACLs, read with the DescribeAcls reader :func:`run` is given: a refusal is an
+error, never an empty list).
 
 ``kafkaguard acls migrate --from file --to zookeeper`` (or back) copies every ACL of one store
 into the other (ACLs already there are kept). Each side is named by its own option
@@ -171,6 +173,28 @@ class KafkaTopicStore:
         pass
 
 
+class AdminApiStore:
+    """A running proxy's (or broker's) ACLs for ``--list --bootstrap-server``, read with the
+    DescribeAcls reader ``kafkaguard acls`` passes in (a refusal is an error, never an empty
+    list: :data:`kafkaguard.policy.acls_apply.AclReader`). Read only: a running proxy's ACLs
+    are changed with ``acls apply -f FILE --bootstrap-server``."""
+
+    def __init__(
+        self, bootstrap: str, properties: dict[str, str], reader: acls_apply.AclReader
+    ) -> None:
+        self.bootstrap, self.properties, self.reader = bootstrap, properties, reader
+        self.description = f"Admin API at {bootstrap}"
+
+    def read(self) -> Snapshot:
+        return asyncio.run(self.reader(self.properties, self.bootstrap))
+
+    def modify(self, change: Callable[[Snapshot], Snapshot]) -> Snapshot:
+        raise UsageError("--bootstrap-server goes with --list and apply, not --add/--remove")
+
+    def close(self) -> None:
+        pass
+
+
 _Opener = Callable[[], _Store]
 """Opens a store; chosen (and the options checked) before any store is opened."""
 
@@ -216,20 +240,39 @@ def _configured_store(
     raise UsageError(f"{args.config}: acl_store.type is {configured.type!r}; {purpose}")
 
 
-def _open_store(args: argparse.Namespace, connection: Mapping[str, Any] | None) -> _Store:
+def _open_store(
+    args: argparse.Namespace,
+    connection: Mapping[str, Any] | None,
+    reader: acls_apply.AclReader | None = None,
+) -> _Store:
     """The one store --add/--remove/--list act on (``AclCommandOptions.checkArgs`` likewise
-    refuses two ways to reach the ACLs, e.g. --bootstrap-server with --bootstrap-controller)."""
+    refuses two ways to reach the ACLs, e.g. --bootstrap-server with --bootstrap-controller).
+    ``reader``: how ``--list --bootstrap-server`` reads a running proxy's ACLs."""
     given = [
         flag
         for flag, value in (
             ("--config", args.config),
             ("--acl-file", args.acl_file),
             ("--zookeeper-connect", args.zookeeper_connect),
+            ("--bootstrap-server", args.bootstrap_server),
         )
         if value
     ]
     if len(given) > 1:
         raise UsageError(f"give one store, not {' and '.join(given)}")
+    if args.command_config and not args.bootstrap_server:
+        raise UsageError("--command-config goes with --bootstrap-server")
+    if args.bootstrap_server:
+        if not args.list:
+            raise UsageError(
+                "--bootstrap-server goes with --list and apply: change a running proxy's "
+                "ACLs with apply -f FILE"
+            )
+        if reader is None:
+            raise UsageError("--bootstrap-server is read by `kafkaguard acls`, not this module")
+        path = Path(args.command_config) if args.command_config else None
+        properties = acls_apply.client_properties(path) if path else {}
+        return AdminApiStore(args.bootstrap_server, properties, reader)
     stores = _option_stores(args)
     if args.config:
         return _configured_store(args, "it cannot be edited", connection)[1]()
@@ -371,19 +414,22 @@ def run(
     args: argparse.Namespace,
     out: Callable[[str], None] | None = None,
     connection: Mapping[str, Any] | None = None,
+    reader: acls_apply.AclReader | None = None,
 ) -> int:
     """Execute; returns the process exit code (0 ok, 1 error, 2 usage). ``connection``: the
-    upstream settings a ``kafka`` store of ``--config`` is reached with."""
+    upstream settings a ``kafka`` store of ``--config`` is reached with; ``reader``: how a
+    running proxy's ACLs are read through ``--bootstrap-server`` (DescribeAcls over the wire,
+    which this package cannot speak: the command line passes it)."""
     write = out or _print
     try:
         if args.acls_command == "migrate":
             _migrate(args, write)
             return 0
         if args.acls_command == "apply":
-            acls_apply.run(args, write, connection)
+            acls_apply.run(args, write, connection, reader)
             return 0
         check_args(args)
-        path = _open_store(args, connection)
+        path = _open_store(args, connection, reader)
         try:
             if args.add:
                 _add(args, path, write)

@@ -7,6 +7,13 @@ reason, deciding ACL, implication) is never recomputed here: :func:`explain` ask
 disagree with the proxy. What is added is :attr:`Explanation.matching_acls`, every stored ACL
 that applies to the request (Kafka reports only the first DENY, else the first ALLOW).
 
+Every check Kafka makes for the request is modelled, not only the one named: a READ, WRITE or
+DESCRIBE of a topic reaches the topic through a Metadata request, and when the topic does not
+exist that request auto-creates it only with CREATE on the cluster or on the topic
+(``KafkaApis.handleTopicMetadataRequest``, ``AutoTopicCreationManager``; both checked with
+``logIfDenied=false``, so the denial is neither logged nor audited): :func:`auto_creation`.
+Whether the topic exists is the caller's to find out (``kafkaguard explain --ask-upstream``).
+
 This module does no I/O; rendering returns text and dicts for the caller to print.
 """
 
@@ -34,12 +41,16 @@ from kafkaguard.policy.authorizer import (
 )
 from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.model import (
+    CLUSTER_NAME,
     WILDCARD_HOST,
     WILDCARD_RESOURCE,
     AclBinding,
+    AclOperation,
     AclPermissionType,
     KafkaPrincipal,
     PatternType,
+    ResourcePattern,
+    ResourceType,
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.acl_file_format import sort_key
@@ -91,6 +102,60 @@ def explain(authorizer: StandardAuthorizer, context: RequestContext, action: Act
         super_user=event.reason is DecisionReason.SUPER_USER,
         acls_applied=event.acls_applied,
     )
+
+
+AUTO_CREATING: frozenset[AclOperation] = frozenset(
+    {AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE}
+)
+"""Topic operations whose clients look the topic up with a Metadata request that may
+auto-create it (producers always; consumers with ``allow.auto.create.topics``, the default)."""
+_CLUSTER = ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoCreation:
+    """Kafka's CREATE checks for a topic that does not exist: CREATE on the cluster first,
+    then (only when that is denied, as Kafka) CREATE on the topic."""
+
+    topic: str
+    on_cluster: Explanation
+    on_topic: Explanation | None
+
+    @property
+    def allowed(self) -> bool:
+        return any(
+            e is not None and e.result is AuthorizationResult.ALLOWED
+            for e in (self.on_cluster, self.on_topic)
+        )
+
+
+def auto_creation(
+    authorizer: StandardAuthorizer, context: RequestContext, action: Action
+) -> AutoCreation | None:
+    """The CREATE checks a missing topic adds to ``action`` (None when it adds none: not a
+    topic, or an operation whose request never auto-creates)."""
+    pattern = action.resource_pattern
+    if pattern.resource_type is not ResourceType.TOPIC or action.operation not in AUTO_CREATING:
+        return None
+    create = AclOperation.CREATE
+    on_cluster = explain(authorizer, context, Action(create, _CLUSTER, log_if_denied=False))
+    on_topic = None
+    if on_cluster.result is not AuthorizationResult.ALLOWED:
+        on_topic = explain(authorizer, context, Action(create, pattern, log_if_denied=False))
+    return AutoCreation(pattern.name, on_cluster, on_topic)
+
+
+def overall_result(
+    explanation: Explanation, creation: AutoCreation | None, exists: bool | None
+) -> AuthorizationResult | None:
+    """What the request gets: the named check's answer, and for a topic that does not exist
+    also auto-creation's; None when that depends on an existence nobody checked."""
+    result = explanation.result
+    if result is not AuthorizationResult.ALLOWED or creation is None or creation.allowed:
+        return result
+    if exists is None:
+        return None
+    return result if exists else AuthorizationResult.DENIED
 
 
 def matching_acls(
@@ -266,6 +331,73 @@ def render_text(
     elif not explanation.super_user:
         lines.append("Matching ACLs: none")
     return lines
+
+
+def render_auto_creation(
+    creation: AutoCreation,
+    exists: bool | None,
+    context: RequestContext,
+    config: AuthorizerConfig,
+) -> list[str]:
+    """The lines of :class:`AutoCreation`: what a missing topic also needs, and the answer."""
+    topic = f"Topic:LITERAL:{creation.topic}"
+    if exists:
+        return [f"{topic} exists (asked the upstream): no auto-creation, no CREATE needed"]
+    head = (
+        f"{topic} does not exist (asked the upstream):"
+        if exists is False
+        else f"Topic existence not checked (--ask-upstream asks the cluster); if {topic} does "
+        "not exist:"
+    )
+    allow_everyone = _allow_everyone(config, context.listener_name)
+    lines = [
+        head,
+        "  the client's Metadata request auto-creates it only with CREATE on "
+        f"Cluster:LITERAL:{CLUSTER_NAME} or on {topic} (Kafka: KafkaApis.handleTopicMetadata"
+        "Request, checked with logIfDenied=false: a denial is not audited)",
+    ]
+    checks = (
+        (creation.on_cluster, _CLUSTER),
+        (creation.on_topic, ResourcePattern(ResourceType.TOPIC, creation.topic)),
+    )
+    for explanation, pattern in checks:
+        if explanation is not None:
+            action = Action(AclOperation.CREATE, pattern, log_if_denied=False)
+            reason = _reason_text(explanation, context, action, allow_everyone)
+            lines.append(
+                f"  CREATE on {pattern.resource_type.pascal_name}:LITERAL:{pattern.name}: "
+                f"{explanation.result.value} ({reason})"
+            )
+    if creation.allowed:
+        lines.append(
+            "  → ALLOWED: the topic is auto-created (if the brokers' auto.create.topics.enable "
+            "is true; else UNKNOWN_TOPIC_OR_PARTITION (3))"
+        )
+    else:
+        lines.append(
+            f"  → DENIED: Metadata answers TOPIC_AUTHORIZATION_FAILED (29) for {creation.topic}, "
+            "so the request fails"
+        )
+    if exists is None and not creation.allowed:
+        lines.append(
+            f"Result: ALLOWED if {creation.topic} exists, DENIED if it does not "
+            "(grant CREATE on the topic or the cluster, or create the topic first)"
+        )
+    return lines
+
+
+def auto_creation_json(creation: AutoCreation | None, exists: bool | None) -> dict[str, object]:
+    """``--json``'s ``auto_creation`` object (null results: a check not made)."""
+    if creation is None:
+        return {"applies": False}
+    on_topic = creation.on_topic
+    return {
+        "applies": True,
+        "topic_exists": exists,
+        "create_on_cluster": creation.on_cluster.result.value,
+        "create_on_topic": None if on_topic is None else on_topic.result.value,
+        "allowed": creation.allowed,
+    }
 
 
 def explanation_json(

@@ -21,7 +21,7 @@ import pytest
 from tests.support.conformance.datapath import acl, create_topics, record_batch, seed
 from tests.support.conformance.harness import Side, guard_config, scenario_name
 from tests.support.conformance.share import read_from_earliest
-from tests.support.kafka_broker import REFEREE_USERS, KafkaBroker, run_kafka_tool
+from tests.support.kafka_broker import KafkaBroker, referee_command_config, run_kafka_tool
 from tests.support.proxy_fixture import start_proxy_thread, stop_proxy_thread
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -43,17 +43,6 @@ def sides(
         yield [Side("referee", kafka_referee.bootstrap), Side("kafkaguard", running.bootstrap)]
     finally:
         stop_proxy_thread(running)
-
-
-def command_config(tmp_path: Path, user: str) -> Path:
-    path = tmp_path / f"{user}.properties"
-    path.write_text(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
-        f'username="{user}" password="{REFEREE_USERS[user]}";\n',
-        encoding="utf-8",
-    )
-    return path
 
 
 def consume(side: Side, config: Path, topic: str, group: str, count: int) -> dict[str, object]:
@@ -103,7 +92,7 @@ def test_console_share_consumer(
         create_topics(side, ok, no)
         seed(side, {ok: record_batch(b"one", b"two", b"three"), no: record_batch(b"secret")})
         read_from_earliest(side, group)
-    config = command_config(tmp_path, "alice")
+    config = referee_command_config(tmp_path, "alice")
     runs = {side.name: {t: consume(side, config, t, group, 3) for t in (ok, no)} for side in sides}
     referee, guard = runs["referee"], runs["kafkaguard"]
     for run in guard.values():  # clients never learn where the brokers are

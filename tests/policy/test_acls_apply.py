@@ -15,8 +15,10 @@ from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyCon
 from kafkaguard.policy.model import AclBinding, ResourceType
 from kafkaguard.policy.stores.acl_file_format import acl_line, format_acl_text
 from kafkaguard.policy.stores.file import read_acl_file
+from kafkaguard.proxy.app import wire_admin
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.tansu import TansuBroker, free_base
+from tests.support.doc_sessions import assert_shown, sessions
 from tests.support.policy import CLUSTER, DENY, GROUP, PREFIXED, Op, acl
 from tests.support.proxy_fixture import (
     TANSU_NODE_ID,
@@ -90,10 +92,12 @@ OTHER = acl("User:someone-else", Op.WRITE, name="orders")
 
 
 def run(*argv: str) -> tuple[int, list[str]]:
+    """``kafkaguard acls ARGV`` with the DescribeAcls reader the command line passes."""
     parser = argparse.ArgumentParser()
     acls_cli.add_arguments(parser)
     lines: list[str] = []
-    code = acls_cli.run(parser.parse_args(list(argv)), lines.append)
+    args = parser.parse_args(list(argv))
+    code = acls_cli.run(args, lines.append, reader=wire_admin.describe_acls)
     return code, lines
 
 
@@ -264,14 +268,13 @@ def test_apply_to_zookeeper_twice(zookeeper: ZooKeeperServer, chroot: str, users
     assert sum(line.count("principal=User:") for line in listed) == len(DESIRED)
 
 
-@pytest.fixture
-def admin_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
-    """A proxy whose PLAINTEXT clients are super users (they may Create/DeleteAcls), its ACLs
-    in a file store."""
-    store = tmp_path / "proxy-acls.yaml"
-    store.write_text(format_acl_text([OTHER]), encoding="utf-8")
+def file_store_proxy(
+    tansu: TansuBroker, store: Path, acls: list[AclBinding], super_users: frozenset[str]
+) -> RunningProxy:
+    """A proxy in front of Tansu enforcing ``acls``, kept in the file store ``store``."""
+    store.write_text(format_acl_text(acls), encoding="utf-8")
     policy = PolicyConfig(
-        authorizer=AuthorizerConfig(super_users=frozenset({"User:ANONYMOUS"})),
+        authorizer=AuthorizerConfig(super_users=super_users),
         acl_store=AclStoreConfig(type="file", path=store),
     )
     running = start_proxy_thread(
@@ -282,6 +285,16 @@ def admin_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
         )
     )
     running.acl_file = store
+    return running
+
+
+@pytest.fixture
+def admin_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
+    """A proxy whose PLAINTEXT clients are super users (they may Create/DeleteAcls), its ACLs
+    in a file store."""
+    running = file_store_proxy(
+        tansu, tmp_path / "proxy-acls.yaml", [OTHER], frozenset({"User:ANONYMOUS"})
+    )
     try:
         yield running
     finally:
@@ -314,3 +327,96 @@ def test_apply_through_a_running_proxy_with_the_admin_api(
     code, out = run("apply", "-f", str(users), *admin, "--prune")
     assert code == 0 and changes(out) == [f"- {acl_line(stale)}"], out
     assert stored(admin_proxy.acl_file) == DESIRED | {OTHER}
+
+
+def test_without_prune_the_acls_only_prune_would_remove_are_reported(
+    users: Path, acl_file: Path
+) -> None:
+    stale = acl(ORDERS_APP, Op.WRITE, name="orders")  # the file's principal, not in the file
+    acl_file.write_text(format_acl_text([OTHER, stale, *DESIRED]), encoding="utf-8")
+    code, out = run("apply", "-f", str(users), "--acl-file", str(acl_file))
+    assert code == 0 and changes(out) == [], out
+    assert (
+        "Kept: 1 ACL of the file's principals that the file does not hold; --prune would "
+        "remove them (--dry-run lists them)." in out
+    )
+    assert f"No changes: file {acl_file} holds every ACL of the file." in out
+    code, out = run("apply", "-f", str(users), "--acl-file", str(acl_file), "--dry-run")
+    assert code == 0 and changes(out) == [], out
+    assert f"  (--prune) - {acl_line(stale)}" in out  # listed; OTHER is never a candidate
+    assert not any(acl_line(OTHER) in line for line in out)
+    assert stored(acl_file) == DESIRED | {OTHER, stale}
+    code, out = run("apply", "-f", str(users), "--acl-file", str(acl_file), "--prune")
+    assert code == 0 and changes(out) == [f"- {acl_line(stale)}"], out
+    assert not any(line.startswith("Kept:") for line in out)
+
+
+@pytest.fixture
+def refusing_proxy(tansu: TansuBroker, tmp_path: Path) -> Iterator[RunningProxy]:
+    """A proxy enforcing ACLs in which User:ANONYMOUS (its PLAINTEXT clients) may not
+    DESCRIBE the cluster: DescribeAcls is answered 31 CLUSTER_AUTHORIZATION_FAILED."""
+    running = file_store_proxy(tansu, tmp_path / "refusing.yaml", [OTHER, *DESIRED], frozenset())
+    try:
+        yield running
+    finally:
+        stop_proxy_thread(running)
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_a_refused_read_is_an_error_never_an_empty_store(
+    refusing_proxy: RunningProxy, users: Path, capsys: pytest.CaptureFixture[str], prune: bool
+) -> None:
+    """Issue 38: librdkafka's describe_acls answered [] here, and apply planned 7 additions
+    (and, with --prune, no removal)."""
+    admin = ("--bootstrap-server", refusing_proxy.bootstrap, "--dry-run")
+    code, out = run("apply", "-f", str(users), *admin, *(("--prune",) if prune else ()))
+    err = capsys.readouterr().err
+    assert code == 1, out
+    assert changes(out) == [] and not any("Dry run" in line for line in out), out
+    assert "CLUSTER_AUTHORIZATION_FAILED (31)" in err, err
+    assert "as User:ANONYMOUS" in err and "DESCRIBE on Cluster:LITERAL:kafka-cluster" in err
+
+
+def test_list_through_the_admin_api_reads_or_fails(
+    admin_proxy: RunningProxy, refusing_proxy: RunningProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run("--list", "--bootstrap-server", admin_proxy.bootstrap)
+    assert code == 0, out
+    assert any(f"principal={OTHER.entry.principal}" in line for line in out), out
+    code, out = run("--list", "--bootstrap-server", refusing_proxy.bootstrap)
+    assert code == 1 and out == []
+    assert "CLUSTER_AUTHORIZATION_FAILED (31)" in capsys.readouterr().err
+    code, _ = run("--add", "--bootstrap-server", admin_proxy.bootstrap, "--topic", "t",
+                  "--allow-principal", "User:x")  # fmt: skip
+    assert code == 2
+
+
+def test_the_docs_dry_run_session(
+    users: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/acl-tools.md's ``apply`` without ``--prune`` session, replayed."""
+    (session,) = sessions("acl-tools.md", "`acls apply` without `--prune`")
+    monkeypatch.chdir(tmp_path)
+    stale = acl(ORDERS_APP, Op.WRITE, name="orders")
+    Path("acls.yaml").write_text(format_acl_text([OTHER, stale, *DESIRED]), encoding="utf-8")
+    assert session.argv[0] == "acls"
+    code, out = run(*session.argv[1:])
+    assert code == session.exit_code
+    assert_shown(session, out)
+
+
+def test_the_docs_refusal_session(
+    refusing_proxy: RunningProxy,
+    users: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/acl-tools.md's refused ``apply --dry-run``, replayed against a proxy that refuses
+    User:ANONYMOUS DescribeAcls (the page's proxy:9092 is this proxy's address)."""
+    (session, *_) = sessions("acl-tools.md", "Reading a running proxy's ACLs")
+    monkeypatch.chdir(users.parent)
+    argv = [refusing_proxy.bootstrap if w == "proxy:9092" else w for w in session.argv[1:]]
+    code, out = run(*argv)
+    assert code == session.exit_code and changes(out) == [], out
+    err = capsys.readouterr().err.replace(refusing_proxy.bootstrap, "proxy:9092")
+    assert_shown(session, err.splitlines())

@@ -31,7 +31,11 @@ from kafkaguard.policy.model import (
     acl_binding,
 )
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
+from kafkaguard.tansu import TansuBroker
+from tests.support.doc_sessions import assert_shown, sessions
 from tests.support.policy import ALLOW, DENY, PREFIXED, TOPIC, Op, acl, authorizer, ctx
+from tests.support.proxy_fixture import StartEnforcingProxy, unique_name
+from tests.support.raw_client import RawKafkaClient, build_request, schema_module
 
 # -- the CLI, one test per reason kind -----------------------------------------------------------
 
@@ -43,11 +47,12 @@ def write_config(
     allow_everyone: bool = False,
     listener_extra: str = "",
     authorizer_extra: str = "",
+    upstream: str = "127.0.0.1:9",
 ) -> Path:
     (tmp_path / "acls.yaml").write_text(format_acl_text(acls), encoding="utf-8")
     config = tmp_path / "config.yaml"
     config.write_text(
-        "upstream:\n  bootstrap_servers: ['127.0.0.1:9']\n"
+        f"upstream:\n  bootstrap_servers: ['{upstream}']\n"
         "listeners:\n"
         "  - name: INTERNAL\n    port: 19998\n"
         "  - name: EXTERNAL\n    port: 19999\n    security_protocol: PLAINTEXT\n"
@@ -98,7 +103,7 @@ def test_without_host_only_wildcard_host_acls_match(
     from_one_host = acl("User:bob", Op.READ, name="orders", host="10.1.2.3")
     config = write_config(tmp_path, [ALLOW_ALICE_READ, from_one_host])
     args = ["explain", "--config", str(config), "--principal", "User:alice"]
-    assert main([*args, "--operation", "READ", *ORDERS]) == 0
+    assert main([*args, "--operation", "READ", *ORDERS]) == 3  # orders may not exist
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("ALLOWED: User:alice READ Topic:LITERAL:orders from host 0.0.0.0 ")
     assert out[-1] == "No --host given: assumed 0.0.0.0, which only ACLs for host * match"
@@ -128,7 +133,7 @@ def test_deny_acl_wins_over_a_matching_allow(
 def test_allow_acl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other_host = acl("User:alice", Op.READ, DENY, name="orders", host="10.9.9.9")
     config = write_config(tmp_path, [ALLOW_ALICE_READ, other_host])
-    assert main(run_explain(config, "User:alice", "read", *ORDERS)) == 0
+    assert main(run_explain(config, "User:alice", "read", *ORDERS)) == 3  # if orders exists
     out = capsys.readouterr().out
     assert "ALLOWED: User:alice READ Topic:LITERAL:orders" in out
     assert "Reason: AllowAcl: an ALLOW ACL matched and no DENY ACL did\n" in out
@@ -138,7 +143,7 @@ def test_allow_acl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_implied_describe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path, [ALLOW_ALICE_READ])
-    assert main(run_explain(config, "User:alice", "DESCRIBE", *ORDERS)) == 0
+    assert main(run_explain(config, "User:alice", "DESCRIBE", *ORDERS)) == 3  # if it exists
     out = capsys.readouterr().out
     assert "Reason: AllowAcl: an ALLOW ACL matched and no DENY ACL did; DESCRIBE is " in out
     assert "implied by READ" in out
@@ -206,7 +211,7 @@ def test_listener_override_and_log_only_are_shown(
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path, [ALLOW_ALICE_READ])
     args = run_explain(config, "User:alice", "DESCRIBE", *ORDERS, host="::1")
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--json"]) == 3
     document = json.loads(capsys.readouterr().out)
     assert document == {
         "result": "ALLOWED",
@@ -235,6 +240,14 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
             "resource_name": "orders",
         },
         "listener_enforcement": "enforce",
+        "auto_creation": {
+            "applies": True,
+            "topic_exists": None,
+            "create_on_cluster": "DENIED",
+            "create_on_topic": "DENIED",
+            "allowed": False,
+        },
+        "overall_result": "UNDECIDED",
     }
 
 
@@ -288,8 +301,122 @@ def test_zookeeper_store_loaded_once(
     add = ["acls", "--config", str(config), "--add", "--allow-principal", "User:alice"]
     assert main([*add, "--operation", "Write", "--topic", "orders"]) == 0
     capsys.readouterr()
-    assert main(run_explain(config, "User:alice", "WRITE", *ORDERS)) == 0
+    assert main(run_explain(config, "User:alice", "WRITE", *ORDERS)) == 3  # if orders exists
     assert "Deciding ACL: ALLOW WRITE on Topic:LITERAL:orders" in capsys.readouterr().out
+
+
+# -- a topic that does not exist: auto-creation's CREATE (issue 38) -----------------------------
+
+WRITE_NEW = acl("User:alice", Op.WRITE, name="new-", ptype=PREFIXED)
+
+
+def test_write_on_a_topic_not_checked_names_the_create_it_also_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, [WRITE_NEW])
+    assert main(run_explain(config, "User:alice", "WRITE", "--topic", "new-orders")) == 3
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ALLOWED: User:alice WRITE Topic:LITERAL:new-orders")
+    assert (
+        "Topic existence not checked (--ask-upstream asks the cluster); if "
+        "Topic:LITERAL:new-orders does not exist:" in out
+    )
+    assert any("auto-creates it only with CREATE on Cluster:LITERAL:kafka-cluster or on "
+               "Topic:LITERAL:new-orders" in line for line in out)  # fmt: skip
+    assert any(line.startswith("  CREATE on Cluster:LITERAL:kafka-cluster: DENIED") for line in out)
+    assert any(line.startswith("  CREATE on Topic:LITERAL:new-orders: DENIED") for line in out)
+    assert (
+        "  → DENIED: Metadata answers TOPIC_AUTHORIZATION_FAILED (29) for new-orders, so the "
+        "request fails" in out
+    )
+    assert out[-1].startswith("Result: ALLOWED if new-orders exists, DENIED if it does not")
+
+
+@pytest.mark.parametrize(
+    "create",
+    [
+        acl("User:alice", Op.CREATE, name="new-", ptype=PREFIXED),
+        acl("User:alice", Op.CREATE, name="kafka-cluster", rtype=ResourceType.CLUSTER),
+    ],
+)
+def test_create_on_the_topic_or_the_cluster_allows_auto_creation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], create: AclBinding
+) -> None:
+    config = write_config(tmp_path, [WRITE_NEW, create])
+    assert main(run_explain(config, "User:alice", "WRITE", "--topic", "new-orders")) == 0
+    out = capsys.readouterr().out
+    assert "→ ALLOWED: the topic is auto-created" in out and "Result:" not in out
+    # Kafka asks the topic only when the cluster says no.
+    on_topic = "CREATE on Topic:LITERAL:new-orders"
+    assert (on_topic in out) is (create.pattern.resource_type is ResourceType.TOPIC)
+
+
+def test_operations_that_never_auto_create_are_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, [acl("User:alice", Op.ALTER_CONFIGS, name="new-orders")])
+    args = run_explain(config, "User:alice", "ALTER_CONFIGS", "--topic", "new-orders")
+    assert main(args) == 0
+    assert "CREATE" not in capsys.readouterr().out
+
+
+def test_ask_upstream_decides_from_the_live_cluster(
+    tansu: TansuBroker,
+    enforcing_proxy: StartEnforcingProxy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Against Tansu: a missing topic is DENIED (and a client's Metadata through a proxy
+    holding the same ACLs is answered 29, as explained); an existing one is ALLOWED."""
+    pytest.importorskip("confluent_kafka")
+    from tests.support.audit_stream import create_topic
+
+    missing, present = unique_name("new-missing"), unique_name("new-present")
+    grants = [acl("User:ANONYMOUS", Op.WRITE, name="new-", ptype=PREFIXED)]
+    config = write_config(tmp_path, grants, upstream=str(tansu.address))
+    ask = ["--ask-upstream", "--listener", "INTERNAL"]
+    assert main([*run_explain(config, "User:ANONYMOUS", "WRITE", "--topic", missing), *ask]) == 1
+    out = capsys.readouterr().out
+    assert f"Topic:LITERAL:{missing} does not exist (asked the upstream):" in out
+    assert "→ DENIED: Metadata answers TOPIC_AUTHORIZATION_FAILED (29)" in out
+    running = enforcing_proxy(grants)
+    host, port = running.bootstrap.rsplit(":", 1)
+    with RawKafkaClient(host, int(port)) as client:
+        topic_type = schema_module(3, 12).MetadataRequestTopic
+        request = build_request(
+            3,
+            12,
+            topics=(topic_type(topic_id=None, name=missing),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+        _, answer = client.request(request)
+    assert [(t.name, int(t.error_code)) for t in answer.topics] == [(missing, 29)]
+    create_topic({"bootstrap.servers": str(tansu.address)}, present, partitions=1)
+    assert main([*run_explain(config, "User:ANONYMOUS", "WRITE", "--topic", present), *ask]) == 0
+    assert f"Topic:LITERAL:{present} exists (asked the upstream)" in capsys.readouterr().out
+
+
+def test_the_docs_explain_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/acl-tools.md's ``explain`` session, replayed (one listener, EXTERNAL)."""
+    (session,) = sessions("acl-tools.md", "`explain`")
+    config = write_config(tmp_path, [WRITE_NEW])
+    text = config.read_text(encoding="utf-8").replace("  - name: INTERNAL\n    port: 19998\n", "")
+    (tmp_path / "proxy.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(session.argv) == session.exit_code
+    assert_shown(session, capsys.readouterr().out.splitlines())
+
+
+def test_ask_upstream_that_does_not_answer_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, [WRITE_NEW], upstream="127.0.0.1:1")
+    args = [*run_explain(config, "User:alice", "WRITE", "--topic", "new-x"), "--ask-upstream"]
+    assert main(args) == 2
+    assert "Metadata at 127.0.0.1:1" in capsys.readouterr().err
 
 
 # -- explain == authorize ------------------------------------------------------------------------

@@ -258,6 +258,19 @@ class KafkaBroker:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def referee_command_config(directory: Path, user: str) -> Path:
+    """kafka-acls.sh's ``--command-config`` (client properties) for a referee user: SASL/PLAIN
+    with a JAAS line, as Kafka's tools take it."""
+    path = directory / f"{user}.properties"
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{REFEREE_USERS[user]}";\n',
+        encoding="utf-8",
+    )
+    return path
+
+
 def plain_jaas(user: str, password: str, *, accounts: dict[str, str] | None = None) -> str:
     entries = [f'username="{user}"', f'password="{password}"']
     entries += [f'user_{name}="{secret}"' for name, secret in (accounts or {}).items()]

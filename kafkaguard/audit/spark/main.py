@@ -199,9 +199,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hosts", choices=("any", "exact"), default="any", help="ACL host: * or observed IPs"
     )
     propose.add_argument("--acl-file", help="write the ACL file here (default: stdout)")
-    propose.add_argument("--commands-file", help="write kafka-acls commands here")
     propose.add_argument(
-        "--bootstrap-server", default="localhost:9092", help="for the kafka-acls commands"
+        "--commands-file", help="write kafka-acls commands here (with --bootstrap-server)"
+    )
+    propose.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="the proxy (or broker) the --commands-file commands connect to; required with it",
     )
     unused = jobs.add_parser(
         "unused", parents=[common], help="ACLs in the current store that matched no decision"
@@ -521,6 +525,12 @@ def _arguments_error(args: argparse.Namespace) -> str | None:
                 raise ValueError("--remote must be a Spark Connect URL, sc://host:port")
         if args.job not in ("compact", "watch"):
             _window(args)
+        if args.job == "propose" and args.commands_file and not args.bootstrap_server:
+            # No default: a made-up address (localhost:9092) would send the commands elsewhere.
+            raise ValueError(
+                "--commands-file needs --bootstrap-server HOST:PORT, the address of the proxy "
+                "(or broker) its kafka-acls commands connect to"
+            )
         _kafka_input_error(args)
     except ValueError as exc:
         return str(exc)

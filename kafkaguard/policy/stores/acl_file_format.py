@@ -1,8 +1,9 @@
 """The YAML ACL file format: parse with errors that name the entry, and write deterministically.
 
 Format (one mapping per binding; ``principal``, ``operation`` and ``host`` may also be lists,
-which expand like kafka-acls.sh's repeatable options). Hand-written files are YAML; files the
-tool writes are JSON with one binding per line (JSON is YAML, and loads much faster)::
+which expand like kafka-acls.sh's repeatable options). Hand-written files are YAML (edited in
+place, comments kept); files the tool creates are JSON with one binding per line (JSON is
+YAML, and loads much faster)::
 
     version: 1
     acls:
@@ -202,7 +203,8 @@ def format_acl_text(bindings: Iterable[AclBinding]) -> str:
     """Serialise in a stable order, one binding per line, as JSON (which is also YAML).
 
     JSON keeps big files fast to load; one entry per line keeps diffs readable. Operators
-    may still hand-write the file in plain YAML (comments are lost when the tool rewrites it).
+    may still hand-write the file in plain YAML: the tools then edit it in place, comments
+    kept (:mod:`kafkaguard.policy.stores.acl_file_edit`).
     """
     rows = [f"  {acl_line(b)}" for b in sorted(bindings, key=sort_key)]
     body = ",\n".join(rows)

@@ -9,7 +9,9 @@ Theory of operation
   the ACLs in force are **kept** and the error is logged with the file, line and entry.
 * ``add``/``remove`` (CreateAcls/DeleteAcls, the ``kafkaguard acls`` CLI) take an advisory lock
   on ``<file>.lock``, re-read the file (so a concurrent CLI edit is not lost), and replace it
-  atomically: write a temp file in the same directory, fsync, ``os.replace``.
+  atomically: write a temp file in the same directory, fsync, ``os.replace``. The file keeps
+  its format: JSON written by kafkaguard stays JSON, hand-written YAML keeps its comments,
+  order and layout (ruamel.yaml round trip: :mod:`kafkaguard.policy.stores.acl_file_edit`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from kafkaguard.policy.model import AclBinding
+from kafkaguard.policy.stores.acl_file_edit import edit_acl_text
 from kafkaguard.policy.stores.acl_file_format import AclFileError, format_acl_text, parse_acl_text
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot, SnapshotPublisher
 
@@ -52,11 +55,9 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def read_acl_file(path: Path) -> tuple[Snapshot, _Stamp | None]:
-    """Parse the file; the stamp is taken before reading so a racing write triggers a reload."""
-    stamp = _stamp(path)
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise AclStoreError(
             f"{path}: ACL file does not exist (create it with `kafkaguard acls --add ...` "
@@ -64,15 +65,28 @@ def read_acl_file(path: Path) -> tuple[Snapshot, _Stamp | None]:
         ) from exc
     except OSError as exc:
         raise AclStoreError(f"{path}: cannot read ACL file: {exc.strerror}") from exc
+
+
+def _parse(text: str, path: Path) -> Snapshot:
     try:
-        return parse_acl_text(text, str(path)), stamp
+        return parse_acl_text(text, str(path))
     except AclFileError as exc:
         raise AclStoreError(str(exc)) from exc
 
 
+def read_acl_file(path: Path) -> tuple[Snapshot, _Stamp | None]:
+    """Parse the file; the stamp is taken before reading so a racing write triggers a reload."""
+    stamp = _stamp(path)
+    return _parse(_read_text(path), path), stamp
+
+
 def write_acl_file(path: Path, bindings: Collection[AclBinding]) -> None:
+    """Atomic replace with kafkaguard's format (:func:`format_acl_text`)."""
+    _write_text(path, format_acl_text(bindings))
+
+
+def _write_text(path: Path, text: str) -> None:
     """Atomic replace: readers (and the poller) see the old or the new file, never half."""
-    text = format_acl_text(bindings)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -91,15 +105,19 @@ def write_acl_file(path: Path, bindings: Collection[AclBinding]) -> None:
 def modify_acl_file(
     path: Path, change: Callable[[Snapshot], Snapshot], *, create: bool = False
 ) -> Snapshot:
-    """Locked read-modify-write; refuses to overwrite a file it cannot parse."""
+    """Locked read-modify-write; refuses to overwrite a file it cannot parse. The file keeps
+    its format: kafkaguard's JSON stays JSON, a hand-written YAML file keeps its comments,
+    order and layout (:func:`~kafkaguard.policy.stores.acl_file_edit.edit_acl_text`)."""
     with _locked(path):
-        if create and not path.exists():
-            current: Snapshot = frozenset()
-        else:
-            current, _ = read_acl_file(path)
+        exists = path.exists()
+        text = _read_text(path) if exists or not create else ""
+        current = _parse(text, path)
         updated = change(current)
-        if updated != current or not path.exists():
-            write_acl_file(path, updated)
+        if updated != current or not exists:
+            try:
+                _write_text(path, edit_acl_text(text, updated, str(path)))
+            except AclFileError as exc:
+                raise AclStoreError(str(exc)) from exc
         return updated
 
 

@@ -32,6 +32,7 @@ from kafkaguard.policy.acls_args import UsageError
 from kafkaguard.policy.acls_cli import _SIDE_OPTIONS, _option_stores
 from kafkaguard.policy.config import AclStoreConfig, parse_policy_config
 from kafkaguard.policy.stores.base import AclStoreError, Snapshot
+from kafkaguard.proxy.app import wire_admin
 from kafkaguard.proxy.app.server import audit_connection
 from kafkaguard.proxy.config import ProxyConfig, load_config
 from kafkaguard.proxy.sasl import scram
@@ -70,7 +71,9 @@ def run_acls(args: argparse.Namespace) -> int:
     """``kafkaguard acls``: a migration with a kafka side here, everything else in acls_cli."""
     kinds = (args.from_store, args.to_store)
     if args.acls_command != "migrate" or "kafka" not in kinds:
-        return acls_cli.run(args, connection=_store_connection(args))
+        return acls_cli.run(
+            args, connection=_store_connection(args), reader=wire_admin.describe_acls
+        )
     try:
         if args.from_store == args.to_store:
             raise UsageError("migrate needs --from and --to, two different stores")

@@ -230,3 +230,15 @@ def test_local_mode_is_sized_from_the_machine(
     assert session.local_settings("local[*]")["spark.sql.shuffle.partitions"] == "10"
     monkeypatch.setattr(session, "machine_memory_bytes", lambda: 0)  # unknown: the minimum
     assert session.local_settings("local")["spark.driver.memory"] == "512m"
+
+
+def test_commands_file_needs_the_bootstrap_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No made-up ``localhost:9092`` in the commands (issue 38): refused before any JVM."""
+    commands = tmp_path / "acls.sh"
+    argv = ["analyze", "propose", "--input", str(tmp_path), "--commands-file", str(commands)]
+    args = cli.build_parser().parse_args(argv)
+    assert analyze_main.run(args, None, print) == 2
+    assert "--commands-file needs --bootstrap-server HOST:PORT" in capsys.readouterr().err
+    assert not commands.exists()

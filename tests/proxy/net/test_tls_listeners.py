@@ -425,3 +425,30 @@ def test_node_ports_serve_tls_too(tls_proxy: StartTlsProxy, pki: Pki, topic: str
         except ConnectionResetError:
             data = b""
         assert not data.startswith(b"\x00\x00")  # no Kafka frame came back
+
+
+def test_the_acl_tools_read_over_mtls_as_the_certificate(
+    tls_proxy: StartTlsProxy, pki: Pki
+) -> None:
+    """``acls apply``/``--list`` through an SSL listener (kafkaguard/proxy/app/wire_admin.py):
+    the librdkafka TLS settings a client uses work, and a refusal names the certificate's
+    subject (before the listener's mapping rules, which make it User:bob here)."""
+    import asyncio
+
+    from kafkaguard.policy.stores.base import AclStoreError
+    from kafkaguard.proxy.app.wire_admin import describe_acls
+
+    grant = AclBinding(
+        ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
+        AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+    )
+    running = tls_proxy([grant])
+    settings = {"bootstrap.servers": running.bootstrap, **_confluent_ssl(pki, pki.alice)}
+    assert asyncio.run(describe_acls(settings)) == {grant}
+    bob = {"bootstrap.servers": running.bootstrap, **_confluent_ssl(pki, pki.bob)}
+    with pytest.raises(AclStoreError) as refused:
+        asyncio.run(describe_acls(bob))
+    assert (
+        "as User:CN=Bob,OU=eng,O=Acme (the certificate's subject, before principal mapping "
+        "rules) refused: CLUSTER_AUTHORIZATION_FAILED (31)" in str(refused.value)
+    )
