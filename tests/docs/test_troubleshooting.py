@@ -41,7 +41,10 @@ def test_the_fixes_grant_what_they_say(
     for argv in fixes:
         assert main(argv) == 0, argv
     for fixed in FIXED:
-        assert _explain(config, *fixed) == 0, fixed
+        # 3: allowed only if the topic exists; a consumer is not granted CREATE, and a Metadata
+        # request naming a missing topic would need it (KafkaApis.handleTopicMetadataRequest)
+        expected = 3 if fixed == ("User:billing", "READ", "--topic", "orders") else 0
+        assert _explain(config, *fixed) == expected, fixed
     assert _explain(config, "User:someone-else", "WRITE", "--topic", "orders") == 1
     (example,) = [words[1:] for words in commands if words[1] == "explain"]
     capsys.readouterr()
