@@ -33,6 +33,7 @@ from tests.support.kafka_broker import (
     require_kafka,
     run_kafka_tool,
     start_kafka_cluster,
+    stop_cluster,
 )
 from tests.support.policy import acl
 from tests.support.proxy_fixture import RunningProxy, start_proxy_thread, stop_proxy_thread
@@ -56,8 +57,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[KafkaBrok
     try:
         yield brokers
     finally:
-        for broker in brokers:
-            broker.stop()
+        stop_cluster(brokers)
 
 
 @pytest.fixture(scope="module")
