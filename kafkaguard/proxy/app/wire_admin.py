@@ -43,7 +43,7 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import FrameBuffer
 from kafkaguard.proxy.config import HostPort
-from kafkaguard.proxy.net.cluster import _ask, _open, _version_ranges
+from kafkaguard.proxy.net.cluster import ask, ask_api_versions, open_connection, version_ranges
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.client import (
     SASL_AUTHENTICATE,
@@ -56,10 +56,9 @@ from kafkaguard.proxy.sasl.client import (
     authenticate_version,
 )
 
-API_VERSIONS: Final = 18
 DESCRIBE_ACLS: Final = 29
 METADATA: Final = 3
-_NAMES: Final = {API_VERSIONS: "ApiVersions", DESCRIBE_ACLS: "DescribeAcls", METADATA: "Metadata"}
+_NAMES: Final = {DESCRIBE_ACLS: "DescribeAcls", METADATA: "Metadata"}
 """Kafka's names of the requests sent here (``ApiKeys``), for messages."""
 _ANY: Final = 1
 """The ANY code of ResourceTypeFilter, PatternTypeFilter, Operation and PermissionType."""
@@ -166,18 +165,10 @@ class WireConnection:
         raise WireAdminError(f"{name} at {where} as {self.named}: no answer ({last})")
 
     async def _ask_one(self, server: HostPort, api_key: int, wanted: range, build: Build) -> Any:
-        reader, writer = await _open(server, self.ssl_context)
+        reader, writer = await open_connection(server, self.ssl_context)
         try:
             frames = FrameBuffer()
-            probe = codec.make_entity(
-                codec.request_schema(API_VERSIONS, 3),
-                client_software_name="kafkaguard",
-                client_software_version="0.1.0",
-            )
-            answer = await _ask(reader, writer, frames, probe, 3, CLIENT_ID)
-            if answer.error_code != ErrorCode.none:
-                raise ProtocolError(f"ApiVersions v3 answered {ErrorCode(answer.error_code)!r}")
-            versions = _version_ranges(answer)
+            versions = version_ranges(await ask_api_versions(reader, writer, frames, 3, CLIENT_ID))
             exchange = self._sasl(versions)
             if exchange is not None:
                 try:
@@ -194,7 +185,7 @@ class WireConnection:
             version = common[-1]
             schema = codec.request_schema(api_key, version)
             request = codec.make_entity(schema, **build(schema))
-            return await _ask(reader, writer, frames, request, version, CLIENT_ID)
+            return await ask(reader, writer, frames, request, version, CLIENT_ID)
         finally:
             writer.close()
 
