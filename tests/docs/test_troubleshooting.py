@@ -1,9 +1,11 @@
 """docs/troubleshooting.md's fixes grant what they say: each ``kafkaguard acls`` line of the
 page, run as written on a file store, makes ``explain`` allow the request its section is
-about (and nothing to a principal the lines do not name); the page's ``explain`` line runs."""
+about (and nothing to a principal the lines do not name); the page's ``explain`` line runs;
+the ``check-config`` messages it quotes are what check-config prints."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,44 @@ def test_the_fixes_grant_what_they_say(
     capsys.readouterr()
     assert main(example) == 0  # WRITE orders for User:orders-service from 10.1.2.3
     assert capsys.readouterr().out.startswith("ALLOWED")
+
+
+UPSTREAM = "upstream: {bootstrap_servers: ['127.0.0.1:9092']}\n"
+PLANTED = {
+    "upstream: is required: give the brokers to proxy, …": "listeners: [{name: P, port: 9092}]\n",
+    "listeners[0].advertized_host: unknown key 'advertized_host' (did you mean "
+    "`advertised_host`?)": UPSTREAM + "listeners: [{name: P, port: 9092, advertized_host: x}]\n",
+    "must be host:port (port 1 to 65535), got …": "upstream: {bootstrap_servers: [kafka]}\n"
+    "listeners: [{name: P, port: 9092}]\n",
+    "listeners[0].advertised_host: is required when binding to 0.0.0.0": UPSTREAM
+    + "listeners: [{name: P, port: 9092, bind_host: 0.0.0.0}]\n",
+    "must be a TCP port from 1 to 65535, got …": UPSTREAM + "listeners: [{name: P, port: 99192}]\n",
+    "must be at least …, got …": UPSTREAM
+    + "listeners: [{name: P, port: 9092}]\nlimits: {max_connections: 0}\n",
+    "must be one of …, got …": UPSTREAM
+    + "listeners: [{name: P, port: 9092}]\nenforcement: enforcing\n",
+    "environment variable NAME is not set": "upstream: {bootstrap_servers: ['${env:NAME}']}\n"
+    "listeners: [{name: P, port: 9092}]\n",
+}
+"""A configuration that check-config refuses with each message the page's table quotes."""
+
+
+@pytest.mark.parametrize("message", sorted(PLANTED))
+def test_the_check_config_messages_quoted_are_printed(
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table = docs.section(PAGE, "## `check-config` messages")
+    assert re.search(f"`+{re.escape(message)}`+", table), f"the page no longer quotes {message!r}"
+    monkeypatch.delenv("NAME", raising=False)
+    config = tmp_path / "config.yaml"
+    config.write_text(PLANTED[message], encoding="utf-8")
+    assert main(["check-config", "--config", str(config)]) == 2
+    printed = capsys.readouterr().err
+    parts = message.split("…")
+    at = 0
+    for part in parts:  # the quoted pieces in order, the … standing for the file's values
+        at = printed.find(part, at)
+        assert at >= 0, f"check-config printed {printed!r}, not {message!r}"
