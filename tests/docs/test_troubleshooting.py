@@ -6,6 +6,7 @@ the ``check-config`` messages it quotes are what check-config prints."""
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,25 @@ def test_the_check_config_messages_quoted_are_printed(
     for part in parts:  # the quoted pieces in order, the … standing for the file's values
         at = printed.find(part, at)
         assert at >= 0, f"check-config printed {printed!r}, not {message!r}"
+
+
+def test_the_admin_bind_failure_quoted_is_what_run_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The admin listener binds before the upstream is asked, so a taken port is reported
+    without any broker; the page's line is printed with the port that was taken."""
+    table = docs.section(PAGE, "## The proxy does not start")
+    (quoted,) = re.findall(r"`(the admin listener cannot bind 127\.0\.0\.1:9404: [^`]+)`", table)
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        port = blocker.getsockname()[1]
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            "upstream: {bootstrap_servers: ['127.0.0.1:1']}\n"
+            f"listeners: [{{name: P, port: 1}}]\nadmin: {{port: {port}}}\n",
+            encoding="utf-8",
+        )
+        assert main(["run", "--config", str(config)]) == 1
+    expected = "kafkaguard: cannot start: " + quoted.replace(":9404", f":{port}")
+    assert capsys.readouterr().err.strip() == expected
