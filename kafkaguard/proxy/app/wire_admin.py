@@ -112,7 +112,7 @@ class WireConnection:
 
     @classmethod
     def from_settings(
-        cls, settings: Mapping[str, Any], bootstrap: str | None = None
+        cls, settings: Mapping[str, object], bootstrap: str | None = None
     ) -> WireConnection:
         servers = _servers(bootstrap or str(settings.get("bootstrap.servers", "")))
         protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
@@ -190,7 +190,7 @@ class WireConnection:
             writer.close()
 
 
-def _tls(settings: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
+def _tls(settings: Mapping[str, object]) -> tuple[ssl.SSLContext, str | None]:
     """The TLS context of ``ssl.*`` settings, and the client certificate's subject as Java's
     ``X500Principal.getName()`` prints it (the mTLS principal before mapping rules)."""
 
@@ -223,7 +223,7 @@ def _tls(settings: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
 # -- DescribeAcls ---------------------------------------------------------------------------------
 
 
-async def describe_acls(settings: Mapping[str, Any], bootstrap: str | None = None) -> Snapshot:
+async def describe_acls(settings: Mapping[str, object], bootstrap: str | None = None) -> Snapshot:
     """Every ACL the server holds (DescribeAcls, an ANY filter). A top-level error code is an
     error naming the code and the principal (31: it lacks DESCRIBE on the cluster)."""
     connection = WireConnection.from_settings(settings, bootstrap)
@@ -274,7 +274,7 @@ async def describe_acls(settings: Mapping[str, Any], bootstrap: str | None = Non
 # -- Metadata: does a topic exist ------------------------------------------------------------------
 
 
-async def topic_exists(settings: Mapping[str, Any], topic: str) -> bool:
+async def topic_exists(settings: Mapping[str, object], topic: str) -> bool:
     """Whether ``topic`` exists, asked with auto-creation off (Metadata v4+) so that the
     question creates nothing. Any answer other than "exists" or 3 UNKNOWN_TOPIC_OR_PARTITION
     is an error."""
