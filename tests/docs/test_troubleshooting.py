@@ -6,13 +6,13 @@ the ``check-config`` messages it quotes are what check-config prints."""
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 from kafkaguard.cli import main
 from tests.support import docs
+from tests.support.ports import taken_port
 
 PAGE = "troubleshooting.md"
 FIXED = [
@@ -103,10 +103,7 @@ def test_the_admin_bind_failure_quoted_is_what_run_prints(
     without any broker; the page's line is printed with the port that was taken."""
     table = docs.section(PAGE, "## The proxy does not start")
     (quoted,) = re.findall(r"`(the admin listener cannot bind 127\.0\.0\.1:9404: [^`]+)`", table)
-    with socket.socket() as blocker:
-        blocker.bind(("127.0.0.1", 0))
-        blocker.listen(1)
-        port = blocker.getsockname()[1]
+    with taken_port() as port:
         config = tmp_path / "config.yaml"
         config.write_text(
             "upstream: {bootstrap_servers: ['127.0.0.1:1']}\n"

@@ -5,10 +5,7 @@ interval with the count of identical warnings left out, not once a second."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +16,8 @@ from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.net.listener import BindError
 from tests.support.fake_broker import FakeBroker
+from tests.support.ports import taken_port
 from tests.support.proxy_fixture import proxy_config
-
-
-@contextlib.contextmanager
-def taken_port() -> Iterator[int]:
-    """A loopback port another socket listens on while the block runs."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
-        blocker.bind(("127.0.0.1", 0))
-        blocker.listen(1)
-        yield blocker.getsockname()[1]
 
 
 @pytest.mark.timeout(30)
