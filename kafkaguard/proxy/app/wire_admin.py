@@ -47,13 +47,11 @@ from kafkaguard.proxy.net.cluster import ask, ask_api_versions, open_connection,
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.client import (
     SASL_AUTHENTICATE,
-    MechanismClient,
-    PlainClient,
-    ScramClient,
     UpstreamAuthenticationError,
     UpstreamSaslExchange,
     authenticate_stream,
     authenticate_version,
+    mechanism_client,
 )
 
 DESCRIBE_ACLS: Final = 29
@@ -140,11 +138,7 @@ class WireConnection:
     def _sasl(self, versions: dict[int, range]) -> UpstreamSaslExchange | None:
         if self.mechanism is None:
             return None
-        client: MechanismClient = (
-            PlainClient(self.username, self.password)
-            if self.mechanism == plain.MECHANISM
-            else ScramClient(self.mechanism, self.username, self.password)
-        )
+        client = mechanism_client(self.mechanism, self.username, self.password)
         version = authenticate_version(versions.get(SASL_AUTHENTICATE))
         return UpstreamSaslExchange(self.mechanism, client, version)
 
