@@ -189,6 +189,8 @@ def _tls(settings: Mapping[str, object]) -> tuple[ssl.SSLContext, str | None]:
     ``X500Principal.getName()`` prints it (the mTLS principal before mapping rules)."""
 
     def path(key: str) -> Path | None:
+        # librdkafka's ssl.ca.location=probe: the system's CA bundle, which the default
+        # context of build_client_context also trusts (audit_connection sets it so).
         value = settings.get(key)
         return Path(str(value)) if value and value != "probe" else None
 
