@@ -97,10 +97,13 @@ def test_the_check_config_messages_quoted_are_printed(
 
 
 def test_the_admin_bind_failure_quoted_is_what_run_prints(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The admin listener binds before the upstream is asked, so a taken port is reported
     without any broker; the page's line is printed with the port that was taken."""
+    # Keep this process on the default event loop policy: run installs uvloop's, and every
+    # later asyncio.run in the session would get it (tests/test_cli.py does the same).
+    monkeypatch.setattr("kafkaguard.cli.serve.install_event_loop_policy", lambda: "asyncio")
     table = docs.section(PAGE, "## The proxy does not start")
     (quoted,) = re.findall(r"`(the admin listener cannot bind 127\.0\.0\.1:9404: [^`]+)`", table)
     with taken_port() as port:

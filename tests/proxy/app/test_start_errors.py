@@ -38,10 +38,13 @@ async def test_a_taken_listener_port_names_the_listener_and_its_address() -> Non
 
 @pytest.mark.timeout(30)
 def test_a_taken_admin_port_is_named_by_kafkaguard_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The admin listener binds first (its probes answer during start-up), so the upstream
     need not be reachable for this."""
+    # Keep this process on the default event loop policy: run installs uvloop's, and every
+    # later asyncio.run in the session would get it (tests/test_cli.py does the same).
+    monkeypatch.setattr("kafkaguard.cli.serve.install_event_loop_policy", lambda: "asyncio")
     config = tmp_path / "config.yaml"
     with taken_port() as port:
         config.write_text(
