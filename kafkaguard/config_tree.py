@@ -524,14 +524,20 @@ class ConfigSection:
         return out
 
     def str_list(self, key: str, default: Any = None, *, choices: tuple[str, ...] = ()) -> Any:
-        """``choices``: when given, every item must be one of them."""
+        """``choices``: when given, every item must be one of them. When :func:`collecting`,
+        a list with unknown items goes on as the items that are known, not as ``default``:
+        the checks after it then speak of what the file says (a default of ``SCRAM-SHA-512``
+        in place of ``[PLAIN, PLAN]`` would report a credentials file "required for
+        SCRAM-SHA-512", a mechanism the file never named)."""
         self._note(key, "strings", default, choices=choices)
         value = self._typed(key, default, (list,), "a list of strings")
         if value is not None and not all(isinstance(v, str) for v in value):
             return self._soft(key, default, f"must be a list of strings, got {_plain(value)!r}")
-        for item in value if choices and value is not None else ():
-            if item not in choices:
-                return self._soft(key, default, f"unknown {item!r} (one of {', '.join(choices)})")
+        unknown = [item for item in value or () if choices and item not in choices]
+        if unknown:
+            named = ", ".join(map(repr, unknown))
+            report(self.error(key, f"unknown {named} (one of {', '.join(choices)})"))
+            return [item for item in value if item in choices]
         return value
 
     def require_extra(self, key: str, module: str, extra: str) -> None:

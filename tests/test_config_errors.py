@@ -186,3 +186,40 @@ def test_the_schema_carries_the_range_of_ports() -> None:
         "maximum": 65535,
         "default": 9404,
     }
+
+
+def test_a_list_with_an_unknown_item_goes_on_as_its_known_items(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``enabled_mechanisms: [SCRAM-SHA-256, PLAN]`` without a credentials file: the typo,
+    and the credentials file SCRAM-SHA-256 needs; not one "required for SCRAM-SHA-512" (the
+    default), which the file never named."""
+    text = UPSTREAM + (
+        "listeners:\n"
+        "  - name: S\n"
+        "    port: 9092\n"
+        "    security_protocol: SASL_PLAINTEXT\n"
+        "    sasl: {enabled_mechanisms: [SCRAM-SHA-256, PLAN, FOO]}\n"  # 7
+    )
+    file = tmp_path / "c.yaml"
+    assert check(tmp_path, capsys, text) == [
+        "2 errors:",
+        f"{file}:7 listeners[0].sasl.enabled_mechanisms: unknown 'PLAN', 'FOO' (one of PLAIN, "
+        "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)",
+        f"{file}:7 listeners[0].sasl.credentials_file: is required for SCRAM-SHA-256",
+    ]
+
+
+def test_a_list_of_unknown_items_alone_is_one_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing known left: "must name at least one mechanism" follows from the typo."""
+    text = UPSTREAM + (
+        "listeners:\n  - name: S\n    port: 9092\n    security_protocol: SASL_PLAINTEXT\n"
+        "    sasl: {enabled_mechanisms: [PLAN]}\n"
+    )
+    (line,) = check(tmp_path, capsys, text)
+    assert line.endswith(
+        "listeners[0].sasl.enabled_mechanisms: unknown 'PLAN' (one of PLAIN, SCRAM-SHA-256, "
+        "SCRAM-SHA-512, OAUTHBEARER)"
+    )

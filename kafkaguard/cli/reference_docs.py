@@ -148,7 +148,9 @@ def _help(action: argparse.Action, prog: str) -> str:
     return text
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """``parser``'s sub-commands, by name: the CLI page's walk, and its test's (every
+    command must have its section on the page)."""
     for action in parser._actions:  # argparse offers no public walk of its sub-parsers
         if isinstance(action, argparse._SubParsersAction):
             yield from action.choices.items()
@@ -174,7 +176,7 @@ def _parser_section(parser: argparse.ArgumentParser, depth: int) -> Iterator[str
         for action in options:
             yield f"| {_cell(_option(action))} | {_cell(_help(action, parser.prog))} |"
         yield ""
-    for _, child in _subcommands(parser):
+    for _, child in subcommands(parser):
         yield from _parser_section(child, min(depth + 1, 4))
 
 
@@ -194,7 +196,7 @@ def cli_page() -> str:
             for choice in action._choices_actions:
                 lines.append(f"| `kafkaguard {choice.dest}` | {_cell(choice.help or '')} |")
     lines.append("")
-    for _, child in _subcommands(parser):
+    for _, child in subcommands(parser):
         lines += _parser_section(child, 2)
     source = "the argparse parsers of kafkaguard/cli/__init__.py"
     return _page(source, "Command line reference", CLI_INTRO, lines[:-1])

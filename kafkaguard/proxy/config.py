@@ -308,6 +308,18 @@ def canonical_ip(text: str) -> str:
     return str(mapped or address)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is loopback only: the admin listener's remote warning and
+    doctor's PLAINTEXT-off-loopback warning. Names other than ``localhost`` are not resolved
+    (what a name resolves to can change): they count as reachable from outside."""
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(canonical_ip(host)).is_loopback
+    except ValueError:
+        return False
+
+
 def _ip_overrides(section: ConfigSection, key: str, text: str) -> Mapping[str, int]:
     """Kafka's ``max.connections.per.ip.overrides`` format: ``"host:count,host:count"``
     (also read for ``connection_creation_rate_overrides``: ``"host:rate,..."``)."""

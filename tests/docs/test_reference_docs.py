@@ -47,7 +47,7 @@ def test_the_configuration_page_has_every_key_of_the_schema() -> None:
 
 
 def _progs(parser: argparse.ArgumentParser) -> Iterator[str]:
-    for _, child in reference_docs._subcommands(parser):
+    for _, child in reference_docs.subcommands(parser):
         yield child.prog
         yield from _progs(child)
 

@@ -4,6 +4,7 @@ fails the suite. The broken cases are planted in a copy, to show that the build 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -89,3 +90,21 @@ def test_a_broken_site_fails_the_build(copy: Path, tmp_path: Path, plant, report
     plant(copy)
     done = _build(copy, tmp_path / "site")
     assert done.returncode != 0 and reported in done.stderr, done.stderr
+
+
+def test_the_readme_links_every_operator_page_and_no_missing_file() -> None:
+    """The README is not part of the site (only its quick start is included), so the build
+    does not check its links: a page renamed in docs/ would leave a dead link on GitHub, and a
+    page added to the operator guide would be missing from the README's list."""
+    text = docs.page("README.md")
+    links = {
+        target.split("#")[0]
+        for target in re.findall(r"\]\(([^)\s]+)\)", text)
+        if "://" not in target and not target.startswith("#")
+    }
+    missing = sorted(link for link in links if not (docs.ROOT / link).exists())
+    assert not missing, f"README.md links files that do not exist: {missing}"
+    config = yaml.safe_load((docs.ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    operator = next(e["Operator guide"] for e in config["nav"] if "Operator guide" in e)
+    unlinked = [page for page in _nav_pages(operator) if f"docs/{page}" not in links]
+    assert not unlinked, f"README.md's documentation list lacks {unlinked}"

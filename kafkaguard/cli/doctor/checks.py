@@ -27,6 +27,7 @@ from kafkaguard.proxy.config import (
     ListenerConfig,
     ProxyConfig,
     canonical_ip,
+    is_loopback,
 )
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -124,17 +125,6 @@ def advertised(listener: ListenerConfig, brokers: tuple[Broker, ...]) -> Adverti
         port = ports.port_for(broker.node_id)
         mapped.append((broker.node_id, None if port is None else HostPort(host, port)))
     return Advertised(HostPort(host, listener.port), tuple(mapped), rule)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address is loopback only. Names other than ``localhost`` are not
-    resolved (what a name resolves to can change): they count as reachable from outside."""
-    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(canonical_ip(host)).is_loopback
-    except ValueError:
-        return False
 
 
 def _same_address(a: HostPort, b: HostPort) -> bool:

@@ -36,7 +36,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import gzip
-import ipaddress
 import logging
 import os
 import socket
@@ -56,7 +55,7 @@ from kafkaguard.proxy.app.metrics import (
     ProxyCollector,
     ServerView,
 )
-from kafkaguard.proxy.config import AdminConfig, HostPort
+from kafkaguard.proxy.config import AdminConfig, HostPort, is_loopback
 from kafkaguard.proxy.log_limit import RateLimitedLog
 from kafkaguard.proxy.net.listener import BindError
 
@@ -137,15 +136,6 @@ class _Refusal(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class AdminServer:

@@ -54,11 +54,11 @@ from kafkaguard.proxy.sasl.executor import executor_for
 log = logging.getLogger("kafkaguard.proxy")
 
 _LISTENER_READY_TIMEOUT_S: Final = 30.0
+"""A reload waits this long for the authorizer to be ready for an added listener."""
 PROBE_WARNING_INTERVAL_S: Final = 10.0
 """While the upstream is unreachable at start, one warning per cause per this many seconds,
 the next saying how many similar ones it stands for (a probe a second would print a screen of
 identical lines before giving up)."""
-"""A reload waits this long for the authorizer to be ready for an added listener."""
 
 
 def raise_open_file_limit() -> int:

@@ -43,23 +43,20 @@ from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import FrameBuffer
 from kafkaguard.proxy.config import HostPort
-from kafkaguard.proxy.net.cluster import _ask, _open, _version_ranges
+from kafkaguard.proxy.net.cluster import ask, ask_api_versions, open_connection, version_ranges
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.client import (
     SASL_AUTHENTICATE,
-    MechanismClient,
-    PlainClient,
-    ScramClient,
     UpstreamAuthenticationError,
     UpstreamSaslExchange,
     authenticate_stream,
     authenticate_version,
+    mechanism_client,
 )
 
-API_VERSIONS: Final = 18
 DESCRIBE_ACLS: Final = 29
 METADATA: Final = 3
-_NAMES: Final = {API_VERSIONS: "ApiVersions", DESCRIBE_ACLS: "DescribeAcls", METADATA: "Metadata"}
+_NAMES: Final = {DESCRIBE_ACLS: "DescribeAcls", METADATA: "Metadata"}
 """Kafka's names of the requests sent here (``ApiKeys``), for messages."""
 _ANY: Final = 1
 """The ANY code of ResourceTypeFilter, PatternTypeFilter, Operation and PermissionType."""
@@ -113,7 +110,7 @@ class WireConnection:
 
     @classmethod
     def from_settings(
-        cls, settings: Mapping[str, Any], bootstrap: str | None = None
+        cls, settings: Mapping[str, object], bootstrap: str | None = None
     ) -> WireConnection:
         servers = _servers(bootstrap or str(settings.get("bootstrap.servers", "")))
         protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
@@ -141,11 +138,7 @@ class WireConnection:
     def _sasl(self, versions: dict[int, range]) -> UpstreamSaslExchange | None:
         if self.mechanism is None:
             return None
-        client: MechanismClient = (
-            PlainClient(self.username, self.password)
-            if self.mechanism == plain.MECHANISM
-            else ScramClient(self.mechanism, self.username, self.password)
-        )
+        client = mechanism_client(self.mechanism, self.username, self.password)
         version = authenticate_version(versions.get(SASL_AUTHENTICATE))
         return UpstreamSaslExchange(self.mechanism, client, version)
 
@@ -166,18 +159,10 @@ class WireConnection:
         raise WireAdminError(f"{name} at {where} as {self.named}: no answer ({last})")
 
     async def _ask_one(self, server: HostPort, api_key: int, wanted: range, build: Build) -> Any:
-        reader, writer = await _open(server, self.ssl_context)
+        reader, writer = await open_connection(server, self.ssl_context)
         try:
             frames = FrameBuffer()
-            probe = codec.make_entity(
-                codec.request_schema(API_VERSIONS, 3),
-                client_software_name="kafkaguard",
-                client_software_version="0.1.0",
-            )
-            answer = await _ask(reader, writer, frames, probe, 3, CLIENT_ID)
-            if answer.error_code != ErrorCode.none:
-                raise ProtocolError(f"ApiVersions v3 answered {ErrorCode(answer.error_code)!r}")
-            versions = _version_ranges(answer)
+            versions = version_ranges(await ask_api_versions(reader, writer, frames, 3, CLIENT_ID))
             exchange = self._sasl(versions)
             if exchange is not None:
                 try:
@@ -194,16 +179,18 @@ class WireConnection:
             version = common[-1]
             schema = codec.request_schema(api_key, version)
             request = codec.make_entity(schema, **build(schema))
-            return await _ask(reader, writer, frames, request, version, CLIENT_ID)
+            return await ask(reader, writer, frames, request, version, CLIENT_ID)
         finally:
             writer.close()
 
 
-def _tls(settings: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
+def _tls(settings: Mapping[str, object]) -> tuple[ssl.SSLContext, str | None]:
     """The TLS context of ``ssl.*`` settings, and the client certificate's subject as Java's
     ``X500Principal.getName()`` prints it (the mTLS principal before mapping rules)."""
 
     def path(key: str) -> Path | None:
+        # librdkafka's ssl.ca.location=probe: the system's CA bundle, which the default
+        # context of build_client_context also trusts (audit_connection sets it so).
         value = settings.get(key)
         return Path(str(value)) if value and value != "probe" else None
 
@@ -232,7 +219,7 @@ def _tls(settings: Mapping[str, Any]) -> tuple[ssl.SSLContext, str | None]:
 # -- DescribeAcls ---------------------------------------------------------------------------------
 
 
-async def describe_acls(settings: Mapping[str, Any], bootstrap: str | None = None) -> Snapshot:
+async def describe_acls(settings: Mapping[str, object], bootstrap: str | None = None) -> Snapshot:
     """Every ACL the server holds (DescribeAcls, an ANY filter). A top-level error code is an
     error naming the code and the principal (31: it lacks DESCRIBE on the cluster)."""
     connection = WireConnection.from_settings(settings, bootstrap)
@@ -283,7 +270,7 @@ async def describe_acls(settings: Mapping[str, Any], bootstrap: str | None = Non
 # -- Metadata: does a topic exist ------------------------------------------------------------------
 
 
-async def topic_exists(settings: Mapping[str, Any], topic: str) -> bool:
+async def topic_exists(settings: Mapping[str, object], topic: str) -> bool:
     """Whether ``topic`` exists, asked with auto-creation off (Metadata v4+) so that the
     question creates nothing. Any answer other than "exists" or 3 UNKNOWN_TOPIC_OR_PARTITION
     is an error."""

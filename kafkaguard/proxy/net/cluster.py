@@ -39,6 +39,7 @@ METADATA: Final = 3
 METADATA_VERSION: Final = 12
 """The Metadata version asked for the brokers (or the broker's newest, if older)."""
 BROKERS_REFRESH_S: Final = 1.0
+PROBE_CLIENT_ID: Final = "kafkaguard-probe"
 
 
 class UpstreamCluster:
@@ -137,7 +138,7 @@ class UpstreamCluster:
         version = int(response.__version__)
         if self._api_versions.get(version) is response:
             return  # kept already, and every kept response has the current ranges
-        versions = _version_ranges(response)
+        versions = version_ranges(response)
         if versions != self._broker_versions:
             self._broker_versions = versions
             self._supported.clear()
@@ -219,9 +220,13 @@ class UpstreamCluster:
         raise OSError(f"no upstream {what} answered: {last}")
 
 
-async def _open(
+async def open_connection(
     server: HostPort, ssl_context: ssl.SSLContext | None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection of the proxy's own to ``server``, over the upstream TLS when given (the
+    server's name is what the certificate must cover, as librdkafka and the Java client check).
+    Shared with the tools' own Admin reads (kafkaguard/proxy/app/wire_admin.py), which must
+    reach a cluster exactly as the proxy does."""
     return await asyncio.open_connection(
         server.host,
         server.port,
@@ -230,7 +235,7 @@ async def _open(
     )
 
 
-async def _ask(
+async def ask(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     frames: FrameBuffer,
@@ -255,7 +260,7 @@ async def fetch_brokers(server: HostPort, cluster: UpstreamCluster) -> list[tupl
     version = min(cluster.supported_versions(METADATA).stop - 1, METADATA_VERSION)
     if version < 1:  # v0 cannot ask for no topics
         raise ProtocolError("the upstream answers no Metadata version the proxy can send")
-    reader, writer = await _open(server, cluster.ssl_context)
+    reader, writer = await open_connection(server, cluster.ssl_context)
     try:
         frames = FrameBuffer()
         exchange = cluster.sasl_exchange()
@@ -264,7 +269,7 @@ async def fetch_brokers(server: HostPort, cluster: UpstreamCluster) -> list[tupl
         request = codec.make_entity(  # other fields zero: false, no authorized operations
             codec.request_schema(METADATA, version), topics=(), allow_auto_topic_creation=False
         )
-        response = await _ask(reader, writer, frames, request, version, "kafkaguard-brokers")
+        response = await ask(reader, writer, frames, request, version, "kafkaguard-brokers")
         return [(b.node_id, b.host, b.port) for b in response.brokers]
     finally:
         writer.close()
@@ -283,26 +288,14 @@ async def fetch_api_versions(
     not the reverse). With ``sasl``, the connection then authenticates (SaslHandshake +
     SaslAuthenticate), so bad credentials are found at start. Raises
     :class:`UpstreamAuthenticationError` when they are refused."""
-    reader, writer = await _open(server, ssl_context)
+    reader, writer = await open_connection(server, ssl_context)
     try:
         frames = FrameBuffer()
-
-        async def ask(version: int) -> Any:
-            request = codec.make_entity(
-                codec.request_schema(API_VERSIONS, version),
-                client_software_name="kafkaguard",
-                client_software_version="0.1.0",
-            )
-            response = await _ask(reader, writer, frames, request, version, "kafkaguard-probe")
-            if response.error_code != ErrorCode.none:
-                raise ProtocolError(f"ApiVersions v{version} answered {response.error_code!r}")
-            return response
-
-        response = await ask(3)
-        versions = _version_ranges(response)
+        response = await ask_api_versions(reader, writer, frames, 3, PROBE_CLIENT_ID)
+        versions = version_ranges(response)
         newest = min(versions.get(API_VERSIONS, range(0)).stop, codec_versions(API_VERSIONS).stop)
         if newest - 1 > 3:
-            response = await ask(newest - 1)
+            response = await ask_api_versions(reader, writer, frames, newest - 1, PROBE_CLIENT_ID)
         if sasl is not None:
             exchange = sasl.exchange(versions.get(SASL_AUTHENTICATE))
             try:
@@ -318,5 +311,27 @@ async def fetch_api_versions(
         writer.close()
 
 
-def _version_ranges(response: Any) -> dict[int, range]:
+async def ask_api_versions(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    frames: FrameBuffer,
+    version: int,
+    client_id: str,
+) -> Any:
+    """ApiVersions ``version`` on an open connection (the first request of every connection
+    of the proxy's own, before SASL: KIP-511 names the client software). An error code is a
+    :class:`ProtocolError`: a broker that answers one cannot be talked to."""
+    request = codec.make_entity(
+        codec.request_schema(API_VERSIONS, version),
+        client_software_name="kafkaguard",
+        client_software_version="0.1.0",
+    )
+    response = await ask(reader, writer, frames, request, version, client_id)
+    if response.error_code != ErrorCode.none:
+        raise ProtocolError(f"ApiVersions v{version} answered {ErrorCode(response.error_code)!r}")
+    return response
+
+
+def version_ranges(response: Any) -> dict[int, range]:
+    """The version range of each API key an ApiVersions response lists."""
     return {int(e.api_key): range(e.min_version, e.max_version + 1) for e in response.api_keys}

@@ -255,11 +255,13 @@ class ScramClient:
 
 
 def mechanism_client(
-    config: UpstreamSaslConfig, password: str, cache: SaltedCache | None = None
+    mechanism: str, username: str, password: str, cache: SaltedCache | None = None
 ) -> MechanismClient:
-    if config.mechanism == plain.MECHANISM:
-        return PlainClient(config.username, password)
-    return ScramClient(config.mechanism, config.username, password, cache=cache)
+    """The client side of ``mechanism`` (PLAIN or a SCRAM one) for ``username``: the proxy's
+    towards its brokers, and the tools' own Admin reads (kafkaguard/proxy/app/wire_admin.py)."""
+    if mechanism == plain.MECHANISM:
+        return PlainClient(username, password)
+    return ScramClient(mechanism, username, password, cache=cache)
 
 
 # -- the Kafka exchange -------------------------------------------------------------------------
@@ -355,7 +357,10 @@ class UpstreamSasl:
 
     def exchange(self, broker_versions: Any = None) -> UpstreamSaslExchange:
         """Raises :class:`UpstreamAuthenticationError` when the password cannot be read."""
-        client = mechanism_client(self.config, self._password.get(), self._cache)
+        config = self.config
+        client = mechanism_client(
+            config.mechanism, config.username, self._password.get(), self._cache
+        )
         return UpstreamSaslExchange(
             self.config.mechanism, client, authenticate_version(broker_versions)
         )

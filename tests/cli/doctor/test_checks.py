@@ -17,12 +17,11 @@ from kafkaguard.cli.doctor.checks import (
     advertised,
     evaluate,
     exit_code,
-    is_loopback,
 )
 from kafkaguard.cli.doctor.facts import BootstrapProbe, Broker, BrokerProbe, Facts, StoreFacts
 from kafkaguard.cli.doctor.report import render_text, report_json
 from kafkaguard.config_tree import ConfigSection
-from kafkaguard.proxy.config import HostPort, ProxyConfig, parse_config
+from kafkaguard.proxy.config import HostPort, ProxyConfig, is_loopback, parse_config
 
 BROKER = Broker(1, HostPort("10.0.0.5", 9092))
 """The one broker the facts' cluster advertises."""

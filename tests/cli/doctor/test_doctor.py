@@ -34,6 +34,7 @@ from kafkaguard.policy.stores.zookeeper import ZooKeeperAclStore
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
 from kafkaguard.topic_table import topic_cleanup_policy
+from tests.support.ports import refusing_port
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread
 from tests.support.sasl_proxy import PASSWORDS, start_sasl_proxy
 from tests.support.zookeeper import ZooKeeperServer
@@ -90,9 +91,11 @@ def doctor(capsys: pytest.CaptureFixture[str], config: Path, *flags: str) -> tup
     return code, capsys.readouterr().out
 
 
-def closed_port() -> HostPort:
-    """A loopback port nothing listens on (bound and released: connections are refused)."""
-    return HostPort("127.0.0.1", free_port())
+@pytest.fixture
+def down() -> Iterator[HostPort]:
+    """A loopback server address that refuses connections (held for the test)."""
+    with refusing_port() as port:
+        yield HostPort("127.0.0.1", port)
 
 
 def test_a_safe_configuration_lists_the_advertised_brokers_and_exits_0(
@@ -134,9 +137,8 @@ def test_plaintext_on_every_address_is_a_finding_and_nothing_is_bound(
 
 
 def test_an_unreachable_bootstrap_server_fails_naming_it(
-    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str], down: HostPort
 ) -> None:
-    down = closed_port()
     code, out = doctor(capsys, write_config(tmp_path, [tansu.address, down]), "--allow-warnings")
     assert code == 1  # a failure, not a warning
     assert f"[FAIL] {down}: " in out and "Connect call failed" in out
@@ -183,9 +185,8 @@ def test_the_upstream_is_asked_with_the_proxys_sasl_credentials(
 
 
 def test_no_reachable_upstream_lists_no_broker_and_says_none_could_be_checked(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], down: HostPort
 ) -> None:
-    down = closed_port()
     code, out = doctor(capsys, write_config(tmp_path, [down]))
     assert code == 1
     assert f"[FAIL] {down}: " in out
@@ -307,9 +308,8 @@ def test_a_broker_advertising_the_proxys_address_warns(
 
 
 def test_json_has_the_documented_shape(
-    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str], down: HostPort
 ) -> None:
-    down = closed_port()
     config = write_config(tmp_path, [tansu.address, down], authorizer="super_users: User:admin")
     code, out = doctor(capsys, config, "--json")
     document: dict[str, Any] = json.loads(out)

@@ -5,10 +5,7 @@ interval with the count of identical warnings left out, not once a second."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +16,8 @@ from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.net.listener import BindError
 from tests.support.fake_broker import FakeBroker
+from tests.support.ports import taken_port
 from tests.support.proxy_fixture import proxy_config
-
-
-@contextlib.contextmanager
-def taken_port() -> Iterator[int]:
-    """A loopback port another socket listens on while the block runs."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
-        blocker.bind(("127.0.0.1", 0))
-        blocker.listen(1)
-        yield blocker.getsockname()[1]
 
 
 @pytest.mark.timeout(30)
@@ -49,10 +38,13 @@ async def test_a_taken_listener_port_names_the_listener_and_its_address() -> Non
 
 @pytest.mark.timeout(30)
 def test_a_taken_admin_port_is_named_by_kafkaguard_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The admin listener binds first (its probes answer during start-up), so the upstream
     need not be reachable for this."""
+    # Keep this process on the default event loop policy: run installs uvloop's, and every
+    # later asyncio.run in the session would get it (tests/test_cli.py does the same).
+    monkeypatch.setattr("kafkaguard.cli.serve.install_event_loop_policy", lambda: "asyncio")
     config = tmp_path / "config.yaml"
     with taken_port() as port:
         config.write_text(
