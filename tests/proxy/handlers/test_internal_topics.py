@@ -158,3 +158,82 @@ def test_cluster_wide_listings_do_not_show_internal_topics() -> None:
         ("a", 2),
         (ACLS, 16),
     ]
+
+
+def _txn_batch(*transactions: tuple[str, tuple[str, ...]]) -> Any:
+    from kio.schema.add_partitions_to_txn.v5 import request as ap5
+
+    return ap5.AddPartitionsToTxnRequest(
+        transactions=tuple(
+            ap5.AddPartitionsToTxnTransaction(
+                transactional_id=txn,
+                producer_id=1,
+                producer_epoch=0,
+                verify_only=False,
+                topics=tuple(ap5.AddPartitionsToTxnTopic(name=n, partitions=(0,)) for n in names),
+            )
+            for txn, names in transactions
+        )
+    )
+
+
+def test_add_partitions_v4_with_cluster_action_never_adds_an_internal_partition() -> None:
+    """KIP-890's inter-broker form: CLUSTER_ACTION authorizes every topic, so the proxy answers
+    a transaction naming an internal topic itself (29 there, 55 on its other partitions) and
+    forwards only the batch's other transactions (issue 35)."""
+    from kafkaguard.protocol import codec
+
+    h = HandlerHarness(**SUPER)
+    body = _txn_batch(("t1", ("orders", ACLS)), ("t2", ("orders",)), ("t3", ("." + ACLS[1:],)))
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    sent: Any = h.forwarded_body(verdict, body)
+    assert [t.transactional_id for t in sent.transactions] == ["t2"]
+    schema = codec.response_schema(24, 5)
+    result_type = codec.nested_type(schema, "results_by_transaction")
+    topic_type = codec.nested_type(result_type, "topic_results")
+    partition_type = codec.nested_type(topic_type, "results_by_partition")
+    broker = codec.make_entity(
+        schema,
+        results_by_transaction=tuple(
+            codec.make_entity(
+                result_type,
+                transactional_id=txn,
+                topic_results=(
+                    codec.make_entity(
+                        topic_type,
+                        name="orders",
+                        results_by_partition=(
+                            codec.make_entity(partition_type, partition_index=0),
+                        ),
+                    ),
+                ),
+            )
+            for txn in ("t1", "t2")  # t1 was never sent: dropped
+        ),
+    )
+    response = h.complete(verdict, broker)
+    assert [
+        (r.transactional_id, t.name, int(p.partition_error_code))
+        for r in response.results_by_transaction
+        for t in r.topic_results
+        for p in t.results_by_partition
+    ] == [
+        ("t1", "orders", 55),
+        ("t1", ACLS, 29),
+        ("t2", "orders", 0),
+        ("t3", "." + ACLS[1:], 29),
+    ]
+
+
+def test_add_partitions_v4_of_internal_partitions_only_never_reaches_the_broker() -> None:
+    h = HandlerHarness(**SUPER)
+    verdict = h.send(_txn_batch(("t1", (ACLS,))))
+    assert isinstance(verdict, Respond)
+    ((result,),) = [verdict.response.results_by_transaction]
+    assert [int(p.partition_error_code) for p in result.topic_results[0].results_by_partition] == [
+        29
+    ]
+    named = HandlerHarness(**SUPER, internal_topic_principals=ALICE)
+    forwarded = named.send(_txn_batch(("t1", (ACLS,))))
+    assert isinstance(forwarded, Forward) and forwarded.request is None
