@@ -37,7 +37,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -56,6 +56,17 @@ Changes = dict[bytes, bytes | None]
 
 class TopicTableError(RuntimeError):
     """The topic cannot be reached or written; the message says which topic and why."""
+
+
+class TopicRefused(TopicTableError):
+    """The topic cannot serve as the table as the cluster has it (a colliding name, unsafe
+    settings): retrying cannot help, the operator must act; the message says how."""
+
+
+def unify_collision_chars(topic: str) -> str:
+    """Kafka's ``Topic.unifyCollisionChars``: two topics whose names are equal after this
+    cannot both exist (their metrics names would collide), ``.`` and ``_`` being one."""
+    return topic.replace(".", "_")
 
 
 def import_confluent_kafka() -> Any:
@@ -153,6 +164,7 @@ def _describe(
     except ck.KafkaException as exc:
         raise TopicTableError(f"cannot reach the cluster: {exc}") from exc
     if name not in metadata.topics:
+        _refuse_collision(name, metadata.topics)
         return admin, len(metadata.brokers), None
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     try:
@@ -162,6 +174,20 @@ def _describe(
         raise TopicTableError(f"cannot describe topic {name}: {exc!r}") from exc
     policy = entries.get("cleanup.policy")
     return admin, len(metadata.brokers), str(policy.value) if policy is not None else "delete"
+
+
+def _refuse_collision(name: str, existing: Collection[str]) -> None:
+    """A topic Kafka considers the same name (``Topic.hasCollisionChars``) makes ``name``
+    impossible to create (InvalidTopicException "collides with existing topic"): say which
+    one and what to do rather than retry for ever."""
+    unified = unify_collision_chars(name)
+    squatters = sorted(t for t in existing if t != name and unify_collision_chars(t) == unified)
+    if squatters:
+        raise TopicRefused(
+            f"topic {name} cannot be created: topic {squatters[0]} exists and collides with it "
+            "('.' and '_' are one character to Kafka); delete it (kafka-topics.sh --delete "
+            f"--topic {squatters[0]}, straight on the cluster) or configure another topic name"
+        )
 
 
 def is_compacted(cleanup_policy: str) -> bool:

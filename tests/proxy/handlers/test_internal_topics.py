@@ -237,3 +237,16 @@ def test_add_partitions_v4_of_internal_partitions_only_never_reaches_the_broker(
     named = HandlerHarness(**SUPER, internal_topic_principals=ALICE)
     forwarded = named.send(_txn_batch(("t1", (ACLS,))))
     assert isinstance(forwarded, Forward) and forwarded.request is None
+
+
+def test_create_topics_of_a_colliding_name_is_29_and_never_forwarded() -> None:
+    """Kafka would answer 17 "collides with existing topic: _kafkaguard-acls-…" (issue 35)."""
+    h = HandlerHarness(**SUPER)
+    body = create(".kafkaguard-acls-x", "fresh")
+    verdict = h.send(body)
+    assert isinstance(verdict, Forward)
+    assert [t.name for t in h.forwarded_body(verdict, body).topics] == ["fresh"]
+    h = HandlerHarness([acl(ALICE, "CREATE", "CLUSTER", "kafka-cluster")])
+    verdict = h.send(create(".kafkaguard-users-x"))
+    assert isinstance(verdict, Respond)
+    assert results(verdict.response) == [(".kafkaguard-users-x", 29, "Authorization failed.")]
