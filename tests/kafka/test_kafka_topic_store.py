@@ -4,6 +4,9 @@ not compacted, a broker restart and a whole-cluster outage and return.
 
 The cluster is started once for the module (three JVMs); each test uses its own topic. The
 brokers check for cleanable logs every 500 ms so that a compaction happens within a test.
+Each broker also has a listener reached through a relay (:class:`CountingRelay`) that a test
+can cut: a store bootstrapped there is partitioned from the cluster while the others are not
+(issue 35's outage).
 """
 
 from __future__ import annotations
@@ -49,10 +52,12 @@ from kafkaguard.proxy.config import BrokerPorts, HostPort
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import SaslKafkaConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
+from kafkaguard.proxy.sasl.kafka_credentials import KafkaTopicCredentialStore, credential_key
 from kafkaguard.tansu import free_base
 from kafkaguard.topic_table import TopicSettings
 from tests.support.kafka_broker import (
     KafkaBroker,
+    free_port,
     require_kafka,
     restart_broker,
     run_kafka_tool,
@@ -65,6 +70,7 @@ from tests.support.proxy_fixture import (
     stop_proxy_thread,
     unique_name,
 )
+from tests.support.tcp_relay import CountingRelay
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -77,11 +83,38 @@ COMPACTING = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[KafkaBroker]]:
+def relays() -> Iterator[list[CountingRelay]]:
+    """One per broker, in node order, in front of its RELAYED listener."""
+    made = [CountingRelay.on_port(HostPort("127.0.0.1", free_port()), free_port()) for _ in "123"]
+    for relay in made:
+        relay.start()
+    yield made
+    for relay in made:
+        relay.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, relays: list[CountingRelay]
+) -> Iterator[list[KafkaBroker]]:
     require_kafka()
+
+    def relayed(node_id: int, props: dict[str, str]) -> dict[str, str]:
+        relay = relays[node_id - 1]
+        return props | {
+            "listeners": f"{props['listeners']},RELAYED://127.0.0.1:{relay.target.port}",
+            "advertised.listeners": (
+                f"{props['advertised.listeners']},RELAYED://127.0.0.1:{relay.address.port}"
+            ),
+            "listener.security.protocol.map": (
+                f"{props['listener.security.protocol.map']},RELAYED:PLAINTEXT"
+            ),
+        }
+
     brokers = start_kafka_cluster(
         tmp_path_factory.mktemp("acl-store-cluster"),
         extra_props={"log.cleaner.backoff.ms": "500", "log.cleaner.dedupe.buffer.size": "4194304"},
+        node_props=relayed,
     )
     try:
         yield brokers
@@ -152,17 +185,49 @@ def test_topic_created_compacted_and_replicated(cluster: list[KafkaBroker]) -> N
     assert configs["min.insync.replicas"].value == "2"
 
 
-def test_not_compacted_topic_is_reported(cluster: list[KafkaBroker]) -> None:
-    topic = unique_name("_kafkaguard-acls")
+def test_a_topic_that_could_lose_unread_records_is_refused_at_start(
+    cluster: list[KafkaBroker],
+) -> None:
+    """Not compacted (live records deleted by age), or deletions kept less than configured
+    (``delete.retention.ms`` left at the broker's 24 h): the store does not start, and says
+    which setting and how to fix it (issue 35)."""
     admin = AdminClient(connection(cluster))
-    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "delete"})])[topic].result(
-        20
-    )
+    refused = {
+        unique_name("_kafkaguard-acls"): ({"cleanup.policy": "delete"}, "cleanup.policy=delete"),
+        unique_name("_kafkaguard-acls"): (
+            {"cleanup.policy": "compact"},
+            "delete.retention.ms=86400000, below the 604800000 configured",
+        ),
+    }
+    for topic, (configs, _) in refused.items():
+        admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(20)
+
+    async def scenario() -> None:
+        for topic, (_, reason) in refused.items():
+            s = store(cluster, topic)
+            with pytest.raises(AclStoreError, match=reason) as info:
+                await asyncio.wait_for(s.start(), 30)
+            assert "kafka-configs.sh --alter" in str(info.value)
+            assert [r for r in s.not_ready() if reason in r]
+            await s.close()
+
+    run(scenario)
+
+
+def test_a_colliding_squatter_topic_is_named_at_start(cluster: list[KafkaBroker]) -> None:
+    """``.kafkaguard-acls-…`` made before the store topic: Kafka would refuse
+    ``_kafkaguard-acls-…`` for ever (``Topic.hasCollisionChars``); the store says so at once."""
+    topic = unique_name("_kafkaguard-acls")
+    squatter = "." + topic[1:]
+    admin = AdminClient(connection(cluster))
+    admin.create_topics([NewTopic(squatter, 1, 1)])[squatter].result(20)
 
     async def scenario() -> None:
         s = store(cluster, topic)
-        await s.start()
-        assert [r for r in s.not_ready() if "cleanup.policy is delete, not compact" in r]
+        started = time.monotonic()
+        with pytest.raises(AclStoreError, match=f"topic {squatter} exists and collides"):
+            await asyncio.wait_for(s.start(), 30)
+        assert time.monotonic() - started < 15  # one attempt, not retried
         await s.close()
 
     run(scenario)
@@ -563,6 +628,89 @@ def test_acls_apply_and_edit_the_kafka_store(
             }
         finally:
             await reader.close()
+
+    run(scenario)
+
+
+def count_keys(cluster: list[KafkaBroker], topic: str, key: bytes) -> int:
+    """Records of ``key`` (values and tombstones) still in the log."""
+    consumer = Consumer(
+        connection(cluster)
+        | {"group.id": "counter", "enable.auto.commit": False, "enable.partition.eof": True}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    count = 0
+    try:
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, "no end of partition within 10 s"
+            if message.error() is not None:
+                return count
+            count += message.key() == key
+    finally:
+        consumer.close()
+
+
+def test_a_store_partitioned_while_deletions_were_compacted_away_converges(
+    cluster: list[KafkaBroker], relays: list[CountingRelay]
+) -> None:
+    """Issue 35: a store cut off from the cluster (through the relays) while another deletes
+    an ACL and a SCRAM user and the log cleaner removes both the records and their tombstones
+    (``delete.retention.ms`` 0 on these topics) no longer holds either once it is back: it
+    reads its topics again from the beginning and swaps the fresh state in."""
+    acl_topic, user_topic = unique_name("_kafkaguard-acls"), unique_name("_kafkaguard-users")
+    relayed = {"bootstrap.servers": ",".join(str(r.address) for r in relays)}
+    revoked, kept = topic_acls(2, "outage")
+    credential = scram.make_credential("SCRAM-SHA-256", "s3cret")
+
+    def users(conn: dict[str, Any]) -> KafkaTopicCredentialStore:
+        return KafkaTopicCredentialStore(
+            conn, TopicSettings(user_topic, configs=COMPACTING, write_timeout_ms=5000)
+        )
+
+    def acls(conn: dict[str, Any]) -> KafkaTopicAclStore:
+        return KafkaTopicAclStore(
+            conn, TopicSettings(acl_topic, configs=COMPACTING, write_timeout_ms=5000)
+        )
+
+    async def scenario() -> None:
+        writer_acls, writer_users = acls(connection(cluster)), users(connection(cluster))
+        away_acls, away_users = acls(relayed), users(relayed)
+        for s in (writer_acls, writer_users, away_acls, away_users):
+            await s.start()
+        await writer_acls.add([revoked, kept])
+        await writer_users.alter([("gone", "SCRAM-SHA-256", credential)], [])
+        await eventually(lambda: revoked in away_acls.snapshot(), 10)
+        await eventually(lambda: away_users.scram_credential("gone", "SCRAM-SHA-256") is not None)
+        for relay in relays:
+            relay.cut()
+        await eventually(lambda: not away_acls.reachable and not away_users.table.reachable, 20)
+        await writer_acls.remove([revoked])
+        await writer_users.alter([], [("gone", "SCRAM-SHA-256")])
+        filler = topic_acls(40, "filler")
+        deadline = time.monotonic() + 90
+        while await asyncio.to_thread(
+            lambda: (
+                count_keys(cluster, acl_topic, binding_key(revoked))
+                + count_keys(cluster, user_topic, credential_key("gone", "SCRAM-SHA-256"))
+            )
+        ):  # new segments (segment.ms) for the cleaner, until both keys are gone from the logs
+            assert time.monotonic() < deadline, "the log cleaner did not remove the tombstones"
+            await writer_acls.add(filler[:1])
+            await writer_acls.remove(filler[:1])
+            await writer_users.alter([("filler", "SCRAM-SHA-256", credential)], [])
+            await writer_users.alter([], [("filler", "SCRAM-SHA-256")])
+            await asyncio.sleep(0.3)
+        assert revoked in away_acls.snapshot()  # kept in force while away, by design
+        for relay in relays:
+            relay.restore()
+        await eventually(lambda: away_acls.snapshot() == writer_acls.snapshot(), 30)
+        await eventually(lambda: away_users.scram_credential("gone", "SCRAM-SHA-256") is None, 30)
+        assert away_acls.snapshot() == frozenset({kept})
+        assert away_acls.table.rereads >= 1 and list(away_acls.not_ready()) == []
+        assert (away_acls.table.lag_s() or 0.0) < 5
+        for s in (writer_acls, writer_users, away_acls, away_users):
+            await s.close()
 
     run(scenario)
 

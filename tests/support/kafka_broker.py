@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -382,9 +382,11 @@ def start_kafka_cluster(
     *,
     version: str = KAFKA_VERSION,
     extra_props: dict[str, str] | None = None,
+    node_props: Callable[[int, dict[str, str]], dict[str, str]] | None = None,
 ) -> list[KafkaBroker]:
     """An upstream cluster of ``size`` brokers: node 1 is also the (single) controller, nodes
-    2.. are brokers only. Same contract as :func:`start_kafka`; stop every broker returned
+    2.. are brokers only. ``node_props(node_id, props)`` may change one node's properties
+    (a listener of its own). Same contract as :func:`start_kafka`; stop every broker returned
     (:func:`restart_broker` starts a stopped one again)."""
     ports = {free_port() for _ in range(size + 1)}
     while len(ports) < size + 1:
@@ -403,6 +405,8 @@ def start_kafka_cluster(
                 node_id=node_id,
                 controller=node_id == NODE_ID,
             ) | (extra_props or {})
+            if node_props is not None:
+                props = node_props(node_id, props)
             brokers.append(_launch("upstream", directory, props, cluster_id, version))
     except BaseException:
         for broker in brokers:
