@@ -12,6 +12,8 @@ can cut: a store bootstrapped there is partitioned from the cluster while the ot
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -52,7 +54,11 @@ from kafkaguard.proxy.config import BrokerPorts, HostPort
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import SaslKafkaConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
-from kafkaguard.proxy.sasl.kafka_credentials import KafkaTopicCredentialStore, credential_key
+from kafkaguard.proxy.sasl.kafka_credentials import (
+    KafkaCredentialError,
+    KafkaTopicCredentialStore,
+    credential_key,
+)
 from kafkaguard.tansu import free_base
 from kafkaguard.topic_table import TopicSettings
 from tests.support.kafka_broker import (
@@ -113,13 +119,19 @@ def cluster(
 
     brokers = start_kafka_cluster(
         tmp_path_factory.mktemp("acl-store-cluster"),
-        extra_props={"log.cleaner.backoff.ms": "500", "log.cleaner.dedupe.buffer.size": "4194304"},
+        extra_props={
+            "log.cleaner.backoff.ms": "500",
+            "log.cleaner.dedupe.buffer.size": "4194304",
+            # a killed broker is fenced within 3 s, not 9 (the failover test)
+            "broker.session.timeout.ms": "3000",
+            "broker.heartbeat.interval.ms": "500",
+        },
         node_props=relayed,
     )
     try:
         yield brokers
     finally:
-        for broker in brokers:
+        for broker in reversed(brokers):  # the controller (node 1) last: no shutdown waits on it
             broker.stop()
 
 
@@ -710,6 +722,155 @@ def test_a_store_partitioned_while_deletions_were_compacted_away_converges(
         assert away_acls.table.rereads >= 1 and list(away_acls.not_ready()) == []
         assert (away_acls.table.lag_s() or 0.0) < 5
         for s in (writer_acls, writer_users, away_acls, away_users):
+            await s.close()
+
+    run(scenario)
+
+
+@dataclasses.dataclass
+class AclStream:
+    """A stream of ACL creations through alternating stores, every third deleted again
+    through the other, and what became of each binding."""
+
+    stores: list[KafkaTopicAclStore]
+    acked: set[Any] = dataclasses.field(default_factory=set)
+    """The bindings in force by the acknowledged changes."""
+    unknown: set[Any] = dataclasses.field(default_factory=set)
+    """Bindings of a change refused as "may or may not have been applied"."""
+    tried: set[Any] = dataclasses.field(default_factory=set)
+    """Every binding a store may hold: written, or being written."""
+    violations: list[str] = dataclasses.field(default_factory=list)
+
+    async def change(self, i: int, binding: Any) -> None:
+        self.tried.add(binding)
+        try:
+            await self.stores[i % 2].add([binding])
+        except AclStoreError as exc:
+            if "may or may not" in str(exc):
+                self.unknown.add(binding)
+            else:  # refused at once: it must never appear
+                self.tried.discard(binding)
+            return
+        self.acked.add(binding)
+        if i % 3 == 0:
+            other = self.stores[(i + 1) % 2]
+            try:  # DeleteAcls matches the proxy's snapshot: once the binding reached it
+                await eventually(lambda: binding in other.snapshot(), 10)
+                await other.remove([binding])
+            except (AclStoreError, AssertionError):
+                self.unknown.add(binding)
+                return
+            self.acked.discard(binding)
+
+    def check_enforcement(self) -> None:
+        """No store grants what no change ever tried to create."""
+        for n, s in enumerate(self.stores):
+            extra = s.snapshot() - self.tried
+            if extra:
+                self.violations.append(f"store {n} holds bindings never written: {extra}")
+
+    def converged(self, store: KafkaTopicAclStore) -> bool:
+        return store.snapshot() - self.unknown == self.acked - self.unknown
+
+    def difference(self, store: KafkaTopicAclStore) -> tuple[set[Any], set[Any]]:
+        """(held but not acknowledged, acknowledged but not held), unknown ones aside."""
+        held = store.snapshot() - self.unknown
+        return set(held - self.acked), set(self.acked - self.unknown - held)
+
+
+async def deleted_user(store: KafkaTopicCredentialStore, user: str) -> bool:
+    """Whether the deletion of ``user`` was acknowledged (refused while the leader moves)."""
+    try:
+        await store.alter([], [(user, "SCRAM-SHA-256")])
+    except KafkaCredentialError:
+        return False
+    return True
+
+
+def led_by_node_2(cluster: list[KafkaBroker], *topics: str) -> None:
+    """The store's topics as it creates them (replication 3, ``min.insync.replicas`` 2),
+    node 2 their leader: node 1 is the only controller, which must stay up."""
+    admin = AdminClient(connection(cluster))
+    configs = {
+        "cleanup.policy": "compact",
+        "min.insync.replicas": "2",
+        "delete.retention.ms": "604800000",
+    }
+    new = [
+        NewTopic(t, num_partitions=1, replica_assignment=[[2, 3, 1]], config=configs)
+        for t in topics
+    ]
+    for future in admin.create_topics(new).values():
+        future.result(20)
+
+
+async def fail_over(
+    stream: AclStream,
+    bindings: list[Any],
+    leader: KafkaBroker,
+    users: KafkaTopicCredentialStore,
+    user: str,
+) -> bool:
+    """The stream of changes; the leader killed at the 15th, restarted at the 40th; ``user``
+    deleted as soon as a deletion is acknowledged after the kill. Whether it was."""
+    user_deleted = False
+    for i, binding in enumerate(bindings):
+        if i == 15:
+            leader.kill()
+        if i == 40:
+            await asyncio.to_thread(restart_broker, leader)
+        await stream.change(i, binding)
+        if i >= 15 and not user_deleted:
+            user_deleted = await deleted_user(users, user)
+        stream.check_enforcement()
+    return user_deleted
+
+
+def test_failover_of_the_store_leader_loses_no_acknowledged_change(
+    cluster: list[KafkaBroker],
+) -> None:
+    """Issue 35: while two stores (two proxies' views) write a stream of ACL creations and
+    deletions, the leader of the store partition is killed (SIGKILL) and later restarted.
+    Afterwards both, and a third started fresh, hold exactly the acknowledged changes (a
+    write refused as "may or may not have been applied" leaves only its own binding
+    unknown); at every moment no store holds a binding whose creation was refused outright
+    or never tried; a SCRAM user deleted during the failover is gone from every store."""
+    acl_topic, user_topic = unique_name("_kafkaguard-acls"), unique_name("_kafkaguard-users")
+    led_by_node_2(cluster, acl_topic, user_topic)
+    bindings = topic_acls(60, "failover")
+    credential = scram.make_credential("SCRAM-SHA-256", "s3cret")
+
+    def acl_store() -> KafkaTopicAclStore:
+        return KafkaTopicAclStore(
+            connection(cluster), TopicSettings(acl_topic, write_timeout_ms=4000)
+        )
+
+    def user_store() -> KafkaTopicCredentialStore:
+        return KafkaTopicCredentialStore(
+            connection(cluster), TopicSettings(user_topic, write_timeout_ms=4000)
+        )
+
+    async def scenario() -> None:
+        stream = AclStream([acl_store(), acl_store()])
+        users = [user_store(), user_store()]
+        for s in (*stream.stores, *users):
+            await s.start()
+        await users[0].alter([("leaving", "SCRAM-SHA-256", credential)], [])
+        leader = next(b for b in cluster if b.node_id == 2)
+        assert await fail_over(stream, bindings, leader, users[1], "leaving")
+        assert len(stream.acked) > 20, "too few changes were acknowledged to prove anything"
+        fresh, fresh_users = acl_store(), user_store()
+        await fresh.start()
+        await fresh_users.start()
+        for n, s in enumerate((*stream.stores, fresh)):
+            with contextlib.suppress(AssertionError):
+                await eventually(lambda s=s: stream.converged(s), 30)
+            extra, missing = stream.difference(s)
+            assert not extra and not missing, f"store {n}: {extra=} {missing=} {stream}"
+        for u in (*users, fresh_users):
+            assert u.scram_credential("leaving", "SCRAM-SHA-256") is None
+        assert stream.violations == []
+        for s in (*stream.stores, *users, fresh, fresh_users):
             await s.close()
 
     run(scenario)

@@ -231,6 +231,13 @@ class KafkaBroker:
             proc.kill()
             proc.wait(10)
 
+    def kill(self) -> None:
+        """SIGKILL: the node dies without a controlled shutdown (a crash); idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
     def admin_config(self) -> dict[str, str]:
         """confluent-kafka config of a super-user client (the referee's ``User:admin``)."""
         return self.client_config("admin" if self.flavour == "referee" else None)
