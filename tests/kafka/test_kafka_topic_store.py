@@ -272,7 +272,8 @@ def test_two_writers_at_once_lose_nothing_and_read_their_writes(
     run(scenario)
 
 
-def count_records(cluster: list[KafkaBroker], topic: str) -> int:
+def count_records(cluster: list[KafkaBroker], topic: str, key: bytes | None = None) -> int:
+    """Records in the log (values and tombstones), of ``key`` only if given."""
     consumer = Consumer(
         connection(cluster)
         | {"group.id": "counter", "enable.auto.commit": False, "enable.partition.eof": True}
@@ -285,7 +286,7 @@ def count_records(cluster: list[KafkaBroker], topic: str) -> int:
             assert message is not None, "no end of partition within 10 s"
             if message.error() is not None:
                 return count
-            count += 1
+            count += key is None or message.key() == key
     finally:
         consumer.close()
 
@@ -644,25 +645,6 @@ def test_acls_apply_and_edit_the_kafka_store(
     run(scenario)
 
 
-def count_keys(cluster: list[KafkaBroker], topic: str, key: bytes) -> int:
-    """Records of ``key`` (values and tombstones) still in the log."""
-    consumer = Consumer(
-        connection(cluster)
-        | {"group.id": "counter", "enable.auto.commit": False, "enable.partition.eof": True}
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    count = 0
-    try:
-        while True:
-            message = consumer.poll(10)
-            assert message is not None, "no end of partition within 10 s"
-            if message.error() is not None:
-                return count
-            count += message.key() == key
-    finally:
-        consumer.close()
-
-
 def test_a_store_partitioned_while_deletions_were_compacted_away_converges(
     cluster: list[KafkaBroker], relays: list[CountingRelay]
 ) -> None:
@@ -703,8 +685,8 @@ def test_a_store_partitioned_while_deletions_were_compacted_away_converges(
         deadline = time.monotonic() + 90
         while await asyncio.to_thread(
             lambda: (
-                count_keys(cluster, acl_topic, binding_key(revoked))
-                + count_keys(cluster, user_topic, credential_key("gone", "SCRAM-SHA-256"))
+                count_records(cluster, acl_topic, binding_key(revoked))
+                + count_records(cluster, user_topic, credential_key("gone", "SCRAM-SHA-256"))
             )
         ):  # new segments (segment.ms) for the cleaner, until both keys are gone from the logs
             assert time.monotonic() < deadline, "the log cleaner did not remove the tombstones"
