@@ -4,12 +4,15 @@ cluster is tests/kafka/test_kafka_topic_store.py."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kafkaguard.topic_table import (
     DEFAULT_DELETE_RETENTION_MS,
     TopicRefused,
     TopicSettings,
+    TopicTable,
     _refuse_collision,
     creation_plan,
     unsafe_settings,
@@ -69,3 +72,23 @@ def test_a_colliding_topic_is_named_with_the_fix() -> None:
     with pytest.raises(TopicRefused, match=r"topic \.kafkaguard-users exists and collides") as info:
         _refuse_collision("_kafkaguard-users", ["orders", ".kafkaguard-users"])
     assert "kafka-topics.sh --delete --topic .kafkaguard-users" in str(info.value)
+
+
+def test_a_store_that_has_not_read_to_the_end_for_max_lag_s_is_not_ready() -> None:
+    """``/readyz``: the seconds since the last confirmed read to the end (also
+    ``kafkaguard_store_lag_seconds``) past ``max_lag_s``; never before the first read."""
+    table = TopicTable(
+        {"bootstrap.servers": "127.0.0.1:1"},
+        TopicSettings("_kafkaguard-acls", max_lag_s=5),
+        client_id="test",
+        on_change=lambda _: None,
+    )
+    assert table.lag_s() is None
+    table.loaded, table.problem = True, None
+    table._caught_up = time.monotonic() - 2
+    assert list(table.not_ready()) == []
+    table._caught_up = time.monotonic() - 12
+    (reason,) = table.not_ready()
+    assert "last read to the end 12 s ago (more than max_lag_s 5)" in reason
+    table.settings = TopicSettings("_kafkaguard-acls", max_lag_s=0)  # 0: never
+    assert list(table.not_ready()) == []

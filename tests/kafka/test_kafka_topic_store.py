@@ -50,6 +50,7 @@ from kafkaguard.policy.stores.kafka_topic import (
     decode_binding,
     encode_binding,
 )
+from kafkaguard.proxy.app.metrics import ProxyCollector
 from kafkaguard.proxy.config import BrokerPorts, HostPort
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import SaslKafkaConfig, SaslListenerConfig
@@ -371,6 +372,13 @@ def test_create_acls_through_one_proxy_enforced_by_the_other(cluster: list[Kafka
     b = start_proxy(cluster, kafka_policy(topic, frozenset()))
     try:
         assert list(a.server.not_ready()) == [] and list(b.server.not_ready()) == []
+        lag = {
+            s.labels["topic"]: s.value
+            for family in ProxyCollector(a.server, None).collect()
+            if family.name == "kafkaguard_store_lag_seconds"
+            for s in family.samples
+        }
+        assert list(lag) == [topic] and 0 <= lag[topic] < 5
         assert not topic_visible(b.bootstrap, orders)
         grants = [
             CkAclBinding(
@@ -696,6 +704,7 @@ def test_a_store_partitioned_while_deletions_were_compacted_away_converges(
             await writer_users.alter([], [("filler", "SCRAM-SHA-256")])
             await asyncio.sleep(0.3)
         assert revoked in away_acls.snapshot()  # kept in force while away, by design
+        assert (away_acls.table.lag_s() or 0.0) >= 1.0  # and the lag says how long
         for relay in relays:
             relay.restore()
         await eventually(lambda: away_acls.snapshot() == writer_acls.snapshot(), 30)
