@@ -191,10 +191,18 @@ def ensure_topic(
     return created
 
 
+def topic_configs(
+    connection: Mapping[str, Any], name: str, timeout_s: float
+) -> dict[str, str] | None:
+    """The configs of the topic, ``None`` when it does not exist (``check-config``: it
+    creates nothing). Raises :class:`TopicTableError` when the cluster does not answer."""
+    return _describe(connection, name, timeout_s)[2]
+
+
 def topic_cleanup_policy(connection: Mapping[str, Any], name: str, timeout_s: float) -> str | None:
-    """The ``cleanup.policy`` of the topic, ``None`` when it does not exist (``check-config``:
-    it creates nothing). Raises :class:`TopicTableError` when the cluster does not answer."""
-    configs = _describe(connection, name, timeout_s)[2]
+    """The ``cleanup.policy`` of the topic, ``None`` when it does not exist (as
+    :func:`topic_configs`)."""
+    configs = topic_configs(connection, name, timeout_s)
     return None if configs is None else configs.get("cleanup.policy", "delete")
 
 
