@@ -28,6 +28,19 @@ Theory of operation
 * Reachability: the thread asks for the end offsets every second; while that fails the
   table is unreachable, the state in force is kept and writes are refused at once (a write
   could not be acknowledged). librdkafka reconnects on its own; nothing needs a restart.
+* Convergence: a reader that was away may never see a tombstone written meanwhile, the log
+  cleaner having removed it (after ``delete.retention.ms``) together with the record it
+  deleted. So after any unreachable period, when the reader's position is behind the log
+  start, and every ``reread_interval_s`` if set, the thread reads the topic again from the
+  beginning into a fresh state and the loop swaps it in at once (one batch of changes): the
+  table then holds exactly the live set, whatever the cleaner removed. A Kafka broker
+  converges the same way, from a metadata snapshot. The topic is created with an explicit
+  ``delete.retention.ms`` (seven days by default) so that the broker-wide default, which a
+  principal with ALTER_CONFIGS on the cluster can lower, does not apply; an existing topic
+  that could delete live records by age or with less delete retention than configured is
+  refused (:class:`TopicRefused`).
+* Lag: the seconds since the reader last confirmed it had read to the end offsets
+  (:meth:`TopicTable.lag_s`, on ``/metrics``); past ``max_lag_s`` the table is not ready.
 """
 
 from __future__ import annotations
@@ -37,7 +50,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -46,6 +59,8 @@ log = logging.getLogger("kafkaguard.topic_table")
 EXTRA: Final = "kafka"
 """The optional dependency set that brings confluent-kafka (``pip install kafkaguard[kafka]``)."""
 _PROBE_EVERY_S: Final = 1.0
+DEFAULT_DELETE_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
+"""Seven days: a tombstone outlives any outage a proxy rides out with the state it holds."""
 _RETRY_S: Final = 1.0
 _QUIET: Final[dict[str, Any]] = {"log_level": 2, "log.connection.close": False}
 """librdkafka logs its critical lines only; an outage is reported by the table itself."""
@@ -56,6 +71,17 @@ Changes = dict[bytes, bytes | None]
 
 class TopicTableError(RuntimeError):
     """The topic cannot be reached or written; the message says which topic and why."""
+
+
+class TopicRefused(TopicTableError):
+    """The topic cannot serve as the table as the cluster has it (a colliding name, unsafe
+    settings): retrying cannot help, the operator must act; the message says how."""
+
+
+def unify_collision_chars(topic: str) -> str:
+    """Kafka's ``Topic.unifyCollisionChars``: two topics whose names are equal after this
+    cannot both exist (their metrics names would collide), ``.`` and ``_`` being one."""
+    return topic.replace(".", "_")
 
 
 def import_confluent_kafka() -> Any:
@@ -80,6 +106,13 @@ class TopicSettings:
     """More topic configs at creation (``segment.ms`` and the like)."""
     write_timeout_ms: int = 10_000
     """How long a write may wait for its acknowledgement before it is refused."""
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    """``delete.retention.ms`` at creation (unless ``configs`` sets it), and the least an
+    existing topic may have."""
+    max_lag_s: float = 60.0
+    """Not ready when the last confirmed read to the end is older than this (0: never)."""
+    reread_interval_s: float = 0.0
+    """Read the topic again from the beginning this often as well (0: only after a gap)."""
 
 
 def creation_plan(settings: TopicSettings, brokers: int) -> tuple[int, dict[str, str]]:
@@ -93,20 +126,47 @@ def creation_plan(settings: TopicSettings, brokers: int) -> tuple[int, dict[str,
     configs = {
         "cleanup.policy": "compact",
         "min.insync.replicas": str(min_isr),
+        "delete.retention.ms": str(settings.delete_retention_ms),
         **settings.configs,
     }
     return replication, configs
 
 
-def ensure_topic(connection: Mapping[str, Any], settings: TopicSettings, timeout_s: float) -> str:
-    """Create the topic when missing; return its ``cleanup.policy`` (raises
-    :class:`TopicTableError` when the cluster does not answer)."""
+def unsafe_settings(settings: TopicSettings, configs: Mapping[str, str]) -> str | None:
+    """Why the topic, whose configs are ``configs``, could lose records a reader has not
+    read (None: it cannot), naming the setting and the fix."""
+    fix = (
+        f"kafka-configs.sh --alter --entity-type topics --entity-name {settings.name} --add-config"
+    )
+    policy = configs.get("cleanup.policy", "delete")
+    if not is_compacted(policy):
+        return (
+            f"topic {settings.name} has cleanup.policy={policy}, not compact: records still in "
+            f"force would be deleted by age ({fix} cleanup.policy=compact)"
+        )
+    wanted = int(creation_plan(settings, 1)[1]["delete.retention.ms"])
+    retention = int(configs.get("delete.retention.ms", "86400000"))
+    if retention < wanted:
+        return (
+            f"topic {settings.name} has delete.retention.ms={retention}, below the "
+            f"{wanted} configured: a deletion could be compacted away before a proxy that "
+            f"was away reads it ({fix} delete.retention.ms={wanted}, or lower "
+            "delete_retention_ms)"
+        )
+    return None
+
+
+def ensure_topic(
+    connection: Mapping[str, Any], settings: TopicSettings, timeout_s: float
+) -> dict[str, str]:
+    """Create the topic when missing; return its configs (raises :class:`TopicTableError`
+    when the cluster does not answer, :class:`TopicRefused` when a topic collides)."""
     ck = import_confluent_kafka()
     from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin's, typed here
 
-    admin, brokers, policy = _describe(connection, settings.name, timeout_s)
-    if policy is not None:
-        return policy
+    admin, brokers, existing = _describe(connection, settings.name, timeout_s)
+    if existing is not None:
+        return existing
     replication, configs = creation_plan(settings, brokers)
     new = NewTopic(settings.name, 1, replication, config=configs)
     try:
@@ -125,22 +185,31 @@ def ensure_topic(connection: Mapping[str, Any], settings: TopicSettings, timeout
             raise TopicTableError(f"cannot create topic {settings.name}: {exc}") from exc
     except TimeoutError as exc:
         raise TopicTableError(f"cannot create topic {settings.name}: no answer") from exc
-    policy = _describe(connection, settings.name, timeout_s)[2]
-    if policy is None:
+    created = _describe(connection, settings.name, timeout_s)[2]
+    if created is None:
         raise TopicTableError(f"topic {settings.name} is not there after its creation")
-    return policy
+    return created
+
+
+def topic_configs(
+    connection: Mapping[str, Any], name: str, timeout_s: float
+) -> dict[str, str] | None:
+    """The configs of the topic, ``None`` when it does not exist (``check-config``: it
+    creates nothing). Raises :class:`TopicTableError` when the cluster does not answer."""
+    return _describe(connection, name, timeout_s)[2]
 
 
 def topic_cleanup_policy(connection: Mapping[str, Any], name: str, timeout_s: float) -> str | None:
-    """The ``cleanup.policy`` of the topic, ``None`` when it does not exist (``check-config``:
-    it creates nothing). Raises :class:`TopicTableError` when the cluster does not answer."""
-    return _describe(connection, name, timeout_s)[2]
+    """The ``cleanup.policy`` of the topic, ``None`` when it does not exist (as
+    :func:`topic_configs`)."""
+    configs = topic_configs(connection, name, timeout_s)
+    return None if configs is None else configs.get("cleanup.policy", "delete")
 
 
 def _describe(
     connection: Mapping[str, Any], name: str, timeout_s: float
-) -> tuple[Any, int, str | None]:
-    """(admin client, brokers, ``cleanup.policy`` or None when missing). The topics are
+) -> tuple[Any, int, dict[str, str] | None]:
+    """(admin client, brokers, the topic's configs or None when missing). The topics are
     listed with a Metadata request for all topics: one naming a missing topic could have the
     broker auto-create it, uncompacted."""
     ck = import_confluent_kafka()
@@ -153,6 +222,7 @@ def _describe(
     except ck.KafkaException as exc:
         raise TopicTableError(f"cannot reach the cluster: {exc}") from exc
     if name not in metadata.topics:
+        _refuse_collision(name, metadata.topics)
         return admin, len(metadata.brokers), None
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     try:
@@ -160,8 +230,22 @@ def _describe(
         entries = described[resource].result(timeout_s)
     except (ck.KafkaException, TimeoutError) as exc:
         raise TopicTableError(f"cannot describe topic {name}: {exc!r}") from exc
-    policy = entries.get("cleanup.policy")
-    return admin, len(metadata.brokers), str(policy.value) if policy is not None else "delete"
+    configs = {str(k): str(e.value) for k, e in entries.items() if e.value is not None}
+    return admin, len(metadata.brokers), configs
+
+
+def _refuse_collision(name: str, existing: Collection[str]) -> None:
+    """A topic Kafka considers the same name (``Topic.hasCollisionChars``) makes ``name``
+    impossible to create (InvalidTopicException "collides with existing topic"): say which
+    one and what to do rather than retry for ever."""
+    unified = unify_collision_chars(name)
+    squatters = sorted(t for t in existing if t != name and unify_collision_chars(t) == unified)
+    if squatters:
+        raise TopicRefused(
+            f"topic {name} cannot be created: topic {squatters[0]} exists and collides with it "
+            "('.' and '_' are one character to Kafka); delete it (kafka-topics.sh --delete "
+            f"--topic {squatters[0]}, straight on the cluster) or configure another topic name"
+        )
 
 
 def is_compacted(cleanup_policy: str) -> bool:
@@ -205,6 +289,14 @@ class TopicTable:
         """Why the cluster cannot be reached or read, for ``/readyz`` (None: it can)."""
         self._fatal = False
         self.progress = "not started"
+        self.rereads = 0
+        """Re-reads from the beginning swapped in (each logged with its reason)."""
+        self._gap = False
+        """The thread's: the cluster was unreachable since the last read from the beginning."""
+        self._ends: dict[int, int] = {}
+        """The thread's: the end offsets of the last probe."""
+        self._caught_up: float | None = None
+        self._last_pass = time.monotonic()
 
     @property
     def description(self) -> str:
@@ -348,6 +440,37 @@ class TopicTable:
         if self._loaded is not None and not self._loaded.done():
             self._loaded.set_result(None)
 
+    def _swap(self, fresh: dict[bytes, bytes], read: dict[int, int], why: str) -> None:
+        """Put the state a re-read built in force at once: one batch of changes (what the
+        old state has and the fresh lacks is deleted). A local write the re-read did not
+        reach yet keeps its value."""
+        state = dict(fresh)
+        for key, (partition, offset) in list(self._local.items()):
+            if offset < read.get(partition, 0):
+                del self._local[key]  # the re-read saw it, or a newer record of the key
+            elif key in self.state:
+                state[key] = self.state[key]
+            else:
+                state.pop(key, None)
+        changes: Changes = {key: None for key in self.state if key not in state}
+        changes.update((k, v) for k, v in state.items() if self.state.get(k) != v)
+        self.rereads += 1
+        log.info(
+            "%s: read again from the beginning (%s): %d keys, %d changed",
+            self.description,
+            why,
+            len(state),
+            len(changes),
+        )
+        if changes:
+            self._apply(changes)
+        if not self.loaded:
+            self._finish_load()
+
+    def _fail(self, exc: TopicTableError) -> None:
+        if self._loaded is not None and not self._loaded.done():
+            self._loaded.set_exception(exc)
+
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -365,38 +488,22 @@ class TopicTable:
 
     def _prepare(self) -> tuple[Any, list[Any], dict[int, int]]:
         """Create/check the topic, assign every partition from the beginning, take the end
-        offsets; retried every second until it works or the table closes."""
+        offsets; retried every second until it works or the table closes. A topic that
+        cannot serve (:class:`TopicRefused`) stops the table: :meth:`start` raises."""
         ck = import_confluent_kafka()
         timeout_s = max(1.0, self.settings.write_timeout_ms / 1000)
         while True:
             try:
-                policy = ensure_topic(self.connection, self.settings, timeout_s)
-                consumer = ck.Consumer(
-                    {
-                        **self.connection,
-                        **_QUIET,
-                        "client.id": f"{self.client_id}-reader",
-                        "group.id": f"{self.client_id}-unused",  # never joined nor committed
-                        "enable.auto.commit": False,
-                        "enable.auto.offset.store": False,
-                        "enable.partition.eof": True,
-                        "auto.offset.reset": "earliest",
-                        "fetch.wait.max.ms": 100,
-                        "fetch.error.backoff.ms": 100,
-                        "reconnect.backoff.max.ms": 1000,
-                    }
-                )
-                try:
-                    partitions = self._partitions(ck, consumer, timeout_s)
-                    ends = {
-                        p.partition: consumer.get_watermark_offsets(
-                            p, timeout=timeout_s, cached=False
-                        )[1]
-                        for p in partitions
-                    }
-                except BaseException:
-                    consumer.close()
-                    raise
+                configs = ensure_topic(self.connection, self.settings, timeout_s)
+                unsafe = unsafe_settings(self.settings, configs)
+                if unsafe is not None:
+                    raise TopicRefused(unsafe)
+                consumer, partitions, ends = self._open_consumer(ck, timeout_s)
+            except TopicRefused as exc:
+                self.problem = str(exc)
+                log.error("%s: %s", self.description, exc)
+                self._post(self._fail, exc)
+                raise _Stopped from None
             except (TopicTableError, ck.KafkaException, RuntimeError) as exc:
                 self.problem = f"cannot read the topic: {exc}"
                 self.reachable = False
@@ -404,21 +511,46 @@ class TopicTable:
                 if self._stop.wait(_RETRY_S):
                     raise _Stopped from None
                 continue
-            compacted = is_compacted(policy)
-            if not compacted:
-                log.error(
-                    "%s: cleanup.policy is %r, not 'compact': deleted entries may come back "
-                    "and old ones may be deleted by age",
-                    self.description,
-                    policy,
-                )
-            self.cleanup_policy = policy
+            self.cleanup_policy = configs.get("cleanup.policy")
             self.reachable = True
-            consumer.assign(
-                [ck.TopicPartition(self.settings.name, p.partition, ck.OFFSET_BEGINNING)
-                 for p in partitions]
-            )  # fmt: skip
+            self._from_beginning(ck, consumer, partitions)
             return consumer, partitions, ends
+
+    def _open_consumer(self, ck: Any, timeout_s: float) -> tuple[Any, list[Any], dict[int, int]]:
+        consumer = ck.Consumer(
+            {
+                **self.connection,
+                **_QUIET,
+                "client.id": f"{self.client_id}-reader",
+                "group.id": f"{self.client_id}-unused",  # never joined nor committed
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 100,
+                "fetch.error.backoff.ms": 100,
+                "reconnect.backoff.max.ms": 1000,
+            }
+        )
+        try:
+            partitions = self._partitions(ck, consumer, timeout_s)
+            ends = {
+                p.partition: consumer.get_watermark_offsets(p, timeout=timeout_s, cached=False)[1]
+                for p in partitions
+            }
+        except BaseException:
+            consumer.close()
+            raise
+        return consumer, partitions, ends
+
+    def _from_beginning(self, ck: Any, consumer: Any, partitions: list[Any]) -> None:
+        """Every partition from its first offset; what an earlier assignment fetched is
+        dropped with it (librdkafka's assignment versions)."""
+        consumer.unassign()
+        consumer.assign(
+            [ck.TopicPartition(self.settings.name, p.partition, ck.OFFSET_BEGINNING)
+             for p in partitions]
+        )  # fmt: skip
 
     def _partitions(self, ck: Any, consumer: Any, timeout_s: float) -> list[Any]:
         topic = consumer.list_topics(self.settings.name, timeout=timeout_s).topics.get(
@@ -441,27 +573,65 @@ class TopicTable:
 
     def _follow(self, ck: Any, consumer: Any, partitions: list[Any], ends: dict[int, int]) -> None:
         positions = dict.fromkeys(ends, 0)
-        loading = True
+        reading: _Pass | None = _Pass(ends, None)
         next_probe = time.monotonic() + _PROBE_EVERY_S
-        read = 0
         while not self._stop.is_set():
-            if loading and all(positions[p] >= end for p, end in ends.items()):
-                loading = False
-                self._post(self._finish_load)
-                self.progress = "following"
+            if reading is not None and reading.done(positions):
+                self._passed(reading, positions)
+                reading = None
             # poll() returns on the first record; consume(n, timeout) would wait for n of them
             first = consumer.poll(0.1)
             messages = [first, *consumer.consume(499, 0)] if first is not None else []
             batch = self._take(ck, messages, positions)
             if batch:
-                read += len(batch)
-                self._post(self._consumed, batch)
-                if loading:
-                    self.progress = f"read {read} records (end offsets {sum(ends.values())})"
+                self._read(reading, batch)
             now = time.monotonic()
             if now >= next_probe:
                 next_probe = now + _PROBE_EVERY_S
-                self._probe(ck, consumer, partitions[0])
+                why = self._probe(ck, consumer, partitions, positions, reading)
+                if why is not None:
+                    reading = self._reread(ck, consumer, partitions, positions, why)
+
+    def _read(
+        self, reading: _Pass | None, batch: list[tuple[bytes, bytes | None, int, int]]
+    ) -> None:
+        """Records read: into the fresh state of a re-read, else to the loop."""
+        if reading is None or reading.fresh is None:
+            self._post(self._consumed, batch)
+        if reading is None:
+            return
+        reading.records += len(batch)
+        if reading.fresh is not None:
+            for key, value, _, _ in batch:
+                if value is None:
+                    reading.fresh.pop(key, None)
+                else:
+                    reading.fresh[key] = value
+        what = "read" if reading.fresh is None else "re-read"
+        self.progress = (
+            f"{what} {reading.records} records (end offsets {sum(reading.ends.values())})"
+        )
+
+    def _passed(self, reading: _Pass, positions: dict[int, int]) -> None:
+        """A read of every partition reached the end offsets it set out for."""
+        self._caught_up = time.monotonic()
+        self._last_pass = self._caught_up
+        self.progress = "following"
+        if reading.fresh is None:
+            self._post(self._finish_load)
+        else:
+            self._post(self._swap, reading.fresh, dict(positions), reading.why)
+
+    def _reread(
+        self, ck: Any, consumer: Any, partitions: list[Any], positions: dict[int, int], why: str
+    ) -> _Pass:
+        """Start reading every partition again from the beginning, into a fresh state."""
+        ends = dict(self._ends)
+        log.info("%s: reading the topic again from the beginning (%s)", self.description, why)
+        self._from_beginning(ck, consumer, partitions)
+        for partition in positions:
+            positions[partition] = 0
+        return _Pass(ends, {}, why)
 
     def _take(
         self, ck: Any, messages: list[Any], positions: dict[int, int]
@@ -484,10 +654,21 @@ class TopicTable:
                 batch.append((key, message.value(), partition, message.offset()))
         return batch
 
-    def _probe(self, ck: Any, consumer: Any, partition: Any) -> None:
-        """Reachability: an end-offset request answered within a second."""
+    def _probe(
+        self,
+        ck: Any,
+        consumer: Any,
+        partitions: list[Any],
+        positions: dict[int, int],
+        reading: _Pass | None,
+    ) -> str | None:
+        """Reachability: every partition's offsets answered within a second each. Returns
+        why the topic must be read again from the beginning (None: it need not)."""
         try:
-            consumer.get_watermark_offsets(partition, timeout=1.0, cached=False)
+            offsets = {
+                p.partition: consumer.get_watermark_offsets(p, timeout=1.0, cached=False)
+                for p in partitions
+            }
         except ck.KafkaException as exc:
             if self.reachable:
                 log.warning(
@@ -497,12 +678,38 @@ class TopicTable:
                     exc,
                 )
             self.reachable = False
+            self._gap = True
             self.problem = f"the cluster is unreachable: {exc}"
-            return
+            return None
         if not self.reachable:
             log.info("%s: the cluster is reachable again", self.description)
         self.reachable = True
         self.problem = None
+        self._ends = {p: high for p, (_, high) in offsets.items()}
+        if reading is None and all(positions[p] >= high for p, (_, high) in offsets.items()):
+            self._caught_up = time.monotonic()
+        return self._reread_reason(offsets, positions, reading)
+
+    def _reread_reason(
+        self, offsets: dict[int, tuple[int, int]], positions: dict[int, int], reading: _Pass | None
+    ) -> str | None:
+        if self._gap:
+            self._gap = False
+            return "after an unreachable period: deletions may have been compacted away"
+        if reading is not None:  # a read from the beginning is under way
+            return None
+        if any(positions[p] < low for p, (low, _) in offsets.items()):
+            return "the reader's position is behind the log start"
+        interval = self.settings.reread_interval_s
+        if interval > 0 and time.monotonic() - self._last_pass >= interval:
+            return f"every {interval:g} s (reread_interval_s)"
+        return None
+
+    def lag_s(self) -> float | None:
+        """Seconds since the reader last confirmed it had read to the end offsets (None:
+        never yet). A re-read confirms only once its fresh state is complete."""
+        caught_up = self._caught_up
+        return None if caught_up is None else max(0.0, time.monotonic() - caught_up)
 
     def not_ready(self) -> Iterator[str]:
         """Readiness conditions that fail (``/readyz``)."""
@@ -510,9 +717,26 @@ class TopicTable:
             yield f"{self.description}: first full read not complete ({self.progress})"
         if self.problem is not None:
             yield f"{self.description}: {self.problem}"
-        policy = self.cleanup_policy
-        if policy is not None and not is_compacted(policy):
-            yield f"{self.description}: cleanup.policy is {policy}, not compact"
+        lag, limit = self.lag_s(), self.settings.max_lag_s
+        if self.loaded and lag is not None and limit > 0 and lag > limit:
+            yield (
+                f"{self.description}: last read to the end {lag:.0f} s ago "
+                f"(more than max_lag_s {limit:g})"
+            )
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One read of every partition up to ``ends``: the first (records go to the loop as they
+    come) or a re-read (records go into ``fresh``, swapped in whole at the end)."""
+
+    ends: dict[int, int]
+    fresh: dict[bytes, bytes] | None
+    why: str = "the first read"
+    records: int = 0
+
+    def done(self, positions: dict[int, int]) -> bool:
+        return all(positions[p] >= end for p, end in self.ends.items())
 
 
 class _Stopped(Exception):

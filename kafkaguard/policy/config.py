@@ -18,6 +18,7 @@ from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Authorizer, load_authorizer
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.stores.base import AclStore, MemoryAclStore
+from kafkaguard.topic_table import DEFAULT_DELETE_RETENTION_MS
 
 if TYPE_CHECKING:
     from kafkaguard.topic_table import TopicSettings
@@ -83,6 +84,12 @@ class AclStoreConfig:
     """-1: min(2, replication factor)."""
     topic_configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     write_timeout_ms: int = 10_000
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    """``delete.retention.ms`` at creation, and the least an existing topic may have."""
+    max_lag_s: float = 60.0
+    """Not ready when the store last read to the end longer ago (0: never)."""
+    reread_interval_s: float = 0.0
+    """Re-read the topic from the beginning this often as well (0: after gaps only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +174,16 @@ def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
 
 def _kafka_options(section: ConfigSection, kind: str) -> dict[str, Any]:
     """``type: kafka`` keys: ``topic``, ``replication_factor``, ``min_insync_replicas``,
-    ``topic_configs`` (more configs of a topic the proxy creates), ``write_timeout_ms``."""
+    ``topic_configs`` (more configs of a topic the proxy creates), ``write_timeout_ms``,
+    ``delete_retention_ms``, ``max_lag_s``, ``reread_interval_s`` (docs/acl-store.md)."""
     topic = section.get_str("topic", "_kafkaguard-acls") or ""
     replication = section.get_int("replication_factor", -1)
     min_isr = section.get_int("min_insync_replicas", -1)
     raw_configs = section.raw("topic_configs", {}) or {}
     write_timeout = section.get_int("write_timeout_ms", 10_000)
+    retention = section.get_int("delete_retention_ms", DEFAULT_DELETE_RETENTION_MS, minimum=0)
+    max_lag = section.get_float("max_lag_s", 60.0)
+    reread = section.get_float("reread_interval_s", 0.0)
     if kind != "kafka":
         return {}
     if not topic or len(topic) > 249 or not all(c.isalnum() or c in "._-" for c in topic):
@@ -196,12 +207,18 @@ def _kafka_options(section: ConfigSection, kind: str) -> dict[str, Any]:
         raise section.error("topic_configs", "must map topic config names to values")
     if write_timeout < 1:
         raise section.error("write_timeout_ms", f"must be >= 1, got {write_timeout}")
+    if max_lag < 0 or reread < 0:
+        key, value = ("max_lag_s", max_lag) if max_lag < 0 else ("reread_interval_s", reread)
+        raise section.error(key, f"must be >= 0, got {value}")
     return {
         "topic": topic,
         "replication_factor": replication,
         "min_insync_replicas": min_isr,
         "topic_configs": MappingProxyType({k: str(v) for k, v in raw_configs.items()}),
         "write_timeout_ms": write_timeout,
+        "delete_retention_ms": retention,
+        "max_lag_s": max_lag,
+        "reread_interval_s": reread,
     }
 
 
@@ -292,6 +309,9 @@ def kafka_topic_settings(cfg: AclStoreConfig) -> TopicSettings:
         cfg.min_insync_replicas,
         dict(cfg.topic_configs),
         cfg.write_timeout_ms,
+        delete_retention_ms=cfg.delete_retention_ms,
+        max_lag_s=cfg.max_lag_s,
+        reread_interval_s=cfg.reread_interval_s,
     )
 
 

@@ -18,7 +18,7 @@ refuses appends); the codes the proxy answers per API are listed in docs/deviati
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafkaguard.policy.audit_log import DecisionReason, log_decision
 from kafkaguard.policy.authorizer import (
@@ -36,11 +36,13 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from kafkaguard.topic_table import unify_collision_chars
 
 INTERNAL_TOPIC_PREFIX = "_kafkaguard-"
 """Every topic whose name starts so is the proxy's (docs/acl-store.md, docs/audit.md)."""
 
 _TOPIC = ResourceType.TOPIC
+
 _DENIED = AuthorizationResult.DENIED
 
 
@@ -54,8 +56,19 @@ class InternalTopics:
     """``authorizer.internal_topics.principals``: ``Type:name`` strings, compared with the
     principal's text as ``super_users`` are; their requests are authorized as usual."""
 
+    unified: frozenset[str] = field(init=False, repr=False, compare=False)
+    """:attr:`names` as :func:`unify_collision_chars` makes them."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unified", frozenset(map(unify_collision_chars, self.names)))
+
     def internal(self, topic: str) -> bool:
-        return topic.startswith(INTERNAL_TOPIC_PREFIX) or topic in self.names
+        """Whether ``topic`` is one of the proxy's, or a name Kafka would refuse beside it
+        (``.`` and ``_`` collide): ``.kafkaguard-acls-x`` is answered as ``_kafkaguard-acls-x``
+        is, so neither its creation (a squatter the store could never create beside) nor a
+        collision error naming the real topic gets through."""
+        unified = unify_collision_chars(topic)
+        return unified.startswith(INTERNAL_TOPIC_PREFIX) or unified in self.unified
 
     def refused(self, context: RequestContext, topic: str) -> bool:
         """Whether ``context``'s principal may not touch ``topic`` at all."""

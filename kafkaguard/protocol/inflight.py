@@ -177,6 +177,14 @@ class InflightQueue:
         self._upstream.popleft()
         return self._slots.popleft()
 
+    def owed_locally(self) -> bool:
+        """Whether the oldest unwritten slot is the proxy's own to fill (answered or being
+        computed): it can still be written when the broker is gone."""
+        if not self._slots:
+            return False
+        head = self._slots[0]
+        return head.response is not None or all(s is not head for s in self._upstream)
+
     def take_ready(self) -> list[Slot]:
         """Slots whose responses may be written now, in request order (``response`` set)."""
         out: list[Slot] = []

@@ -64,3 +64,28 @@ def test_the_rules_may_be_swapped_at_run_time() -> None:
     assert g.authorize(ctx("User:su"), action) == [DENIED]
     g.rules = InternalTopics(principals=frozenset({"User:su"}))
     assert g.authorize(ctx("User:su"), action) == [ALLOWED]
+
+
+@pytest.mark.parametrize(
+    ("name", "internal"),
+    [
+        ("_kafkaguard-acls", True),
+        (".kafkaguard-acls", True),  # collides with _kafkaguard-acls (Topic.unifyCollisionChars)
+        (".kafkaguard-users.x", True),
+        (".kafkaguard.users", False),  # _kafkaguard_users: no "_kafkaguard-" prefix
+        ("audit", True),
+        ("audit_", False),
+        ("a.u.dit", False),
+        ("kafkaguard-acls", False),
+        ("-kafkaguard-acls", False),
+    ],
+)
+def test_names_are_compared_as_kafka_compares_them(name: str, internal: bool) -> None:
+    rules = InternalTopics(frozenset({"audit"}))
+    assert rules.internal(name) is internal
+
+
+def test_a_configured_name_collides_both_ways() -> None:
+    rules = InternalTopics(frozenset({"audit.trail"}))
+    assert rules.internal("audit_trail") and rules.internal("audit.trail")
+    assert rules.internal("audit_trail") and not rules.internal("audit-trail")

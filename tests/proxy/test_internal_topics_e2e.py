@@ -206,6 +206,25 @@ def list_offsets_codes(client: RawKafkaClient, name: str) -> list[int]:
     return [int(p.error_code) for t in answer.topics for p in t.partitions]
 
 
+def add_partitions_v5_codes(client: RawKafkaClient, names: list[str]) -> list[int]:
+    """AddPartitionsToTxn v5, one transaction adding partition 0 of each of ``names``."""
+    mod = entities(24, 5)
+    transaction = mod.AddPartitionsToTxnTransaction(
+        transactional_id="txn",
+        producer_id=1,
+        producer_epoch=0,
+        verify_only=False,
+        topics=tuple(mod.AddPartitionsToTxnTopic(name=n, partitions=(0,)) for n in names),
+    )
+    _, answer = client.request(build_request(24, 5, transactions=(transaction,)))
+    return [
+        int(p.partition_error_code)
+        for r in answer.results_by_transaction
+        for t in r.topic_results
+        for p in t.results_by_partition
+    ]
+
+
 def admin_error(future: Any) -> str | None:
     try:
         future.result(TIMEOUT_S)
@@ -261,6 +280,26 @@ def test_a_super_user_cannot_touch_the_proxys_internal_topics(
     topics = behind.list_topics(timeout=TIMEOUT_S).topics
     assert set(names) <= set(topics) and created not in topics
     assert all(len(topics[n].partitions) == 1 for n in names)
+
+
+def test_no_transaction_and_no_colliding_name_reaches_the_internal_topics(
+    start: StartProxy, internal: dict[str, UUID], upstream: Upstream
+) -> None:
+    """Issue 35: AddPartitionsToTxn v5 (KIP-890's inter-broker form; a super user has
+    CLUSTER_ACTION) would have the coordinator write a control batch into the topic; a
+    CreateTopics of ``.kafkaguard-acls-…`` would be answered "collides with existing topic:
+    _kafkaguard-acls-…". Both are answered as the internal names are."""
+    proxy = start(ALLOW_ALL)
+    names = list(internal)
+    with raw(proxy) as client:
+        served = 5 in client.api_versions().get(24, ())
+        assert served or upstream.node_id != KAFKA_NODE_ID  # Kafka 4.3.1 serves v5
+        if served:
+            assert add_partitions_v5_codes(client, names) == [29] * len(names)
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    colliding = [NewTopic("." + names[0][1:], 1, 1)]
+    for future in admin.create_topics(colliding, validate_only=True).values():
+        assert admin_error(future) == "TOPIC_AUTHORIZATION_FAILED"
 
 
 def test_a_principal_named_for_the_internal_topics_may_use_them(

@@ -14,9 +14,12 @@ import dataclasses
 import ipaddress
 import typing
 from collections.abc import Awaitable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from types import NoneType, UnionType
 from typing import Any
 from uuid import UUID
+
+from kio.schema.types import TopicName
 
 from kafkaguard.policy.authorizer import (
     AclCreateResult,
@@ -305,3 +308,43 @@ def every_null(schema: type[Any]) -> Any:
         if nullable or typing.get_origin(hint) is tuple:
             nulls[f.name] = None
     return codec.make_entity(schema, **nulls)
+
+
+def _filled_value(hint: Any, kafka_type: str, topic_id: UUID, topic: str) -> Any:
+    """A present, non-empty value of a primitive (or entity) type."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return filled_entity(hint, topic_id=topic_id, topic=topic)
+    if kafka_type == "string":
+        return hint(topic if hint is TopicName else "x")
+    if kafka_type in ("bytes", "records"):
+        return hint(b"")
+    if kafka_type == "uuid":
+        return topic_id
+    if kafka_type == "bool":
+        return False
+    if kafka_type == "float64":
+        return hint(0.0)
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        return hint(timedelta(0))
+    if kafka_type == "datetime_i64":
+        return datetime.fromtimestamp(0, UTC)
+    if kafka_type == "error_code":
+        return ErrorCode.none
+    return hint(0)
+
+
+def filled_entity(entity_type: type[Any], *, topic_id: UUID, topic: str = "x") -> Any:
+    """``entity_type`` with every nullable field present and every array one element long:
+    every uuid ``topic_id``, every topic name (kio's ``TopicName``) ``topic``, other strings
+    ``"x"``, numbers 0."""
+    hints = typing.get_type_hints(entity_type)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(entity_type):
+        hint, _ = non_null(hints[f.name])
+        kafka_type = f.metadata.get("kafka_type", "")
+        if typing.get_origin(hint) is tuple:
+            element = typing.get_args(hint)[0]
+            values[f.name] = (_filled_value(element, kafka_type, topic_id, topic),)
+        else:
+            values[f.name] = _filled_value(hint, kafka_type, topic_id, topic)
+    return entity_type(**values)

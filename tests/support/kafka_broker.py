@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,22 +219,25 @@ class KafkaBroker:
     flavour: str
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    def stop(self, *, graceful: bool = True) -> None:
-        """SIGTERM (Kafka shuts down cleanly), SIGKILL after a bound; idempotent. A fixture's
-        teardown passes ``graceful=False``: nothing reads the data after it, and a clean
-        shutdown costs seconds (a broker stopping after its controller waits for it in vain
-        until the bound)."""
+    def stop(self) -> None:
+        """SIGTERM (Kafka shuts down cleanly), SIGKILL after a bound; idempotent."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
-            return
-        if not graceful:
-            proc.kill()
-            proc.wait(10)
             return
         proc.terminate()
         try:
             proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def kill(self) -> None:
+        """SIGKILL: the node dies without a controlled shutdown (a crash); idempotent. Fixture
+        teardowns use it too: nothing reads the data after them, and a clean shutdown costs
+        seconds (a broker stopping after its controller waits for it in vain until the
+        bound)."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(10)
 
@@ -402,9 +405,11 @@ def start_kafka_cluster(
     *,
     version: str = KAFKA_VERSION,
     extra_props: dict[str, str] | None = None,
+    node_props: Callable[[int, dict[str, str]], dict[str, str]] | None = None,
 ) -> list[KafkaBroker]:
     """An upstream cluster of ``size`` brokers: node 1 is also the (single) controller, nodes
-    2.. are brokers only. Same contract as :func:`start_kafka`; stop every broker returned
+    2.. are brokers only. ``node_props(node_id, props)`` may change one node's properties
+    (a listener of its own). Same contract as :func:`start_kafka`; stop every broker returned
     (:func:`restart_broker` starts a stopped one again)."""
     ports = {free_port() for _ in range(size + 1)}
     while len(ports) < size + 1:
@@ -423,6 +428,8 @@ def start_kafka_cluster(
                 node_id=node_id,
                 controller=node_id == NODE_ID,
             ) | (extra_props or {})
+            if node_props is not None:
+                props = node_props(node_id, props)
             brokers.append(_launch("upstream", directory, props, cluster_id, version))
     except BaseException:
         for broker in brokers:
@@ -511,13 +518,13 @@ def session_broker(flavour: str, tmp_dir: Path) -> Iterator[KafkaBroker]:
     try:
         yield broker
     finally:
-        broker.stop(graceful=False)
+        broker.kill()
 
 
 def stop_cluster(brokers: Iterable[KafkaBroker]) -> None:
-    """A cluster fixture's teardown: every node killed at once (see :meth:`KafkaBroker.stop`)."""
+    """A cluster fixture's teardown: every node killed (:meth:`KafkaBroker.kill`)."""
     for broker in brokers:
-        broker.stop(graceful=False)
+        broker.kill()
 
 
 if __name__ == "__main__":

@@ -56,25 +56,24 @@ def check_files(config: ProxyConfig) -> None:
 
 
 def check_store_topics(config: ProxyConfig, timeout_s: float = 5.0) -> list[str]:
-    """``acl_store: {type: kafka}``: an existing topic must be compacted (a
-    :class:`ConfigError`); a missing one is created at start, an unreachable cluster only
-    warned about (the check may run where the cluster cannot be reached). Creates nothing."""
+    """``acl_store: {type: kafka}``: an existing topic must be one the store would start on
+    (compacted, enough ``delete.retention.ms``: a :class:`ConfigError` naming the fix); a
+    missing one is created at start, an unreachable cluster only warned about (the check
+    may run where the cluster cannot be reached). Creates nothing."""
     store = config.policy.acl_store
     if store.type != "kafka":
         return []
+    from kafkaguard.policy.config import kafka_topic_settings
     from kafkaguard.proxy.app.server import audit_connection
-    from kafkaguard.topic_table import TopicTableError, is_compacted, topic_cleanup_policy
+    from kafkaguard.topic_table import TopicTableError, topic_configs, unsafe_settings
 
     try:
-        policy = topic_cleanup_policy(audit_connection(config.upstream), store.topic, timeout_s)
+        configs = topic_configs(audit_connection(config.upstream), store.topic, timeout_s)
     except (TopicTableError, OSError) as exc:
         return [f"acl_store: cannot check topic {store.topic}: {exc}"]
-    if policy is not None and not is_compacted(policy):
-        raise ConfigError(
-            f"{config.source}: acl_store.topic: topic {store.topic} has "
-            f"cleanup.policy={policy}, not compact (deleted ACLs could come back, and old ones "
-            "be deleted by age); make it compact or name another topic"
-        )
+    unsafe = None if configs is None else unsafe_settings(kafka_topic_settings(store), configs)
+    if unsafe is not None:
+        raise ConfigError(f"{config.source}: acl_store.topic: {unsafe}")
     return []
 
 

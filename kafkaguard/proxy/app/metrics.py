@@ -414,6 +414,7 @@ class ProxyCollector(Collector):
                 "1 while the ACL store's ZooKeeper session is connected.",
                 value=int(connected),
             )
+        yield from _store_lag(server, authorizer)
 
     def _certificate_metrics(self, listeners: list[ListenerRuntime]) -> Iterator[Metric]:
         expiry = GaugeMetricFamily(
@@ -435,3 +436,28 @@ class ProxyCollector(Collector):
             if tls.not_after is not None:
                 expiry.add_metric([listener.config.name], tls.not_after - now)
         yield from (expiry, reloads)
+
+
+def _store_lag(server: ServerView, authorizer: Any) -> Iterator[Metric]:
+    """``kafkaguard_store_lag_seconds`` of the Kafka-topic stores (ACLs, SCRAM users): how
+    long since each last confirmed it had read its topic to the end (docs/acl-store.md)."""
+    stores = [getattr(authorizer, "store", None)]
+    stores += [ls.sasl.store for ls in server.listeners if ls.sasl is not None]
+    lag = GaugeMetricFamily(
+        "kafkaguard_store_lag_seconds",
+        "Seconds since a Kafka-topic store (ACLs, SCRAM users) last read its topic to the end; "
+        "past max_lag_s the proxy is not ready.",
+        labels=["topic"],
+    )
+    seen: set[str] = set()
+    for store in stores:
+        table: Any = getattr(store, "table", None)
+        if not callable(getattr(table, "lag_s", None)):
+            continue
+        topic = str(table.settings.name)
+        value = table.lag_s()
+        if value is not None and topic not in seen:
+            seen.add(topic)
+            lag.add_metric([topic], value)
+    if seen:
+        yield lag

@@ -171,6 +171,9 @@ class Exchange:
         """The walk of a streamed response whose tail may need rewriting (Fetch v16+)."""
         self._closing: str | None = None
         """Answer what is pending, then close (a failed SASL authentication, as Kafka does)."""
+        self._broker_gone: str | None = None
+        """The broker closed while answers of the proxy's own were owed: write them, then
+        close with this reason."""
         self._draining = False
         self.closed = False
 
@@ -270,9 +273,22 @@ class Exchange:
         return out
 
     def broker_closed(self, error: str | None = None) -> list[Command]:
+        """The broker side closed. An answer the proxy computes itself (a DeleteAcls or
+        AlterUserScramCredentials applied to the store) that is next in the client's order
+        is still written, then the connection closes (issue 35): the change was made, and a
+        client told "transport error" would retry it and get RESOURCE_NOT_FOUND."""
         out = self._begin()
         detail = f": {error}" if error else ""
-        self._close(f"the broker closed the connection{detail}", CloseCause.UPSTREAM)
+        reason = f"the broker closed the connection{detail}"
+        if self.closed:
+            return out
+        if self._streaming or not self._inflight.owed_locally():
+            self._close(reason, CloseCause.UPSTREAM)
+            return out
+        self._broker_gone = reason
+        self._held.clear()  # never sent: the broker is gone
+        self._pause(_PAUSE_CLOSING)
+        self._write_ready()
         return out
 
     def broker_write_full(self, full: bool) -> list[Command]:
@@ -470,7 +486,7 @@ class Exchange:
     def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
         """Route one request; returns False when the connection was closed."""
         header = peek_request_header(frame)
-        if self._closing is not None:  # answering a failed authentication, then closing
+        if self._closing is not None or self._broker_gone is not None:  # answering, then closing
             self._held.clear()
             return True
         ctx = self.context
@@ -689,7 +705,9 @@ class Exchange:
                 stats.observe_answer(slot.api_key, now - slot.received_at, slot.upstream_s)
             stats.bytes_to_client += sum(map(len, frames))
             self._out.append(SendClient(frames))
-        if self._closing is not None and not len(self._inflight):
+        if self._broker_gone is not None and not self._inflight.owed_locally():
+            self._close(self._broker_gone, CloseCause.UPSTREAM)
+        elif self._closing is not None and not len(self._inflight):
             self._close(
                 self._closing, CloseCause.AUTHENTICATION_FAILED, logging.INFO, CLOSE_GRACE_S
             )

@@ -42,7 +42,7 @@ from kafkaguard.proxy.handlers.support.base import (
     RespondLater,
     Verdict,
 )
-from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, partition_errors
+from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, partition_errors, split
 from kafkaguard.proxy.sasl import scram
 from kafkaguard.proxy.sasl.kafka_credentials import KafkaCredentialError, KafkaTopicCredentialStore
 from kafkaguard.proxy.sasl.scram import ScramCredential
@@ -170,13 +170,76 @@ def _hiding_internal_topics(
     return Forward(rewrite=lambda response: rewrite(response, hidden))
 
 
+_INTERNAL: Final = ErrorCode.topic_authorization_failed
+"""What a cluster-wide right gets for the proxy's internal topics (docs/deviations.md)."""
+
+
+class InternalTopicsRefused(ClusterCheckHandler):
+    """A cluster ALTER that names topics to act on (move replicas, elect leaders): the
+    proxy's internal topics are answered :data:`_INTERNAL` on each partition named, the rest
+    forwarded (issue 35: no client moves the store's replicas either)."""
+
+    topics_field: ClassVar[str]
+    answer_field: ClassVar[str]
+    name_field: ClassVar[str] = "name"
+    answer_names: ClassVar[dict[str, str]] = {}
+    """``_partition_results``'s field names of the answer's entries."""
+
+    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+        topics = getattr(request.body, self.topics_field) or ()  # null: every partition
+        refused = [t for t in topics if ctx.internal_topic(request, getattr(t, self.name_field))]
+        if not refused:
+            return FORWARD
+        results = _partition_results(
+            self._schema(request.header.api_version),
+            self.answer_field,
+            ((getattr(t, self.name_field), self.indexes(t)) for t in refused),
+            _INTERNAL,
+            **self.answer_names,
+        )
+        field = self.answer_field
+
+        def merge(response: Any) -> Any:
+            return codec.replace(response, **{field: (*getattr(response, field), *results)})
+
+        kept = [t for t in topics if not any(t is r for r in refused)]
+        return split(request, self.topics_field, kept, field, merge)
+
+    def indexes(self, topic: Any) -> Iterable[int]:
+        return topic.partitions  # type: ignore[no-any-return]
+
+
 class AlterReplicaLogDirsHandler(ClusterCheckHandler):
     """``handleAlterReplicaLogDirsRequest``: ALTER; one result per (dir, topic) of the request
-    with 31 on each partition (``AlterReplicaLogDirsRequest.getErrorResponse``)."""
+    with 31 on each partition (``AlterReplicaLogDirsRequest.getErrorResponse``). The proxy's
+    internal topics: 29 on their partitions, the rest forwarded."""
 
     api_key = 34
     operation = AclOperation.ALTER
     decode_request = True
+
+    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+        dirs = request.body.dirs
+        refused = [
+            (t.name, t.partitions)
+            for d in dirs
+            for t in d.topics
+            if ctx.internal_topic(request, t.name)
+        ]
+        if not refused:
+            return FORWARD
+        schema = self._schema(request.header.api_version)
+        results = _partition_results(schema, "results", refused, _INTERNAL, name_field="topic_name")
+        kept = [
+            codec.replace(d, topics=topics)
+            for d in dirs
+            if (topics := tuple(t for t in d.topics if not ctx.internal_topic(request, t.name)))
+        ]
+
+        def merge(response: Any) -> Any:
+            return codec.replace(response, results=(*response.results, *results))
+
+        return split(request, "dirs", kept, "results", merge)
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
@@ -205,14 +268,23 @@ class DescribeLogDirsHandler(ClusterCheckHandler):
         return _hiding_internal_topics(request, ctx, rewrite)
 
 
-class ElectLeadersHandler(ClusterCheckHandler):
+class ElectLeadersHandler(InternalTopicsRefused):
     """``ControllerApis.handleElectLeaders``: ALTER (Kafka's docs say ClusterAction; the code
     checks ALTER). ``ElectLeadersRequest.getErrorResponse``: top-level code (v1+) and 31 on
-    every requested partition; none for an all-partitions (null) request."""
+    every requested partition; none for an all-partitions (null) request, which is forwarded
+    as it is (the controller elects where the preferred leader is not leading)."""
 
     api_key = 43
     operation = AclOperation.ALTER
     decode_request = True
+    topics_field = "topic_partitions"
+    answer_field = "replica_election_results"
+    name_field = "topic"
+    answer_names: ClassVar[dict[str, str]] = {
+        "name_field": "topic",
+        "partitions_field": "partition_result",
+        "index_field": "partition_id",
+    }
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)
@@ -228,13 +300,18 @@ class ElectLeadersHandler(ClusterCheckHandler):
         return codec.make_entity(schema, _DENIED, replica_election_results=results)
 
 
-class AlterPartitionReassignmentsHandler(ClusterCheckHandler):
+class AlterPartitionReassignmentsHandler(InternalTopicsRefused):
     """``ControllerApis.handleAlterPartitionReassignments``: ALTER; top-level 31 plus 31 on
     every requested partition (``AlterPartitionReassignmentsRequest.getErrorResponse``)."""
 
     api_key = 45
     operation = AclOperation.ALTER
     decode_request = True
+    topics_field = "topics"
+    answer_field = "responses"
+
+    def indexes(self, topic: Any) -> Iterable[int]:
+        return (p.partition_index for p in topic.partitions)
 
     def error_response(self, body: Any, version: int) -> Any:
         schema = self._schema(version)

@@ -117,8 +117,12 @@ class AddPartitionsToTxnHandler(ApiHandler):
     (``TransactionCoordinator.handleAddPartitionsToTransaction``). The proxy keeps only the
     3s from that answer and builds the rest: nothing is added to any transaction.
 
-    v4+ (broker-to-broker verification batches): CLUSTER_ACTION on the cluster, 31 in the
-    top-level error (``AddPartitionsToTxnRequest.getErrorResponse``).
+    v4+ (broker-to-broker verification batches, KIP-890): CLUSTER_ACTION on the cluster, 31 in
+    the top-level error (``AddPartitionsToTxnRequest.getErrorResponse``). CLUSTER_ACTION
+    authorizes every topic, so a transaction naming one of the proxy's internal topics would
+    put a control batch into it at EndTxn: such a transaction is answered by the proxy, 29 on
+    the internal partitions and 55 on its others (all-or-nothing, as v3 denials), and never
+    reaches the coordinator; the batch's other transactions are forwarded.
     """
 
     api_key = 24
@@ -128,7 +132,7 @@ class AddPartitionsToTxnHandler(ApiHandler):
         body: Any = request.body
         if request.header.api_version >= 4:
             if is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
-                return FORWARD
+                return self._batch(request, ctx)
             return _whole(request, ErrorCode.cluster_authorization_failed)
         topics = body.v3_and_below_topics
         if not is_allowed(
@@ -177,26 +181,78 @@ class AddPartitionsToTxnHandler(ApiHandler):
         return Forward(request=probe, rewrite=rewrite)
 
     @staticmethod
+    def _batch(request: Request, ctx: HandlerContext) -> Verdict:
+        """v4+: the transactions naming an internal topic answered here, the others forwarded."""
+        transactions = request.body.transactions
+        refused = {
+            t.transactional_id
+            for t in transactions
+            if any(ctx.internal_topic(request, x.name) for x in t.topics)
+        }
+        if not refused:
+            return FORWARD
+        schema = codec.response_schema(24, request.header.api_version)
+        result_type = codec.nested_type(schema, "results_by_transaction")
+        topic_type = codec.nested_type(result_type, "topic_results")
+        denied: dict[str, list[Any]] = {}
+        for t in transactions:
+            if t.transactional_id not in refused:
+                continue
+            internal = frozenset(x.name for x in t.topics if ctx.internal_topic(request, x.name))
+            results = _topic_results(topic_type, t.topics, _refusal(internal))
+            denied.setdefault(t.transactional_id, []).append(
+                entity(result_type, transactional_id=t.transactional_id, topic_results=results)
+            )
+        ids = [t.transactional_id for t in transactions]
+
+        def merge(response: Any) -> Any:
+            results = merge_in_request_order(
+                ids, denied, response.results_by_transaction, lambda r: r.transactional_id
+            )
+            return codec.replace(response, results_by_transaction=results)
+
+        kept = [t for t in transactions if t.transactional_id not in refused]
+        return split(request, "transactions", kept, "results_by_transaction", merge)
+
+    @staticmethod
     def _response(request: Request, topics: Any, code_of: Callable[[str, int], ErrorCode]) -> Any:
         """``AddPartitionsToTxnResponse.resultForTransaction``: one entry per topic."""
         schema = codec.response_schema(24, request.header.api_version)
         topic_type = codec.nested_type(schema, "results_by_topic_v3_and_below")
-        partition_type = codec.nested_type(topic_type, "results_by_partition")
-        partitions: dict[str, dict[int, None]] = {}
-        for t in topics:
-            partitions.setdefault(t.name, {}).update(dict.fromkeys(t.partitions))
-        results = tuple(
-            entity(
-                topic_type,
-                name=name,
-                results_by_partition=tuple(
-                    codec.make_entity(partition_type, code_of(name, i), partition_index=i)
-                    for i in indexes
-                ),
-            )
-            for name, indexes in partitions.items()
-        )
+        results = _topic_results(topic_type, topics, code_of)
         return entity(schema, results_by_topic_v3_and_below=results)
+
+
+def _refusal(internal: frozenset[str]) -> Callable[[str, int], ErrorCode]:
+    """29 on the ``internal`` topics' partitions, 55 on the transaction's others."""
+
+    def code_of(name: str, _: int) -> ErrorCode:
+        if name in internal:
+            return ErrorCode.topic_authorization_failed
+        return ErrorCode.operation_not_attempted
+
+    return code_of
+
+
+def _topic_results(
+    topic_type: Any, topics: Any, code_of: Callable[[str, int], ErrorCode]
+) -> tuple[Any, ...]:
+    """One result per topic (duplicates merged), each partition answered ``code_of``."""
+    partition_type = codec.nested_type(topic_type, "results_by_partition")
+    partitions: dict[str, dict[int, None]] = {}
+    for t in topics:
+        partitions.setdefault(t.name, {}).update(dict.fromkeys(t.partitions))
+    return tuple(
+        entity(
+            topic_type,
+            name=name,
+            results_by_partition=tuple(
+                codec.make_entity(partition_type, code_of(name, i), partition_index=i)
+                for i in indexes
+            ),
+        )
+        for name, indexes in partitions.items()
+    )
 
 
 class EndTxnHandler(ApiHandler):

@@ -15,7 +15,7 @@ from kafkaguard.config_tree import ConfigSection
 from kafkaguard.policy.config import _kafka_options, _zookeeper_options
 from kafkaguard.policy.principal_mapping import KerberosShortNamer
 from kafkaguard.proxy.sasl import oauthbearer, plain, scram
-from kafkaguard.topic_table import TopicSettings
+from kafkaguard.topic_table import DEFAULT_DELETE_RETENTION_MS, TopicSettings
 
 MECHANISMS: Final = (plain.MECHANISM, *scram.MECHANISMS, oauthbearer.MECHANISM)
 SCRAM_SOURCES: Final = ("file", "zookeeper", "kafka")
@@ -69,6 +69,9 @@ class SaslKafkaConfig:
     min_insync_replicas: int = -1
     topic_configs: Mapping[str, str] = field(default_factory=dict)
     write_timeout_ms: int = 10_000
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    max_lag_s: float = 60.0
+    reread_interval_s: float = 0.0
 
     def settings(self) -> TopicSettings:
         return TopicSettings(
@@ -77,6 +80,9 @@ class SaslKafkaConfig:
             self.min_insync_replicas,
             dict(self.topic_configs),
             self.write_timeout_ms,
+            delete_retention_ms=self.delete_retention_ms,
+            max_lag_s=self.max_lag_s,
+            reread_interval_s=self.reread_interval_s,
         )
 
 
@@ -110,8 +116,9 @@ def _path(section: ConfigSection, key: str, value: str) -> Path:
 
 
 def _kafka_topic(section: ConfigSection) -> SaslKafkaConfig:
-    """``sasl.kafka`` (optional): ``topic``, ``replication_factor``, ``min_insync_replicas``,
-    ``write_timeout_ms``, as for ``acl_store`` with ``type: kafka``."""
+    """``sasl.kafka`` (optional): the keys of ``acl_store`` with ``type: kafka`` but ``type``
+    (``topic``, ``replication_factor``, ``min_insync_replicas``, ``topic_configs``,
+    ``write_timeout_ms``, ``delete_retention_ms``, ``max_lag_s``, ``reread_interval_s``)."""
     options = _kafka_options(section, "kafka")
     section.reject_unknown()
     return SaslKafkaConfig(
@@ -120,6 +127,9 @@ def _kafka_topic(section: ConfigSection) -> SaslKafkaConfig:
         min_insync_replicas=options["min_insync_replicas"],
         topic_configs=options["topic_configs"],
         write_timeout_ms=options["write_timeout_ms"],
+        delete_retention_ms=options["delete_retention_ms"],
+        max_lag_s=options["max_lag_s"],
+        reread_interval_s=options["reread_interval_s"],
     )
 
 

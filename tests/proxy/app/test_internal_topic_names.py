@@ -27,3 +27,6 @@ def test_store_topics_named_outside_the_prefix_are_internal(tmp_path: Path) -> N
         "team.audit",
     }
     assert not rules.internal("team.orders")
+    # Kafka's collisions ('.' and '_' are one character): a squatter name is internal too
+    assert rules.internal("team_acls") and rules.internal("team_users")
+    assert not rules.internal("team-acls")

@@ -385,6 +385,53 @@ def test_client_and_broker_closing() -> None:
     assert close.reason == "the broker closed the connection: reset"
 
 
+def delete_acls(correlation_id: int) -> bytes:
+    """DeleteAcls v3 of every TOPIC ACL: the proxy answers it itself, once its store wrote."""
+    matching = nested(
+        31,
+        3,
+        "filters",
+        resource_type_filter=2,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    return request(req(31, 3, filters=(matching,)), correlation_id)
+
+
+def test_an_answer_the_proxy_owes_is_written_before_a_broker_close_closes() -> None:
+    """Issue 35: a DeleteAcls applied to the store while the broker connection died is
+    answered, then the connection closes; the client would retry a transport error."""
+    d = Driver([acl("User:bob", "READ", "TOPIC", "t")], super_users="User:alice")
+    d.connect()
+    out = d.client(delete_acls(1))
+    assert len(awaited(out)) == 1
+    gone = d.exchange.broker_closed("reset")
+    assert closed(gone) is None and PauseClient() in gone
+    assert d.client(produce("orders", 2)) == []  # nothing more is read or sent
+    out = answer_all(d, out)
+    (frame,) = split_frames(to_client(out))
+    answer = decoded(frame, 31, 3)
+    assert [len(r.matching_acls) for r in answer.filter_results] == [1]
+    close = closed(out)
+    assert close is not None and close.cause is CloseCause.UPSTREAM
+    assert close.reason == "the broker closed the connection: reset"
+
+
+def test_a_broker_close_with_a_forwarded_request_first_closes_at_once() -> None:
+    """Responses go in request order: behind a request the broker never answers, the
+    proxy's own answer could not be written anyway."""
+    d = Driver(ALICE_WRITES_ORDERS, super_users="User:alice")
+    d.connect()
+    out = d.client(produce("orders", 1), delete_acls(2))
+    assert len(awaited(out)) == 1
+    close = closed(d.exchange.broker_closed("reset"))
+    assert close is not None and close.cause is CloseCause.UPSTREAM
+
+
 def test_idle_and_authentication_deadlines() -> None:
     limits = LimitsConfig(connections_max_idle_ms=10_000, authentication_timeout_ms=3_000)
     d = Driver(ALICE_WRITES_ORDERS, limits=limits)

@@ -19,7 +19,7 @@ import logging
 import typing
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -43,7 +43,13 @@ from kafkaguard.proxy.handlers.support.base import (
 from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator, SaslServer
 from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import MappingCredentialStore
-from tests.support.handler_harness import HandlerHarness, acl, every_null, non_null
+from tests.support.handler_harness import (
+    HandlerHarness,
+    acl,
+    every_null,
+    filled_entity,
+    non_null,
+)
 
 TOPIC_ID = uuid.UUID("5d2f4c1e-0000-4000-8000-000000000001")
 """The id every filled uuid field carries; the simulated cluster knows it as topic "x"."""
@@ -60,41 +66,9 @@ def _is_entity(hint: Any) -> bool:
     return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
-def _filled_value(hint: Any, kafka_type: str) -> Any:
-    """A present, non-empty value of a primitive (or entity) type."""
-    if _is_entity(hint):
-        return filled(hint)
-    if kafka_type == "string":
-        return hint("x")
-    if kafka_type in ("bytes", "records"):
-        return hint(b"")
-    if kafka_type == "uuid":
-        return TOPIC_ID
-    if kafka_type == "bool":
-        return False
-    if kafka_type == "float64":
-        return hint(0.0)
-    if kafka_type in ("timedelta_i32", "timedelta_i64"):
-        return hint(timedelta(0))
-    if kafka_type == "datetime_i64":
-        return datetime.fromtimestamp(0, UTC)
-    if kafka_type == "error_code":
-        return codec.ErrorCode.none
-    return hint(0)
-
-
 def filled(entity_type: type[Any]) -> Any:
     """``entity_type`` with every nullable field present and every array one element long."""
-    hints = typing.get_type_hints(entity_type)
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(entity_type):
-        hint, _ = non_null(hints[f.name])
-        kafka_type = f.metadata.get("kafka_type", "")
-        if typing.get_origin(hint) is tuple:
-            values[f.name] = (_filled_value(typing.get_args(hint)[0], kafka_type),)
-        else:
-            values[f.name] = _filled_value(hint, kafka_type)
-    return entity_type(**values)
+    return filled_entity(entity_type, topic_id=TOPIC_ID)
 
 
 def mutations(entity: Any) -> Iterator[tuple[str, Any]]:  # noqa: C901 - a branch per kind of kio field, recursive
