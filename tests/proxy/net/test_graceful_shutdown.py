@@ -312,7 +312,12 @@ def test_sigterm_mid_stream_loses_no_acknowledged_record(  # noqa: C901 - includ
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     partitions = 3
-    producers, per_producer = 4, 1000
+    producers, at_most = 4, 20_000
+    # The producers go on until the proxy has exited (not for a fixed count, which a slow
+    # machine may finish before the signal lands): records are in flight at SIGTERM and
+    # records sent after it fail, whatever the machine's speed.
+    sent = [0] * producers
+    exited = threading.Event()
     topic = _create_topic(tansu, partitions)
     proxy = run_proxy(30_000)
     acked: set[bytes] = set()
@@ -344,8 +349,10 @@ def test_sigterm_mid_stream_loses_no_acknowledged_record(  # noqa: C901 - includ
                     failed[message.value()] = str(err)
 
         go.wait(10)
-        for i in range(per_producer):
+        while sent[index] < at_most and not exited.is_set():
+            i = sent[index]
             producer.produce(topic, f"p{index}-{i}".encode(), on_delivery=delivered)
+            sent[index] += 1
             producer.poll(0)
             if i % 20 == 19:
                 time.sleep(0.01)  # about 2000 records a second per producer
@@ -366,10 +373,11 @@ def test_sigterm_mid_stream_loses_no_acknowledged_record(  # noqa: C901 - includ
     at_signal = len(acked)
     proxy.signal(signal.SIGTERM)
     assert proxy.wait(35) == 0
+    exited.set()
     for thread in threads:
         thread.join(60)
     assert results == [0] * producers, "a producer still had undelivered records"
-    total = producers * per_producer
+    total = sum(sent)
     assert len(acked) + len(failed) == total, (len(acked), len(failed))
     assert not acked & failed.keys()
     assert failed, "SIGTERM came after every record was acknowledged: nothing was tested"

@@ -26,6 +26,7 @@ from kafkaguard.proxy.sasl.credentials import MappingCredentialStore
 from kafkaguard.proxy.sasl.executor import AuthExecutor, AuthExecutorBusy
 from kafkaguard.proxy.sasl.mechanism import Challenge, SaslMechanismServer
 from kafkaguard.proxy.session import Session
+from tests.support.fake_broker import wait_until
 from tests.support.scram_client import ScramClient
 
 USERS = {
@@ -200,7 +201,7 @@ async def test_a_cancelled_waiting_job_never_runs() -> None:
     release = threading.Event()
     running = asyncio.create_task(executor.run(lambda: release.wait(5)))
     waiting = asyncio.create_task(executor.run(lambda: pytest.fail("must not run")))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: executor.started == 1 and executor.pending == 2)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting  # by then its job is cancelled in the pool's queue
@@ -216,8 +217,7 @@ async def test_a_running_job_cancelled_still_returns_its_result() -> None:
     executor = AuthExecutor(threads=1, queue_size=0)
     release = threading.Event()
     running = asyncio.create_task(executor.run(lambda: release.wait(5)))
-    await asyncio.sleep(0.05)
-    assert executor.started == 1
+    await wait_until(lambda: executor.started == 1)
     running.cancel()
     await asyncio.sleep(0.05)
     assert not running.done()  # waits for the thread
@@ -246,8 +246,7 @@ async def test_a_full_executor_refuses_without_hashing() -> None:
     server, store = make_server(AuthExecutor(threads=1, queue_size=0))
     store.gate = threading.Event()
     busy = asyncio.create_task(_step(*pending_plain(server, "10.0.0.1"), b"\0alice\0pw"))
-    await asyncio.sleep(0.05)
-    assert store.plain_lookups == 1  # the one thread is hashing
+    await wait_until(lambda: store.plain_lookups == 1)  # the one thread is hashing
     refused = await _step(*pending_plain(server, "10.0.0.2"), b"\0alice\0pw")
     assert refused.error_code == ErrorCode.sasl_authentication_failed
     assert refused.delay_s == 0  # at once
@@ -264,7 +263,8 @@ async def test_one_check_per_address_and_its_failure_refuses_the_next() -> None:
     store.gate = threading.Event()
     first = asyncio.create_task(_step(*pending_plain(server, "10.0.0.1"), b"\0alice\0wrong"))
     second = asyncio.create_task(_step(*pending_plain(server, "10.0.0.1"), b"\0alice\0pw"))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: store.plain_lookups == 1)
+    await asyncio.sleep(0.05)  # the second had the time to ask, and did not
     assert store.plain_lookups == 1  # the second waits for the first, not for a thread
     store.gate.set()
     assert (await first).error_code == ErrorCode.sasl_authentication_failed
