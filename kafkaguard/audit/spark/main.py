@@ -285,7 +285,7 @@ def _report(spark: SparkSession, events: DataFrame, args: argparse.Namespace, ou
         + "".join(f"; {name}: {sec:.1f} s" for name, sec in built.timings.items())
     )
     if b is not None and b.cutoff is not None:
-        fresh = built.tables["new_principals"].count()
+        fresh = len(built.rows["new_principals"])
         out(
             f"{fresh} new principals since {iso(b.cutoff)} "
             f"(baseline {iso(b.start) or 'start'} .. {iso(b.cutoff)}: {b.basis})"
