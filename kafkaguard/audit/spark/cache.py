@@ -1,6 +1,7 @@
 """Cached DataFrames that end with the job that cached them.
 
-A job caches what it reads more than once (the report's hourly cube, the proposal's grants).
+A job caches what it reads more than once (``unused``'s and ``whatif``'s replays; ``report`` and
+``propose`` read each aggregation once and cache nothing, issue 36).
 Spark's ``CacheManager`` belongs to the ``SparkContext``, not to the session: on a Spark
 Connect server or a cluster kept running (``--remote``, ``--master``, docs/audit.md), a cache
 left behind holds the server's memory after the client has gone, one more with every job,

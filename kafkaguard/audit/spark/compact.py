@@ -27,12 +27,15 @@ earlier JSON files are not needed: they may have been deleted (retention).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from kafkaguard.audit.spark.facts import (
     ESTIMATE_MARGIN,
@@ -58,7 +61,21 @@ from kafkaguard.audit.spark.hours import (
     summary,
 )
 from kafkaguard.audit.spark.schema import COMPACTED_SCHEMA, EVENT_TIME, FIELD_NAMES, READ_SCHEMA
-from kafkaguard.audit.spark.source import is_valid, normalized, with_event_time
+from kafkaguard.audit.spark.source import (
+    is_valid,
+    local_json_hours,
+    normalized,
+    with_event_time,
+)
+
+_PARTITIONS: Final = StructType(
+    [StructField("date", StringType()), StructField("hour", StringType())]
+)
+"""``date``/``hour`` read as the directory names spell them: a user-given type for a
+partition column is used as it is, so the strings come from each file's path once, not
+from a ``date_format``/``lpad`` of every record (issue 36)."""
+_SPARK_SAFE: Final = re.compile(r"[A-Za-z0-9/._=+-]+")
+"""Paths whose ``file:`` URI is the path itself (no character Hadoop's ``Path`` escapes)."""
 
 
 def _hour_label(day: Column, hour: Column) -> Column:
@@ -66,36 +83,48 @@ def _hour_label(day: Column, hour: Column) -> Column:
 
 
 def _as_partition_strings(df: DataFrame) -> DataFrame:
-    """``date``/``hour`` as the directory names spell them (``hour=07``, not ``hour=7``)."""
-    return df.select(
-        *FIELD_NAMES,
-        EVENT_TIME,
-        F.date_format("date", "yyyy-MM-dd").alias("date"),
-        F.lpad(F.col("hour").cast("string"), 2, "0").alias("hour"),
+    """``date``/``hour`` as the directory names spell them (``hour=07``, not ``hour=7``:
+    :mod:`.hours` plans only such directories)."""
+    return df.select(*FIELD_NAMES, EVENT_TIME, "date", "hour")
+
+
+def read_lines(spark: SparkSession, input_dir: Path, files: list[Path]) -> DataFrame:
+    """The lines of ``files``: the input's root read with a filter on each file's path,
+    which Spark applies to its listing (``_metadata.file_path``: the other files are never
+    opened), instead of one path per file, which Spark lists with a job of its own above
+    ``spark.sql.sources.parallelPartitionDiscovery.threshold`` (32) paths, a 216-task job
+    for 216 files (issue 36). The list is kept where the filter could miss or the root
+    could not be read whole: a path Hadoop would escape in its URI, ``.jsonl`` files
+    outside ``date=/hour=`` directories."""
+    reader = (
+        spark.read.schema(StructType([*READ_SCHEMA.fields, *_PARTITIONS.fields]))
+        .option("basePath", str(input_dir))
+        .option("mode", "PERMISSIVE")
     )
+    paths = [str(f) for f in files]
+    safe = all(_SPARK_SAFE.fullmatch(p) for p in [str(input_dir), *paths])
+    if not safe or local_json_hours(str(input_dir)) is None:  # stray .jsonl: Spark's
+        return reader.json(paths)  # partition discovery of the root would refuse them
+    wanted = F.col("_metadata.file_path").isin([f"file:{p}" for p in paths])
+    return reader.option("pathGlobFilter", "*.jsonl").json(str(input_dir)).where(wanted)
 
 
 def _json_part(
     spark: SparkSession, input_dir: Path, files: list[Path], observed: Observation
 ) -> DataFrame:
-    """The valid records of ``files``, counting the lines and the bad ones on the way."""
-    raw = normalized(
-        spark.read.schema(READ_SCHEMA)
-        .option("basePath", str(input_dir))
-        .option("mode", "PERMISSIVE")
-        .json([str(f) for f in files])
-    )
-    parsed = with_event_time(raw)
+    """The valid records of ``files``, counting the lines and the bad ones on the way.
+
+    The estimate of distinct decisions hashes them to one long (``xxhash64``) before
+    HyperLogLog: the struct it took before cost 2.4 µs a record (issue 36)."""
+    parsed = with_event_time(normalized(read_lines(spark, input_dir, files)))
     bad = ~is_valid()
-    label = _hour_label(
-        F.date_format("date", "yyyy-MM-dd"), F.lpad(F.col("hour").cast("string"), 2, "0")
-    )
+    label = _hour_label(F.col("date"), F.col("hour"))
     counted = parsed.observe(
         observed,
         F.count(F.lit(1)).alias("lines"),
         F.count_if(bad).alias("bad_lines"),
         F.collect_set(F.when(bad, label)).alias("bad_hours"),
-        F.approx_count_distinct(F.when(~bad, F.struct(label, *FACT_KEYS))).alias(
+        F.approx_count_distinct(F.when(~bad, F.xxhash64(label, *FACT_KEYS))).alias(
             "distinct_decisions"
         ),
     )

@@ -141,6 +141,12 @@ def _spark_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting"
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Spark's and the JVM's own output (default: written to a log file, named"
+        " when a job fails)",
+    )
 
 
 NOT_ON_CONNECT: Final = frozenset({"unused", "whatif", "watch"})
@@ -285,7 +291,7 @@ def _report(spark: SparkSession, events: DataFrame, args: argparse.Namespace, ou
         + "".join(f"; {name}: {sec:.1f} s" for name, sec in built.timings.items())
     )
     if b is not None and b.cutoff is not None:
-        fresh = built.tables["new_principals"].count()
+        fresh = len(built.rows["new_principals"])
         out(
             f"{fresh} new principals since {iso(b.cutoff)} "
             f"(baseline {iso(b.start) or 'start'} .. {iso(b.cutoff)}: {b.basis})"
@@ -398,9 +404,10 @@ class _Session:
         kafka: bool = False,
         remote: str | None = None,
         quick_jit: bool = False,
+        jvm_log: Path | None = None,
     ):
         self._given, self._master, self._conf, self._kafka = given, master, conf, kafka
-        self._remote, self._quick_jit = remote, quick_jit
+        self._remote, self._quick_jit, self.jvm_log = remote, quick_jit, jvm_log
         self._built: SparkSession | None = None
 
     def get(self) -> SparkSession:
@@ -413,7 +420,11 @@ class _Session:
                 self._built = build_remote_session(self._remote, self._conf)
             else:
                 self._built = build_session(
-                    self._master, self._conf, kafka=self._kafka, quick_jit=self._quick_jit
+                    self._master,
+                    self._conf,
+                    kafka=self._kafka,
+                    quick_jit=self._quick_jit,
+                    jvm_log=self.jvm_log,
                 )
         return self._built
 
@@ -446,9 +457,15 @@ present (:mod:`.facts`), the records elsewhere (``propose --hosts exact``: the r
 def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
     from kafkaguard.audit.spark.cache import job_caches
     from kafkaguard.audit.spark.facts import read_facts
-    from kafkaguard.audit.spark.source import read_audit
+    from kafkaguard.audit.spark.progress import stage_progress
+    from kafkaguard.audit.spark.source import describe_input, read_audit
 
     spark = session.get()
+    described = describe_input(
+        args.input, _window(args), compacted=args.compacted, json_only=args.json_only
+    )
+    if described is not None:  # stderr: propose writes its ACL file to stdout
+        sys.stderr.write(described + "\n")
     facts = args.job in FACT_JOBS and getattr(args, "hosts", None) != "exact"
     events = (read_facts if facts else read_audit)(
         spark,
@@ -458,7 +475,7 @@ def _analyze(session: _Session, args: argparse.Namespace, out: Out) -> int:
         json_only=args.json_only,
         kafka_options=_conf(args.kafka_option, "--kafka-option"),
     )
-    with job_caches():  # a server kept running keeps nothing of this job (cache.py)
+    with job_caches(), stage_progress(spark, sys.stderr):  # caches: cache.py
         return JOBS[args.job](spark, events, args, out)
 
 
@@ -590,7 +607,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | 
         sys.stderr.write(f"kafkaguard analyze {args.job}: error: no such directory {args.input}\n")
         return 1
 
-    from kafkaguard.audit.spark.session import KafkaJarsMissing
+    from kafkaguard.audit.spark.session import KafkaJarsMissing, default_jvm_log
     from kafkaguard.config_tree import ConfigError
     from kafkaguard.policy.stores.base import AclStoreError
 
@@ -602,6 +619,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | 
         kafka=_reads_kafka(args),
         remote=args.remote,
         quick_jit=args.job in JOBS,  # not compact, not watch (QUICK_JIT_OPTIONS)
+        jvm_log=None if args.verbose or spark is not None else default_jvm_log(),
     )
     try:
         if args.job == "compact":
@@ -615,6 +633,8 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, out: Out | 
     except failures as exc:
         log.debug("analyze failed", exc_info=True)
         sys.stderr.write(f"kafkaguard analyze {args.job}: error: {exc}\n")
+        if session.jvm_log is not None and session.jvm_log.exists():
+            sys.stderr.write(f"(Spark's own log: {session.jvm_log}; --verbose shows it)\n")
         return 1
     finally:
         session.close()

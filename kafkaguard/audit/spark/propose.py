@@ -20,7 +20,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-from kafkaguard.audit.spark.cache import cached
 from kafkaguard.audit.spark.facts import to_facts
 from kafkaguard.audit.spark.proposal import (
     ObservedGrant,
@@ -48,33 +47,74 @@ GRANT_KEYS = ("principal", "host", "operation", "resource_type", "resource_name"
 def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFrame:
     """Distinct proposable accesses with their decision counts, from records or, unless
     ``exact_hosts``, hourly facts (:mod:`.facts`: they keep no client address but the
-    smallest).
+    smallest); unordered (:func:`sorted_grants` for a table).
 
     Columns: principal, host (``*`` unless ``exact_hosts``), operation, resource_type,
     resource_name, decisions, would_deny, deny_acl (bool), sample_host, first_seen, last_seen.
+
+    One ``HashAggregate`` (issue 36): Spark hashes only fixed-width aggregation buffers, and
+    ``min`` of a string is not one, so the smallest client address is taken as the smallest
+    *rank* of it in the sorted distinct addresses (:func:`_host_ranks`, a small broadcast
+    table) and turned back into the address after the aggregation. With ``min(sample_host)``
+    Spark planned a ``SortAggregate``, sorting every record on keys whose sort prefix
+    (``User:...``) decides nothing.
     """
+    rows = to_facts(events)
     if exact_hosts:
-        rows = to_facts(events).withColumn("host", F.col("sample_host"))
         if "client_host" not in events.columns:
             raise ValueError("exact hosts need the records: hourly facts keep no client address")
+        rows = rows.withColumn("host", F.col("sample_host"))
     else:
-        rows = to_facts(events).withColumn("host", F.lit(WILDCARD_HOST))
+        rows = rows.withColumn("host", F.lit(WILDCARD_HOST))
     proposable = rows.where(
         ((F.col("result") == "ALLOWED") & (F.coalesce(F.col("reason"), F.lit("")) != "SuperUser"))
         | F.col("would_deny")
     )
-    return (
-        proposable.groupBy(*GRANT_KEYS)
-        .agg(
-            F.sum("count").alias("decisions"),
-            F.sum(F.when(F.col("would_deny"), F.col("count")).otherwise(0)).alias("would_deny"),
-            F.max(F.col("would_deny") & (F.col("reason") == "DenyAcl")).alias("deny_acl"),
-            F.min("sample_host").alias("sample_host"),
-            F.min("first_seen").alias("first_seen"),
-            F.max("last_seen").alias("last_seen"),
-        )
-        .orderBy(*GRANT_KEYS)
+    ranks = _host_ranks(proposable)
+    ranked = proposable.join(F.broadcast(ranks), "sample_host", "left")
+    grants = ranked.groupBy(*GRANT_KEYS).agg(
+        F.sum("count").alias("decisions"),
+        F.sum(F.when(F.col("would_deny"), F.col("count")).otherwise(0)).alias("would_deny"),
+        F.max(F.col("would_deny") & (F.col("reason") == "DenyAcl")).alias("deny_acl"),
+        F.min("host_rank").alias("host_rank"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
     )
+    return grants.join(F.broadcast(ranks), "host_rank", "left").select(
+        *GRANT_KEYS,
+        "decisions",
+        "would_deny",
+        "deny_acl",
+        "sample_host",
+        "first_seen",
+        "last_seen",
+    )
+
+
+def _host_ranks(rows: DataFrame) -> DataFrame:
+    """(sample_host, host_rank): the distinct client addresses of ``rows`` numbered in
+    Spark's string order (UTF-8 bytes, which is Python's code point order), so that the
+    smallest rank is ``min(sample_host)``. Client addresses are few (a fleet's hosts, not
+    its records): one narrow scan and a distinct, sorted and numbered on the driver."""
+    spark = rows.sparkSession
+    hosts = sorted(
+        r[0] for r in rows.select("sample_host").distinct().collect() if r[0] is not None
+    )
+    schema = StructType(
+        [StructField("sample_host", StringType(), False), StructField("host_rank", LongType())]
+    )
+    return spark.createDataFrame([(h, i) for i, h in enumerate(hosts)], schema)
+
+
+def sorted_grants(grants: DataFrame) -> DataFrame:
+    """:func:`observed_grants` in key order, for the ``observed_grants`` table (a global sort
+    in Spark only where a table is written, issue 36)."""
+    return grants.orderBy(*GRANT_KEYS)
+
+
+def _grant_order(row: dict[str, Any]) -> tuple[tuple[bool, str], ...]:
+    """Spark's ascending order of the grant keys: nulls first, strings by code point."""
+    return tuple((row[k] is not None, row[k] or "") for k in GRANT_KEYS)
 
 
 def enforced_refusals(events: DataFrame) -> DataFrame:
@@ -139,15 +179,25 @@ class Proposal:
 def propose(
     events: DataFrame, *, exact_hosts: bool = False, prefix_min_topics: int = 0
 ) -> Proposal:
-    grants_df = cached(observed_grants(events, exact_hosts=exact_hosts))
-    parsed = [_grant(r.asDict()) for r in grants_df.collect()]
-    grants = [g for g in parsed if g is not None]
+    """The proposal from the window's observed grants, streamed to the driver (one partition
+    at a time: ``toLocalIterator``) and ordered there, not cached in Spark (issue 36)."""
+    grants_df = observed_grants(events, exact_hosts=exact_hosts)
+    keyed, skipped = [], 0
+    for r in grants_df.toLocalIterator(prefetchPartitions=True):
+        row = r.asDict()
+        grant = _grant(row)
+        if grant is None:
+            skipped += 1
+        else:
+            keyed.append((_grant_order(row), grant))
+    keyed.sort(key=lambda pair: pair[0])
+    grants = [grant for _, grant in keyed]
     refusals: list[Refusal] = []
     if prefix_min_topics > 0:
         found = (_refusal(r.asDict()) for r in enforced_refusals(events).collect())
         refusals = [r for r in found if r is not None]
     acls = build_proposal(grants, refusals, prefix_min_topics)
-    return Proposal(acls, grants_df, len(parsed) - len(grants))
+    return Proposal(acls, sorted_grants(grants_df), skipped)
 
 
 PROPOSAL_SCHEMA = StructType(

@@ -1,10 +1,15 @@
 """``kafkaguard analyze report``: who was allowed and denied what, when, through which listener.
 
-Theory of operation: one scan of the audit records builds the *hourly cube* (decisions summed
-per hour × principal × listener × operation × resource, split into allowed / denied /
-would-deny, with first and last time seen); every other table is a roll-up of the cube, so
-10 million records are read once. Counts always sum the records' ``count`` (an aggregate line
-stands for ``count`` decisions), never count rows.
+Theory of operation: two aggregations of the audit records, each one ``HashAggregate``, each
+collected once (issue 36): the *window's cube* (decisions summed per principal × listener ×
+operation × resource, split into allowed / denied / would-deny, with first and last time seen)
+and the *hourly totals* (decisions per hour). Every table the page shows is a roll-up of one of
+them, made on the driver: the window's cube is as many rows as distinct accesses (tens of
+thousands), the hourly totals one per hour. The fine hourly cube (table ``hourly``) is
+computed only where ``--output`` writes it: measured at 3M records, an hourly cube is 0.91 rows
+per record, and caching it and rolling it up in Spark took 37 jobs and 68 s where the two
+aggregations take 26 s. Counts always sum the records' ``count`` (an aggregate line stands for
+``count`` decisions), never count rows.
 
 Time resolution: the over-time chart draws at most :data:`CHART_BARS` bars, so a long window
 is shown per 2, 3, 4, 6, 8, 12 or 24 hours, or per days (:func:`bucket_hours`, from the first
@@ -13,10 +18,10 @@ that resolution (column ``hours``: the bucket's width; ``hour_start``: where it 
 UTC): a finer cube is more rows to write than anyone looking at the chart reads — for a
 quarter, charted per 12 hours, up to 12 times as many.
 
-Fixed costs: each table is computed once. The tables the HTML page shows are small and
-cached, so writing them (``--output``) and collecting them for the page share one
-computation; the cube table is written as it is, in parallel and unsorted (a global sort of
-the one table that grows with the input would be a shuffle that no Parquet reader needs).
+Fixed costs: the tables are Python rows until a caller asks for them as DataFrames
+(:attr:`Report.tables`, for ``--output``); the cube table is then computed from the records,
+in parallel and unsorted (a global sort of the one table that grows with the input would be a
+shuffle that no Parquet reader needs).
 
 Columns: ``allowed`` and ``denied`` are the authorizer's results; ``would_deny`` is the part
 of ``denied`` that a ``log_only`` listener forwarded anyway (so ``denied - would_deny`` were
@@ -40,13 +45,23 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from kafkaguard.audit.spark.cache import cached
 from kafkaguard.audit.spark.facts import to_facts
+from kafkaguard.audit.spark.schema import AUDIT_SCHEMA
 from kafkaguard.audit.spark.source import TimeRange
 
 CUBE_DIMENSIONS = (
@@ -76,10 +91,24 @@ def _outcome_sums() -> list[Column]:
 
 def hourly_cube(events: DataFrame) -> DataFrame:
     """Decisions per hour and per (principal, listener, protocol, operation, resource), from
-    records or hourly facts (:mod:`.facts`)."""
+    records or hourly facts (:mod:`.facts`): the ``hourly`` table, only for ``--output``."""
     return (
         to_facts(events)
         .groupBy("hour_start", *CUBE_DIMENSIONS)
+        .agg(
+            *_outcome_sums(),
+            F.min("first_seen").alias("first_seen"),
+            F.max("last_seen").alias("last_seen"),
+        )
+    )
+
+
+def window_cube(events: DataFrame) -> DataFrame:
+    """Decisions over the whole window per (principal, listener, protocol, operation,
+    resource), with the records read: the first of the report's two aggregations."""
+    return (
+        to_facts(events)
+        .groupBy(*CUBE_DIMENSIONS)
         .agg(
             *_outcome_sums(),
             F.min("first_seen").alias("first_seen"),
@@ -89,12 +118,68 @@ def hourly_cube(events: DataFrame) -> DataFrame:
     )
 
 
-def _rollup(cube: DataFrame, keys: Sequence[str]) -> DataFrame:
-    return cube.groupBy(*keys).agg(
-        *(F.sum(name).alias(name) for name in OUTCOMES),
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
-    )
+def hourly_totals(events: DataFrame) -> DataFrame:
+    """Decisions per hour (the chart's series): the second aggregation."""
+    return to_facts(events).groupBy("hour_start").agg(*_outcome_sums())
+
+
+Cell = dict[str, Any]
+
+
+def _collected(df: DataFrame) -> list[Cell]:
+    """``df``'s rows as dicts, timestamps made aware UTC (:func:`_utc`)."""
+    return [
+        {k: _utc(v) if isinstance(v, datetime) else v for k, v in row.asDict().items()}
+        for row in df.toLocalIterator(prefetchPartitions=True)
+    ]
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    """SQL's ``sum``: nulls ignored, null when every value is."""
+    return a if b is None else b if a is None else a + b
+
+
+def _least(a: datetime | None, b: datetime | None) -> datetime | None:
+    return a if b is None else b if a is None else min(a, b)
+
+
+def _greatest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return a if b is None else b if a is None else max(a, b)
+
+
+def _asc(value: Any) -> tuple[bool, Any]:
+    """Spark's ascending order: nulls first (strings compare by code point, as Spark's by
+    UTF-8 bytes)."""
+    return (value is not None, value if value is not None else 0)
+
+
+def _desc(value: int | None) -> tuple[bool, int]:
+    """Spark's descending order: nulls last."""
+    return (value is None, -(value or 0))
+
+
+def _rollup(cells: Sequence[Cell], keys: Sequence[str], times: bool = True) -> list[Cell]:
+    """The cells summed per ``keys`` (outcomes, and first/last seen with ``times``)."""
+    groups: dict[tuple[Any, ...], Cell] = {}
+    for cell in cells:
+        key = tuple(cell[k] for k in keys)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {k: cell[k] for k in keys} | dict.fromkeys(OUTCOMES)
+            if times:
+                group |= {"first_seen": None, "last_seen": None}
+        for name in OUTCOMES:
+            group[name] = _plus(group[name], cell[name])
+        if times:
+            group["first_seen"] = _least(group["first_seen"], cell["first_seen"])
+            group["last_seen"] = _greatest(group["last_seen"], cell["last_seen"])
+    return list(groups.values())
+
+
+def _total(cell: Cell) -> int | None:
+    """``allowed + denied`` as SQL adds (null if either is)."""
+    allowed, denied = cell["allowed"], cell["denied"]
+    return None if allowed is None or denied is None else int(allowed) + int(denied)
 
 
 def _buckets_between(first_hour: int, last_hour: int, width: int) -> int:
@@ -143,62 +228,72 @@ def at_resolution(cube: DataFrame, hours: int) -> DataFrame:
     )
 
 
-def decisions_over_time(cube: DataFrame) -> DataFrame:
-    """Per bucket of :func:`at_resolution`'s cube: allowed, denied, would_deny (buckets
-    without decisions have no row)."""
-    return (
-        cube.groupBy("hour_start", "hours")
-        .agg(*(F.sum(name).alias(name) for name in OUTCOMES))
-        .orderBy("hour_start")
-    )
+def decisions_over_time(totals: Sequence[Cell], hours: int) -> list[Cell]:
+    """Per bucket of ``hours`` (aligned to the epoch, as :func:`at_resolution`'s): allowed,
+    denied, would_deny, in time order (buckets without decisions have no row)."""
+    seconds = 3600 * hours
+    bucketed = []
+    for cell in totals:
+        start = cell["hour_start"]
+        epoch = math.floor(start.timestamp() / seconds) * seconds
+        bucketed.append(cell | {"hour_start": datetime.fromtimestamp(epoch, UTC)})
+    rows = _rollup(bucketed, ["hour_start"], times=False)
+    rows.sort(key=lambda r: _asc(r["hour_start"]))
+    return [{"hour_start": r["hour_start"], "hours": hours} | r for r in rows]
 
 
-def by_dimension(cube: DataFrame, keys: Sequence[str]) -> DataFrame:
-    """Totals over the window per ``keys``, with ``total`` and first/last seen."""
-    return (
-        _rollup(cube, keys)
-        .withColumn("total", F.col("allowed") + F.col("denied"))
-        .select(*keys, *OUTCOMES, "total", "first_seen", "last_seen")
-        .orderBy(F.col("total").desc(), *keys)
-    )
+def by_dimension(cube: Sequence[Cell], keys: Sequence[str]) -> list[Cell]:
+    """Totals over the window per ``keys``, with ``total`` and first/last seen, the busiest
+    first (ties by key)."""
+    rows = [
+        {k: r[k] for k in keys}
+        | {name: r[name] for name in OUTCOMES}
+        | {"total": _total(r), "first_seen": r["first_seen"], "last_seen": r["last_seen"]}
+        for r in _rollup(cube, keys)
+    ]
+    rows.sort(key=lambda r: (_desc(r["total"]), *(_asc(r[k]) for k in keys)))
+    return rows
 
 
-def top_denied(cube: DataFrame, keys: Sequence[str], n: int) -> DataFrame:
+def top_denied(cube: Sequence[Cell], keys: Sequence[str], n: int) -> list[Cell]:
     """The ``n`` keys with the most denied decisions (ties by key, so output is stable)."""
-    return (
-        cube.groupBy(*keys)
-        .agg(F.sum("denied").alias("denied"), F.sum("would_deny").alias("would_deny"))
-        .where(F.col("denied") > 0)
-        .orderBy(F.col("denied").desc(), *keys)
-        .limit(n)
-    )
+    rows = [
+        {k: r[k] for k in keys} | {"denied": r["denied"], "would_deny": r["would_deny"]}
+        for r in _rollup(cube, keys, times=False)
+        if r["denied"] is not None and r["denied"] > 0
+    ]
+    rows.sort(key=lambda r: (_desc(r["denied"]), *(_asc(r[k]) for k in keys)))
+    return rows[:n]
 
 
-def new_principals(cube: DataFrame, cutoff: datetime | None) -> DataFrame:
+def new_principals(cube: Sequence[Cell], cutoff: datetime | None) -> list[Cell]:
     """Principals whose first decision in the window is at or after ``cutoff`` (none when
     there is no cut-off, i.e. an empty window)."""
-    is_new = F.col("first_seen") >= F.lit(cutoff) if cutoff is not None else F.lit(False)
-    return (
-        _rollup(cube, ["principal"])
-        .where(is_new)
-        .select(
-            "principal",
-            "first_seen",
-            (F.col("allowed") + F.col("denied")).alias("total"),
-            "denied",
-        )
-        .orderBy("first_seen", "principal")
-    )
+    if cutoff is None:
+        return []
+    rows = [
+        {
+            "principal": r["principal"],
+            "first_seen": r["first_seen"],
+            "total": _total(r),
+            "denied": r["denied"],
+        }
+        for r in _rollup(cube, ["principal"])
+        if r["first_seen"] is not None and r["first_seen"] >= cutoff
+    ]
+    rows.sort(key=lambda r: (_asc(r["first_seen"]), _asc(r["principal"])))
+    return rows
 
 
-def principal_topic(cube: DataFrame) -> DataFrame:
+def principal_topic(cube: Sequence[Cell]) -> list[Cell]:
     """The principal × topic matrix behind the heatmap (topics only)."""
-    return (
-        cube.where(F.col("resource_type") == "TOPIC")
-        .groupBy("principal", F.col("resource_name").alias("topic"))
-        .agg(*(F.sum(name).alias(name) for name in OUTCOMES))
-        .orderBy("principal", "topic")
-    )
+    topics = [c | {"topic": c["resource_name"]} for c in cube if c["resource_type"] == "TOPIC"]
+    rows = [
+        {"principal": r["principal"], "topic": r["topic"]} | {n: r[n] for n in OUTCOMES}
+        for r in _rollup(topics, ["principal", "topic"], times=False)
+    ]
+    rows.sort(key=lambda r: (_asc(r["principal"]), _asc(r["topic"])))
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,21 +308,23 @@ class WindowSummary:
     """Audit records read (an aggregate line is one record standing for ``count`` decisions)."""
 
 
-def summarize(cube: DataFrame) -> WindowSummary:
-    row = cube.agg(
-        F.min("first_seen").alias("first"),
-        F.max("last_seen").alias("last"),
-        *(F.coalesce(F.sum(name), F.lit(0)).alias(name) for name in (*OUTCOMES, "records")),
-        F.countDistinct("principal").alias("principals"),
-    ).collect()[0]
+def summarize(cube: Sequence[Cell]) -> WindowSummary:
+    """The window's totals from its cube (:func:`window_cube`'s rows)."""
+    first = last = None
+    sums = dict.fromkeys((*OUTCOMES, "records"), 0)
+    for cell in cube:
+        first, last = _least(first, cell["first_seen"]), _greatest(last, cell["last_seen"])
+        for name in sums:
+            sums[name] += cell[name] or 0
+    principals = {c["principal"] for c in cube if c["principal"] is not None}
     return WindowSummary(
-        _utc(row["first"]),
-        _utc(row["last"]),
-        int(row["allowed"]),
-        int(row["denied"]),
-        int(row["would_deny"]),
-        int(row["principals"]),
-        int(row["records"]),
+        first,
+        last,
+        sums["allowed"],
+        sums["denied"],
+        sums["would_deny"],
+        len(principals),
+        sums["records"],
     )
 
 
@@ -279,21 +376,46 @@ def baseline_window(
 
 LARGE_TABLES = ("hourly",)
 """Tables that grow with the input (written in parallel, not as one file)."""
-HTML_TABLES = (
-    "decisions_over_time",
-    "top_denied_principals",
-    "top_denied_resources",
-    "principal_topic",
-    "new_principals",
-    "by_operation",
-    "by_listener",
-)
-"""The tables :func:`report_data` collects (cached: see the module docstring)."""
+_DIMENSION_TYPES: Final = {name: AUDIT_SCHEMA[name].dataType for name in CUBE_DIMENSIONS}
 
 
-@dataclass(frozen=True, slots=True)
+def _schema(columns: Sequence[str]) -> StructType:
+    """The Spark types of a table's columns (as the SQL roll-ups typed them)."""
+    types: dict[str, DataType] = {
+        **_DIMENSION_TYPES,
+        "topic": StringType(),
+        "hour_start": TimestampType(),
+        "hours": IntegerType(),
+        "first_seen": TimestampType(),
+        "last_seen": TimestampType(),
+    }
+    return StructType([StructField(c, types.get(c, LongType())) for c in columns])
+
+
+_COLUMNS: Final = {
+    "decisions_over_time": ("hour_start", "hours", *OUTCOMES),
+    "by_principal": ("principal",),
+    "by_resource": ("resource_type", "resource_name"),
+    "by_operation": ("operation",),
+    "by_listener": ("listener", "security_protocol"),
+    "top_denied_principals": ("principal", "denied", "would_deny"),
+    "top_denied_resources": ("resource_type", "resource_name", "denied", "would_deny"),
+    "principal_topic": ("principal", "topic", *OUTCOMES),
+    "new_principals": ("principal", "first_seen", "total", "denied"),
+}
+"""Each table's columns (``by_*``: their keys, then :data:`_TOTALS`)."""
+_TOTALS: Final = (*OUTCOMES, "total", "first_seen", "last_seen")
+
+
+def _columns(name: str) -> tuple[str, ...]:
+    keys = _COLUMNS[name]
+    return (*keys, *_TOTALS) if name.startswith("by_") else keys
+
+
+@dataclass(frozen=True)
 class Report:
-    tables: dict[str, DataFrame]
+    rows: dict[str, list[Cell]]
+    """Every table but ``hourly``, as the driver rolled it up (timestamps aware UTC)."""
     summary: WindowSummary
     cutoff: datetime | None
     hours: int = 1
@@ -301,9 +423,27 @@ class Report:
     baseline: Baseline | None = None
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds per step, in order; the caller adds its own (writing the tables), and
-    :func:`report_data` the collection of the page's tables."""
+    :func:`report_data` the page's."""
     started: float = field(default_factory=time.perf_counter)
     """When :func:`build_report` started (``time.perf_counter``): the job's total."""
+    events: DataFrame | None = None
+    """What the report read: the ``hourly`` table is computed from it when asked for."""
+
+    @cached_property
+    def tables(self) -> dict[str, DataFrame]:
+        """Every table as a DataFrame (for ``--output`` and tests): the rolled-up rows as
+        they are, and ``hourly`` computed from the records (:func:`hourly_cube`)."""
+        if self.events is None:
+            raise ValueError("a report built without its events has no hourly table")
+        spark = self.events.sparkSession
+        tables = {
+            name: spark.createDataFrame(
+                [tuple(r[c] for c in _columns(name)) for r in rows], _schema(_columns(name))
+            )
+            for name, rows in self.rows.items()
+        }
+        tables["hourly"] = at_resolution(hourly_cube(self.events), self.hours)
+        return tables
 
 
 def build_report(
@@ -314,17 +454,17 @@ def build_report(
     baseline_until: datetime | None = None,
     baseline_days: float | None = None,
 ) -> Report:
-    """Every report table, lazily, from one cached cube."""
+    """Every report table from two aggregations collected once (the module's docstring)."""
     started = time.perf_counter()
-    cube = cached(hourly_cube(events))
-    summary = summarize(cube)  # the one scan of the trail: it fills the cached cube
+    cube = _collected(window_cube(events))
+    totals = _collected(hourly_totals(events))
     read = time.perf_counter() - started
+    summary = summarize(cube)
     baseline = baseline_window(window, summary, baseline_until, baseline_days)
     cutoff = baseline.cutoff
     hours = bucket_hours(summary.first_event, summary.last_event)
-    charted = at_resolution(cube, hours)
-    tables = {
-        "decisions_over_time": decisions_over_time(charted),
+    rows = {
+        "decisions_over_time": decisions_over_time(totals, hours),
         "by_principal": by_dimension(cube, ["principal"]),
         "by_resource": by_dimension(cube, ["resource_type", "resource_name"]),
         "by_operation": by_dimension(cube, ["operation"]),
@@ -333,12 +473,12 @@ def build_report(
         "top_denied_resources": top_denied(cube, ["resource_type", "resource_name"], top_n),
         "principal_topic": principal_topic(cube),
         "new_principals": new_principals(cube, cutoff),
-        "hourly": charted,
     }
-    for name in HTML_TABLES:
-        tables[name] = cached(tables[name])
-    timings = {"read the trail, build the hourly cube": read}
-    return Report(tables, summary, cutoff, hours, baseline, timings, started)
+    timings = {
+        "read the trail (the window's cube, the hourly totals)": read,
+        "roll up the tables": time.perf_counter() - started - read,
+    }
+    return Report(rows, summary, cutoff, hours, baseline, timings, started, events)
 
 
 HEATMAP_LIMIT = 25
@@ -355,11 +495,9 @@ def iso(value: datetime | None) -> str | None:
     )
 
 
-def _rows(df: DataFrame) -> list[dict[str, Any]]:
-    out = []
-    for row in df.collect():
-        out.append({k: iso(v) if isinstance(v, datetime) else v for k, v in row.asDict().items()})
-    return out
+def _rows(rows: list[Cell]) -> list[Cell]:
+    """Rows for the page: timestamps in the trail's format (:func:`iso`)."""
+    return [{k: iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in rows]
 
 
 def _filled(rows: list[dict[str, Any]], hours: int) -> list[dict[str, Any]]:
@@ -399,7 +537,7 @@ def _heatmap(cells: list[dict[str, Any]]) -> dict[str, Any]:
 def report_data(report: Report, window: TimeRange, generated_at: datetime) -> dict[str, Any]:
     """What the HTML page shows, as JSON-ready Python values (collected to the driver)."""
     collecting = time.perf_counter()
-    t = report.tables
+    t = report.rows
     s = report.summary
     b = report.baseline or baseline_window(window, s, report.cutoff)
     resources = _rows(t["top_denied_resources"])
@@ -436,7 +574,7 @@ def report_data(report: Report, window: TimeRange, generated_at: datetime) -> di
         "by_listener": _rows(t["by_listener"]),
     }
     now = time.perf_counter()
-    steps = {**report.timings, "collect the page's tables": now - collecting}
+    steps = {**report.timings, "render the page's tables": now - collecting}
     data["run"] = {
         "records": s.records,
         "decisions": s.allowed + s.denied,

@@ -12,6 +12,11 @@ Reading the audit topic (``--input kafka://...``) needs Spark's Kafka source, wh
 does not ship: its jars are resolved by Maven ahead of time into a cache directory
 (:func:`kafka_jars_dir`; ``./dev test`` does it) and put on ``spark.jars`` only for such runs,
 never fetched at run time (docs/audit.md, "Reading the audit topic").
+
+A JVM the session starts writes its own output (log4j's start-up lines, the JVM's warnings,
+Spark's log) to a log file (:func:`default_jvm_log`) unless ``--verbose``: on a terminal they
+look like failures and say nothing a user acts on (issue 36). Errors reach the job as
+exceptions either way.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -224,6 +231,31 @@ def build_remote_session(url: str, conf: Mapping[str, str] | None = None) -> Spa
     return builder.getOrCreate()
 
 
+def default_jvm_log() -> Path:
+    """Where a job's JVM writes its output unless ``--verbose``: one file per user in the
+    temporary directory, replaced by each job."""
+    return Path(tempfile.gettempdir()) / f"kafkaguard-analyze-{os.getuid()}.log"
+
+
+@contextmanager
+def _jvm_output(log: Path | None) -> Iterator[None]:
+    """While the session starts, file descriptor 2 is ``log``: the JVM that PySpark launches
+    then inherits it as its stderr for its whole life, and Python's own stderr is restored
+    as soon as it has started (nothing when ``log`` is None, or no JVM is started here)."""
+    if log is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with log.open("wb") as target:
+        os.dup2(target.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
@@ -231,6 +263,7 @@ def build_session(
     *,
     kafka: bool = False,
     quick_jit: bool = False,
+    jvm_log: Path | None = None,
 ) -> SparkSession:
     """Create (or join) the session.
 
@@ -242,6 +275,9 @@ def build_session(
         kafka: the job reads the audit topic: Spark's Kafka source goes on ``spark.jars``
             (:func:`kafka_settings`; raises :class:`KafkaJarsMissing` before any JVM starts).
         quick_jit: a short job: a local driver JVM runs :data:`QUICK_JIT_OPTIONS`.
+        jvm_log: a JVM started here writes its output to this file instead of the terminal
+            (:func:`_jvm_output`; a JVM already running, e.g. under ``spark-submit``, keeps
+            its own).
     """
     extra = kafka_settings(conf or {}) if kafka else {}
     if master is None and not under_spark_submit():
@@ -267,7 +303,8 @@ def build_session(
     settings |= dict(conf or {}) | extra
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _jvm_output(None if under_spark_submit() else jvm_log):
+        spark = builder.getOrCreate()
     # Spark's WARN output is mostly noise for a command-line job (and a missing path is
     # logged with a whole Java stack trace); errors still show. Raise it for debugging.
     spark.sparkContext.setLogLevel(os.environ.get("KAFKAGUARD_SPARK_LOG_LEVEL", "ERROR"))

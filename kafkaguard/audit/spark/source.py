@@ -1,8 +1,13 @@
 """Reading the audit trail: partition discovery, time-range pruning, and dropping bad lines.
 
 Owns how a job turns ``--input``/``--since``/``--until`` into a DataFrame of valid records
-with an ``event_time`` column. It must not aggregate; jobs do that. Only ``*.jsonl`` files are
-read: the writer's ``*.jsonl.inprogress`` files may end in half a line.
+with an ``event_time`` column. It must not aggregate; jobs do that.
+
+A live trail is read as it is (issue 36): the writer's ``*.jsonl.inprogress`` files (the
+hour being written) are read with the closed ``*.jsonl`` ones, up to their last complete
+line: a line the writer has not finished parses to nulls and is dropped like any malformed
+one (:func:`is_valid`). :func:`describe_input` names, for the jobs' summary, the files read
+and the hours skipped and why.
 
 Hours that ``analyze compact`` turned into Parquet (:mod:`.compact`; by default under
 ``<input>/_compacted``) are read from there and their JSON lines are skipped; the other hours
@@ -17,6 +22,7 @@ from the topic as from the files holding the same events (:func:`kafka_records`)
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -268,14 +274,109 @@ def _pruned(df: DataFrame, window: TimeRange) -> DataFrame:
     return df.where(pruning) if pruning is not None else df
 
 
+JSON_GLOB: Final = "*.{jsonl,jsonl.inprogress}"
+"""The files a job reads: closed and being written (``pathGlobFilter``, Hadoop's glob)."""
+IN_PROGRESS: Final = ".jsonl.inprogress"
+
+
+def local_json_files(path: str) -> dict[int, tuple[int, int]] | None:
+    """Per hour (:func:`hour_number`) of the ``date=/hour=`` directories under the local
+    directory ``path``: its closed ``.jsonl`` and its ``.jsonl.inprogress`` files, walked on
+    the driver; None when only Spark's listing can tell (a URI, or such files outside that
+    layout). Directories Spark skips (a leading ``_`` or ``.``, e.g. ``_compacted``) are
+    skipped here too."""
+    if "://" in path:
+        return None
+    found = {}
+    for directory, subdirectories, files in os.walk(path):
+        subdirectories[:] = [d for d in subdirectories if not d.startswith(("_", "."))]
+        names = [f for f in files if not f.startswith(("_", "."))]
+        closed = sum(f.endswith(".jsonl") for f in names)
+        live = sum(f.endswith(IN_PROGRESS) for f in names)
+        if not closed + live:
+            continue
+        match = _HOUR_PATH.search(Path(directory, "f").as_posix())
+        if match is None:
+            return None
+        found[hour_number(date.fromisoformat(match.group(1)), int(match.group(2)))] = (
+            closed,
+            live,
+        )
+    return found
+
+
+def local_json_hours(path: str) -> frozenset[int] | None:
+    """The hours of :func:`local_json_files`."""
+    found = local_json_files(path)
+    return None if found is None else frozenset(found)
+
+
+def _compacted_hours(location: str) -> frozenset[int]:
+    """The hours with Parquet under a local compacted directory (as :func:`read_compacted`
+    finds them, without Spark)."""
+    return hours_of(str(p) for p in Path(location).glob("date=*/hour=*/*.parquet"))
+
+
+def _files(n: int, kind: str) -> str:
+    return f"{n} {kind} file{'s' if n != 1 else ''}"
+
+
+def _hours(n: int) -> str:
+    return f"{n} hour{'s' if n != 1 else ''}"
+
+
+def describe_input(
+    path: str, window: TimeRange, *, compacted: str | None = None, json_only: bool = False
+) -> str | None:
+    """What :func:`read_audit` reads of the local trail ``path`` and what it skips, and why,
+    as one line for a job's summary (None for a URI or the audit topic)."""
+    files = None if is_kafka_input(path) else local_json_files(path)
+    if files is None:
+        return None
+    stored = frozenset() if json_only else _compacted_hours(compacted or compacted_path(path))
+    inside = {h for h in files if _overlaps(h, window)}
+    read = inside - stored
+    closed = sum(files[h][0] for h in read)
+    live = sum(files[h][1] for h in read)
+    parts = [f"input: {_files(closed, '.jsonl')}"]
+    if live:
+        parts[0] += (
+            f" and {_files(live, IN_PROGRESS)} (being written: read up to the last complete line)"
+        )
+    parts[0] += f" of {_hours(len(read))}"
+    from_parquet = {h for h in stored if _overlaps(h, window)}
+    if from_parquet:
+        parts.append(f"{_hours(len(from_parquet))} compacted: from Parquet (their JSON not read)")
+    outside = len(set(files) - inside)
+    if outside:
+        parts.append(f"{_hours(outside)} of JSON outside the window skipped")
+    return "; ".join(parts)
+
+
+def _overlaps(hour: int, window: TimeRange) -> bool:
+    """Whether the hour :func:`hour_number` ``hour`` has instants inside ``window``."""
+    start = hour * 3600
+    return (window.until is None or start < window.until.timestamp()) and (
+        window.since is None or start + 3600 > window.since.timestamp()
+    )
+
+
 def _json_records(
     spark: SparkSession, path: str, window: TimeRange, skip: frozenset[int]
 ) -> DataFrame | None:
-    """The valid JSON records under ``path`` outside the ``skip`` hours (None: nothing left)."""
+    """The valid JSON records under ``path`` outside the ``skip`` hours (None: nothing left).
+
+    When every hour of a local trail that the window touches is skipped (compacted, or read
+    from facts), the JSON is neither listed by Spark nor planned (issue 36: 2-5 s of driver
+    time in a fresh process)."""
+    if skip:
+        local = local_json_hours(path)
+        if local is not None and not any(_overlaps(h, window) for h in local - skip):
+            return None
     df = normalized(
         spark.read.schema(READ_SCHEMA)
         .option("basePath", path)
-        .option("pathGlobFilter", "*.jsonl")
+        .option("pathGlobFilter", JSON_GLOB)
         .option("mode", "PERMISSIVE")
         .json(path)
     )

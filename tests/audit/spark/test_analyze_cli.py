@@ -242,3 +242,29 @@ def test_commands_file_needs_the_bootstrap_server(
     assert analyze_main.run(args, None, print) == 2
     assert "--commands-file needs --bootstrap-server HOST:PORT" in capsys.readouterr().err
     assert not commands.exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_fresh_job_prints_no_jvm_output_unless_verbose(trail: str, tmp_path: Path) -> None:
+    """A job that starts its own JVM (issue 36): log4j's and the JVM's lines go to the log
+    file in the temporary directory, the terminal gets the job's own lines; ``--verbose``
+    shows them instead."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "SPARK_LOCAL_IP": "127.0.0.1"}
+    command = [
+        sys.executable, "-m", "kafkaguard.audit.spark.main", "report", "--input", trail,
+        "--master", "local[1]", "--conf", "spark.sql.codegen.wholeStage=false",
+    ]  # fmt: skip
+    quiet = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=280, check=False
+    )
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert [line.split(":")[0] for line in quiet.stderr.splitlines()] == ["input"]
+    log = tmp_path / f"kafkaguard-analyze-{os.getuid()}.log"
+    assert "log4j" in log.read_text(encoding="utf-8")  # what the terminal was spared
+    log.unlink()
+    verbose = subprocess.run(
+        [*command, "--verbose"], env=env, capture_output=True, text=True, timeout=280, check=False
+    )
+    assert verbose.returncode == 0, verbose.stderr[-2000:]
+    assert "log4j" in verbose.stderr
+    assert not log.exists()

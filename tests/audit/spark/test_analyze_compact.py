@@ -16,10 +16,17 @@ from pyspark.testing import assertDataFrameEqual
 
 from kafkaguard import cli
 from kafkaguard.audit.spark import main as analyze_main
-from kafkaguard.audit.spark.compact import compact
+from kafkaguard.audit.spark.compact import compact, read_lines
 from kafkaguard.audit.spark.hours import MARKER, Hour, Marker, exclusive
 from kafkaguard.audit.spark.html_report import DATA_ELEMENT_ID
-from kafkaguard.audit.spark.source import hour_number, partition_filters, read_audit
+from kafkaguard.audit.spark.source import (
+    TimeRange,
+    hour_number,
+    parse_time,
+    partition_filters,
+    read_audit,
+    scan_statistics,
+)
 from tests.support.analyze_data import JUNK_LINES, epoch, rec, set_mtimes, write_audit
 
 pytestmark = pytest.mark.spark
@@ -167,6 +174,10 @@ def test_every_job_gives_the_json_results_from_compacted_hours(
     skipped = ",".join(str(hour_number(date(2026, 11, 22), h)) for h in (10, 11, 12))
     assert "NOT ((datediff(" in " ".join(partition_filters(read_audit(spark, str(trail))))
     assert f") IN ({skipped})" in " ".join(partition_filters(read_audit(spark, str(trail))))
+    # A window of compacted hours only: the JSON is neither listed nor planned (issue 36).
+    closed = TimeRange(until=parse_time("2026-11-22T13:00:00Z"))
+    plan = str(read_audit(spark, str(trail), closed)._jdf.queryExecution().executedPlan())
+    assert "Format: Parquet" in plan and "Format: JSON" not in plan
 
     compacted = _jobs(spark, trail, tmp_path / "parquet")
     assert compacted == _rename(from_json, tmp_path / "json", tmp_path / "parquet")
@@ -301,3 +312,23 @@ def test_compact_refuses_a_uri(spark: SparkSession, capsys: pytest.CaptureFixtur
     code, _ = analyze(spark, "compact", "--input", "hdfs://nn/audit")
     assert code == 1
     assert "compact works on the proxy's local audit directory" in capsys.readouterr().err
+
+
+def test_compaction_reads_the_root_with_a_filter_on_its_files(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """One path for Spark to list (no listing job however many files), and only the files
+    asked for are opened; ``date``/``hour`` as the directories spell them."""
+    trail = _trail(tmp_path / "audit").resolve()
+    first = sorted((trail / Hour("2026-11-22", 10).relative).glob("*.jsonl"))[:1]
+    files = first + sorted((trail / Hour("2026-11-22", 12).relative).glob("*.jsonl"))
+    lines = read_lines(spark, trail, files)
+    spark.conf.set("spark.sql.maxMetadataStringLength", "100000")  # the plan's Location whole
+    try:
+        plan = str(lines._jdf.queryExecution().executedPlan())
+    finally:
+        spark.conf.unset("spark.sql.maxMetadataStringLength")
+    assert f"InMemoryFileIndex(1 paths)[file:{trail}]" in plan
+    assert scan_statistics(lines)["numFiles"] == len(files)
+    hours = {(r.date, r.hour) for r in lines.select("date", "hour").distinct().collect()}
+    assert hours == {("2026-11-22", "10"), ("2026-11-22", "12")}

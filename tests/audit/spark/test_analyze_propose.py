@@ -74,7 +74,6 @@ def test_observed_grants(spark: SparkSession, trail: str) -> None:
             Row("User:erin", "10.0.0.1", "READ", "denied-on-purpose", 1, 1, True),
             Row("alice-without-type", "10.0.0.1", "READ", "t1", 1, 0, False),
         ],
-        checkRowOrder=True,
     )  # super user admin and the enforced denial of mallory are not proposable
 
 

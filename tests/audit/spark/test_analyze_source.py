@@ -11,17 +11,20 @@ from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from kafkaguard.audit import events
+from kafkaguard.audit.config import FORMAT_KAFKAGUARD
 from kafkaguard.audit.spark.schema import ACL_FIELDS, AUDIT_SCHEMA, FIELD_NAMES
 from kafkaguard.audit.spark.source import (
     TimeRange,
+    describe_input,
     parse_time,
     partition_filters,
     read_audit,
     scan_statistics,
 )
+from kafkaguard.audit.writer import AuditFiles
 from kafkaguard.policy.explain import acl_json
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
-from tests.support.analyze_data import rec, write_audit
+from tests.support.analyze_data import epoch, rec, write_audit
 
 pytestmark = pytest.mark.spark
 
@@ -108,3 +111,37 @@ def test_a_directory_without_partitions_is_read_unpruned(
         read_audit(spark, str(tmp_path), window).select("principal", "hour"),
         [Row(principal="User:x", hour=None)],
     )
+
+
+def test_a_live_trail_is_read_up_to_the_last_complete_line(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The hour being written (issue 36): its ``.jsonl.inprogress`` file is read, the line
+    the writer is in the middle of is not, and the summary line says so."""
+    records = [
+        rec("2026-11-22T10:05:00.000Z", "User:a", "READ", "TOPIC", "t", count=2),
+        rec("2026-11-22T10:06:00.000Z", "User:a", "WRITE", "TOPIC", "t"),
+        rec("2026-11-22T11:01:00.000Z", "User:b", "READ", "TOPIC", "t", count=4),
+    ]
+    files = AuditFiles(tmp_path, max_file_bytes=1 << 30, max_file_seconds=1e9)
+    try:
+        for r in records:
+            files.write(epoch(r.time), r.encode(FORMAT_KAFKAGUARD) + b"\n")
+        files.flush()
+        live = sorted(tmp_path.rglob("*.jsonl.inprogress"))
+        assert len(live) == 2  # nothing closed: hours 10 and 11 are both being written
+        with live[-1].open("a", encoding="utf-8") as f:
+            f.write(records[0].to_json()[:-10])  # the writer, mid-line
+        counts = read_audit(spark, str(tmp_path)).groupBy("principal").sum("count").collect()
+        assert sorted((r[0], r[1]) for r in counts) == [("User:a", 3), ("User:b", 4)]
+        assert describe_input(str(tmp_path), TimeRange()) == (
+            "input: 0 .jsonl files and 2 .jsonl.inprogress files (being written: read up to"
+            " the last complete line) of 2 hours"
+        )
+        until = TimeRange(until=parse_time("2026-11-22T11:00:00Z"))
+        assert describe_input(str(tmp_path), until) == (
+            "input: 0 .jsonl files and 1 .jsonl.inprogress file (being written: read up to"
+            " the last complete line) of 1 hour; 1 hour of JSON outside the window skipped"
+        )
+    finally:
+        files.close()

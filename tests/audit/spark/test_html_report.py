@@ -259,9 +259,10 @@ def test_the_run_is_shown(report: tuple[Path, list[str]]) -> None:
     assert run["decisions"] == sum(r.count for r in report_trail())
     steps = [name for name, _ in run["steps"]]
     assert steps == [
-        "read the trail, build the hourly cube",
+        "read the trail (the window's cube, the hourly totals)",
+        "roll up the tables",
         "write the tables (--output)",
-        "collect the page's tables",
+        "render the page's tables",
     ]
     assert all(seconds > 0 for _, seconds in run["steps"])
     assert run["seconds"] >= sum(seconds for _, seconds in run["steps"]) - 0.01
