@@ -670,6 +670,14 @@ class TopicTable:
                 for p in partitions
             }
         except ck.KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, ck.KafkaError) and error.code() >= 0:
+                # A broker answered (librdkafka's own codes, transport and time-outs, are
+                # negative): a leader moving after a broker stopped answers
+                # OFFSET_NOT_AVAILABLE or NOT_LEADER_OR_FOLLOWER for a moment. Not an
+                # outage: reachability stays as it was until the next probe.
+                log.debug("%s: offsets not answered yet (%s)", self.description, exc)
+                return None
             if self.reachable:
                 log.warning(
                     "%s: the cluster is unreachable (%s); keeping the contents in force, "
