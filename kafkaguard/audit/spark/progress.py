@@ -57,8 +57,10 @@ class _Stages:
 
 @contextmanager
 def stage_progress(spark: SparkSession, stream: TextIO) -> Iterator[None]:
-    """Within: a line on ``stream`` per Spark stage that finishes, if ``stream`` is a
-    terminal and the session has a status tracker; nothing otherwise."""
+    """Within: a line on ``stream`` per Spark stage seen running (the status tracker is
+    polled every :data:`POLL_S`: a stage shorter than that may show no line, which is no
+    progress worth showing), if ``stream`` is a terminal and the session has a status
+    tracker; nothing otherwise."""
     tracker = _tracker(spark) if stream.isatty() else None
     if tracker is None:
         yield

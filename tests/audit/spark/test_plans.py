@@ -49,6 +49,7 @@ def test_propose_hashes_and_does_not_sort(events: DataFrame, exact_hosts: bool) 
 def test_propose_keeps_the_smallest_host_and_caches_nothing(
     spark: SparkSession, events: DataFrame
 ) -> None:
+    spark.catalog.clearCache()  # what other tests of the session cached is not this job's
     grants = {r["principal"]: r["sample_host"] for r in observed_grants(events).collect()}
     assert grants["User:alice"] == "10.0.0.10"  # Spark's string order, as min() had it
     made = propose(events)
@@ -58,6 +59,7 @@ def test_propose_keeps_the_smallest_host_and_caches_nothing(
 
 
 def test_report_is_two_hash_aggregations(spark: SparkSession, events: DataFrame) -> None:
+    spark.catalog.clearCache()  # what other tests of the session cached is not this job's
     for df in (window_cube(events), hourly_totals(events)):
         operators = _operators(_plan(df))
         assert "HashAggregate" in operators

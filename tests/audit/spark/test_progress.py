@@ -9,6 +9,7 @@ import re
 import pytest
 from pyspark.sql import SparkSession
 
+from kafkaguard.audit.spark import progress
 from kafkaguard.audit.spark.progress import stage_progress
 
 pytestmark = pytest.mark.spark
@@ -24,7 +25,11 @@ def _job(spark: SparkSession) -> None:
     assert df.groupBy((df.id % 7).alias("k")).count().count() == 7
 
 
-def test_a_terminal_gets_a_line_per_stage(spark: SparkSession) -> None:
+def test_a_terminal_gets_a_line_per_stage(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stages are sampled every POLL_S; on a warm session this job's stages end within 0.5 s
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
     terminal = _Terminal()
     with stage_progress(spark, terminal):
         _job(spark)
