@@ -1,6 +1,6 @@
 """``./dev demo`` says what it installs while it does: a line before each step of a first run
 (the virtual environment, pip, kafkaguard and its dependencies, Java), none when nothing is to
-be installed. Run on a copy of ``./dev`` whose Python, pip, ``java`` and ``dpkg`` are stubs
+be installed. Run on a copy of ``./dev`` whose Python, pip, ``java`` and ``dpkg-query`` are stubs
 that log their calls to the same stream: nothing is installed, nothing leaves the machine."""
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def checkout(tmp_path: Path) -> Path:
     stubs = tmp_path / "bin"
     stubs.mkdir()
     _stub(stubs, "python3", STUB_PYTHON)
-    _stub(stubs, "dpkg", "#!/bin/sh\nexit 0\n")  # every package "installed": no apt-get
+    # every package installed: no apt-get
+    _stub(stubs, "dpkg-query", "#!/bin/sh\nprintf 'install ok installed'\n")
     return tmp_path
 
 
