@@ -78,7 +78,7 @@ def _entry_lines(entries: list[AccessControlEntry]) -> str:
     return "\n".join(f"\t{e}" for e in entries)
 
 
-class _Store(Protocol):
+class AclSide(Protocol):
     """What the command needs from a store: read everything, locked read-modify-write."""
 
     description: str
@@ -195,20 +195,20 @@ class AdminApiStore:
         pass
 
 
-_Opener = Callable[[], _Store]
+AclSideOpener = Callable[[], AclSide]
 """Opens a store; chosen (and the options checked) before any store is opened."""
 
 _SIDE_OPTIONS = {"file": "--acl-file", "zookeeper": "--zookeeper-connect"}
 
 
-def _option_stores(args: argparse.Namespace) -> dict[str, _Opener]:
+def option_stores(args: argparse.Namespace) -> dict[str, AclSideOpener]:
     """The stores the explicit options name, by kind (at most one file, one ZooKeeper)."""
     if (args.zookeeper_chroot or args.zookeeper_digest_auth_file) and not args.zookeeper_connect:
         # Not silently dropped: with a --config ZooKeeper store they would look like overrides.
         raise UsageError(
             "--zookeeper-chroot and --zookeeper-digest-auth-file go with --zookeeper-connect"
         )
-    stores: dict[str, _Opener] = {}
+    stores: dict[str, AclSideOpener] = {}
     if args.acl_file:
         path = Path(args.acl_file)
         stores["file"] = lambda: _FileStore(path)
@@ -221,7 +221,7 @@ def _option_stores(args: argparse.Namespace) -> dict[str, _Opener]:
 
 def _configured_store(
     args: argparse.Namespace, purpose: str, connection: Mapping[str, Any] | None = None
-) -> tuple[str, _Opener]:
+) -> tuple[str, AclSideOpener]:
     """The kind and opener of the ``acl_store`` of the proxy config ``--config`` names;
     ``connection``: the config's upstream settings, which a ``kafka`` store is reached with."""
     configured = parse_policy_config(ConfigSection.from_file(args.config)).acl_store
@@ -244,7 +244,7 @@ def _open_store(
     args: argparse.Namespace,
     connection: Mapping[str, Any] | None,
     reader: acls_apply.AclReader | None = None,
-) -> _Store:
+) -> AclSide:
     """The one store --add/--remove/--list act on (``AclCommandOptions.checkArgs`` likewise
     refuses two ways to reach the ACLs, e.g. --bootstrap-server with --bootstrap-controller).
     ``reader``: how ``--list --bootstrap-server`` reads a running proxy's ACLs."""
@@ -273,7 +273,7 @@ def _open_store(
         path = Path(args.command_config) if args.command_config else None
         properties = acls_apply.client_properties(path) if path else {}
         return AdminApiStore(args.bootstrap_server, properties, reader)
-    stores = _option_stores(args)
+    stores = option_stores(args)
     if args.config:
         return _configured_store(args, "it cannot be edited", connection)[1]()
     if not stores:
@@ -282,12 +282,20 @@ def _open_store(
     return opener()
 
 
-def _migration(args: argparse.Namespace) -> tuple[_Opener, _Opener]:
+def side_opener(sides: Mapping[str, AclSideOpener], kind: str, hint: str = "") -> AclSideOpener:
+    """The opener of the ``kind`` side of a migration, or the usage error that names the
+    option giving it (``hint``: the other way to give it, e.g. a ``--config``)."""
+    if kind not in sides:
+        raise UsageError(f"give the {kind} side with {_SIDE_OPTIONS[kind]}{hint}")
+    return sides[kind]
+
+
+def _migration(args: argparse.Namespace) -> tuple[AclSideOpener, AclSideOpener]:
     """Source and target: each side from its option, or from --config's ``acl_store`` when that
     store is of the side's kind; a side named twice, or not at all, is a usage error."""
     if not args.from_store or not args.to_store or args.from_store == args.to_store:
         raise UsageError("migrate needs --from and --to, one 'file' and one 'zookeeper'")
-    sides = _option_stores(args)
+    sides = option_stores(args)
     if args.config:
         kind, opener = _configured_store(
             args, "migrate copies between a file and a zookeeper store"
@@ -298,13 +306,28 @@ def _migration(args: argparse.Namespace) -> tuple[_Opener, _Opener]:
                 f"drop {_SIDE_OPTIONS[kind]} or --config"
             )
         sides[kind] = opener
-    for kind in (args.from_store, args.to_store):
-        if kind not in sides:
-            raise UsageError(
-                f"give the {kind} side with {_SIDE_OPTIONS[kind]} "
-                f"or a --config whose acl_store.type is {kind}"
-            )
-    return sides[args.from_store], sides[args.to_store]
+    hint = {k: f" or a --config whose acl_store.type is {k}" for k in _SIDE_OPTIONS}
+    return (
+        side_opener(sides, args.from_store, hint[args.from_store]),
+        side_opener(sides, args.to_store, hint[args.to_store]),
+    )
+
+
+def copy_acls(source: AclSide, target: AclSide, out: Callable[[str], None]) -> None:
+    """Add to ``target`` what it lacks of ``source`` and keep what it has (run twice, the
+    second run copies nothing), then say how many were new."""
+    acls = source.read()
+    added: list[int] = []
+
+    def change(current: Snapshot) -> Snapshot:
+        added.append(len(acls - current))
+        return current | acls
+
+    target.modify(change)
+    out(
+        f"Copied {len(acls)} ACLs from {source.description} to {target.description} "
+        f"({added[-1]} new, {len(acls) - added[-1]} already present)."
+    )
 
 
 def _migrate(args: argparse.Namespace, out: Callable[[str], None]) -> None:
@@ -313,25 +336,14 @@ def _migrate(args: argparse.Namespace, out: Callable[[str], None]) -> None:
     try:
         target = open_target()
         try:
-            acls = source.read()
-            added: list[int] = []
-
-            def change(current: Snapshot) -> Snapshot:
-                added.append(len(acls - current))
-                return current | acls
-
-            target.modify(change)
-            out(
-                f"Copied {len(acls)} ACLs from {source.description} to {target.description} "
-                f"({added[-1]} new, {len(acls) - added[-1]} already present)."
-            )
+            copy_acls(source, target, out)
         finally:
             target.close()
     finally:
         source.close()
 
 
-def _add(args: argparse.Namespace, path: _Store, out: Callable[[str], None]) -> None:
+def _add(args: argparse.Namespace, path: AclSide, out: Callable[[str], None]) -> None:
     plan = acls_to_add(args)
     bindings = frozenset(AclBinding(p, e) for p, entries in plan.items() for e in entries)
 
@@ -365,7 +377,7 @@ def _without(filters: list[AclBindingFilter]) -> Callable[[Snapshot], Snapshot]:
     return change
 
 
-def _remove(args: argparse.Namespace, path: _Store, out: Callable[[str], None]) -> None:
+def _remove(args: argparse.Namespace, path: AclSide, out: Callable[[str], None]) -> None:
     acls = filter_to_acls(args)
     for f, entries in acls.items():
         if not entries:
@@ -382,7 +394,7 @@ def _remove(args: argparse.Namespace, path: _Store, out: Callable[[str], None]) 
             path.modify(_without(filters))
 
 
-def _list(args: argparse.Namespace, path: _Store, out: Callable[[str], None]) -> None:
+def _list(args: argparse.Namespace, path: AclSide, out: Callable[[str], None]) -> None:
     current = path.read()
     filters = resource_filters(args, False)
     chosen = [b for b in current if not filters or any(f.matches(b.pattern) for f in filters)]

@@ -29,9 +29,8 @@ from typing import Any
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy import acls_cli
 from kafkaguard.policy.acls_args import UsageError
-from kafkaguard.policy.acls_cli import _SIDE_OPTIONS, _option_stores
 from kafkaguard.policy.config import AclStoreConfig, parse_policy_config
-from kafkaguard.policy.stores.base import AclStoreError, Snapshot
+from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.proxy.app import wire_admin
 from kafkaguard.proxy.app.server import audit_connection
 from kafkaguard.proxy.config import ProxyConfig, load_config
@@ -83,28 +82,13 @@ def run_acls(args: argparse.Namespace) -> int:
             audit_connection(config.upstream),
             configured if configured.type == "kafka" else AclStoreConfig(type="kafka"),
         )
-        sides = _option_stores(args)  # the other side: --acl-file or --zookeeper-connect
         other = args.to_store if args.from_store == "kafka" else args.from_store
-        if other not in sides:
-            raise UsageError(f"give the {other} side with {_SIDE_OPTIONS[other]}")
-        opened = sides[other]()
+        opened = acls_cli.side_opener(acls_cli.option_stores(args), other)()
         try:
             source, target = (kafka, opened) if args.from_store == "kafka" else (opened, kafka)
-            acls = source.read()
-            added: list[int] = []
-
-            def change(current: Snapshot) -> Snapshot:
-                added.append(len(acls - current))
-                return current | acls
-
-            target.modify(change)
+            acls_cli.copy_acls(source, target, print)
         finally:
             opened.close()
-        new = added[-1]
-        print(  # noqa: T201 - the line `kafkaguard acls migrate` prints for file <-> zookeeper
-            f"Copied {len(acls)} ACLs from {source.description} to {target.description} "
-            f"({new} new, {len(acls) - new} already present)."
-        )
     except UsageError as exc:
         sys.stderr.write(f"kafkaguard acls: {exc}\n")
         return 2
