@@ -64,7 +64,9 @@ class _FindCoordinatorResponse(_Coordinator, Protocol):
     def coordinators(self) -> Sequence[_Coordinator]: ...
 
 
-class _WithBrokers(Entity, Protocol):
+class NodeAddresses(Entity, Protocol):
+    """A response listing ``brokers`` (Metadata, DescribeCluster)."""
+
     @property
     def brokers(self) -> Sequence[NodeAddress]: ...
 
@@ -75,7 +77,7 @@ class _WithNodeEndpoints(Entity, Protocol):
 
 
 _N = TypeVar("_N", bound=NodeAddress)
-_B = TypeVar("_B", bound=_WithBrokers)
+_B = TypeVar("_B", bound=NodeAddresses)
 _F = TypeVar("_F", bound=_FindCoordinatorResponse)
 _E = TypeVar("_E", bound=_WithNodeEndpoints)
 
