@@ -75,12 +75,16 @@ B = TypeVar("B", default=Any)  # Any: below
 of its API's versions, or a skim's. Unparameterized (the registry, the dispatcher, which pair a
 handler with an API key the type system does not see) it is any body."""
 
+B_co = TypeVar("B_co", covariant=True, default=Any)  # Any: as B's
+""":class:`Request`'s ``B``: a request whose body has more fields passes for one with fewer
+(a helper reading what ShareFetch and ShareAcknowledge share takes either)."""
+
 St = TypeVar("St", default=Any)  # Any: as B's, for the state of :class:`Authorize`
 """What a two-phase handler hands from :meth:`ApiHandler.on_request` to its
 :meth:`ApiHandler.on_authorized` (:class:`Authorize`'s ``state``)."""
 
 
-class Request(Generic[B]):
+class Request(Generic[B_co]):
     """A request as the handler sees it. A plain slots class, not a frozen dataclass: one is
     built for every request, and a frozen dataclass sets each field through
     ``object.__setattr__``. Handlers never change it. Generic only for the type checker:
@@ -88,7 +92,7 @@ class Request(Generic[B]):
 
     __slots__ = ("body", "frame", "header")
 
-    def __init__(self, header: RequestHeaderInfo, frame: Frame, body: B) -> None:
+    def __init__(self, header: RequestHeaderInfo, frame: Frame, body: B_co) -> None:
         self.header = header
         self.frame = frame
         """The whole original frame, size prefix included."""
