@@ -70,7 +70,7 @@ def convert(value: object, target: type[_T]) -> _T:
             v = convert(v, codec.nested_type(target, f.name))
         values[f.name] = v
     code = cast(ErrorCode, values.pop("error_code", ErrorCode.none))
-    return _entity(target, code, False, values)
+    return entity_from(target, code, values)
 
 
 def entity(
@@ -83,10 +83,12 @@ def entity(
     """``codec.make_entity`` for any version of a schema: values for fields the version lacks
     (e.g. ``error_message`` before it existed) are dropped, so one call serves every version;
     ``message=True`` fills ``error_message`` with Kafka's default message for ``code``."""
-    return _entity(entity_type, code, message, values)
+    return entity_from(entity_type, code, values, message=message)
 
 
-def _entity(entity_type: type[_T], code: ErrorCode, message: bool, values: dict[str, object]) -> _T:
+def entity_from(
+    entity_type: type[_T], code: ErrorCode, values: dict[str, object], *, message: bool = False
+) -> _T:
     """:func:`entity`, its values as a mapping (of any keys: ``message`` or ``code`` too)."""
     if message and "error_message" not in values:
         values["error_message"] = ERROR_MESSAGES.get(code)
@@ -260,7 +262,7 @@ def split(
     ``docs/design.md#forwarded-untouched``)."""
     if not kept:
         empty: dict[str, object] = {answer_field: ()}
-        return Respond(merge(_entity(response_type(request), ErrorCode.none, False, empty)))
+        return Respond(merge(entity_from(response_type(request), ErrorCode.none, empty)))
     original: RequestPayload = request.body
     body = codec.replace(original, **{field: tuple(kept)}, **(changes or {}))
     return Forward(request=body, rewrite=chain(rewrite, merge))
