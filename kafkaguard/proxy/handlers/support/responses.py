@@ -121,12 +121,12 @@ def partition_errors(
 ) -> tuple[Entity, ...]:
     """The ``partitions_field`` of a response topic: one entry per index, each with ``code``
     (and ``partition_values``), as Kafka's per-partition error responses are built."""
-    return _partition_errors(
+    return partition_errors_from(
         topic_type, partitions_field, indexes, code, index_field, partition_values
     )
 
 
-def _partition_errors(
+def partition_errors_from(
     topic_type: type[Entity],
     partitions_field: str,
     indexes: Iterable[int],
@@ -166,7 +166,7 @@ def topic_entries(
                 ErrorCode.none,
                 **{
                     key_field: key,
-                    partitions_field: _partition_errors(
+                    partitions_field: partition_errors_from(
                         topic_type,
                         partitions_field,
                         indexes,
