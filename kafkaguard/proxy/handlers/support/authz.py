@@ -107,10 +107,10 @@ def first_seen(names: Iterable[_T]) -> list[_T]:
     return list(dict.fromkeys(names))
 
 
-def topic_key(entry: Any) -> TopicKey:
+def topic_key(entry: Any) -> TopicKey:  # Any: a topic entry of any schema (below)
     """A request/response topic's identity: its name, or its id in the id-keyed versions.
-    ``entry`` is any version's topic entry of any request or response, or a skim's (Any: each
-    names its topic by a different field, which the checks below tell apart)."""
+    ``entry`` is any version's topic entry of any request or response, or a skim's: each
+    names its topic by a different field, which the checks below tell apart."""
     for field in ("name", "topic_name"):
         if hasattr(entry, field):
             return str(getattr(entry, field))
