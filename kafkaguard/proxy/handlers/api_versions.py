@@ -49,6 +49,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded
 from kafkaguard.proxy.handlers.support.responses import convert
 
 _ALL_FEATURES_VERSION = 4
@@ -65,12 +66,10 @@ class _Feature(Protocol):
     def min_version(self) -> int: ...
 
 
-class _ApiVersionsResponse(Protocol):
+class _ApiVersionsResponse(ErrorCoded, Protocol):
     """What the handler reads of an ``ApiVersionsResponse`` (``supported_features``: v3+,
     read only there)."""
 
-    @property
-    def error_code(self) -> int: ...
     @property
     def api_keys(self) -> Sequence[_ApiVersion]: ...
     @property

@@ -46,6 +46,7 @@ from kafkaguard.proxy.handlers.support.base import (
     RespondLater,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, PartitionIndexed
 from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, partition_errors, split
 from kafkaguard.proxy.sasl import scram
 from kafkaguard.proxy.sasl.kafka_credentials import KafkaCredentialError, KafkaTopicCredentialStore
@@ -69,12 +70,7 @@ _DESCRIBE_MISSING_USER: Final = "Attempt to describe a user credential that does
 
 
 # What the handlers read of kio's classes (any version of each schema).
-class _Named(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
-class _NamedPartitions(_Named, Protocol):
+class _NamedPartitions(Named, Protocol):
     """A topic and its partition indexes (AlterReplicaLogDirs' ``topics``)."""
 
     @property
@@ -103,14 +99,9 @@ class _ElectLeadersBody(Protocol):
     def topic_partitions(self) -> Sequence[_ElectionTopic] | None: ...
 
 
-class _IndexedPartition(Protocol):
+class _ReassignableTopic(Named, Protocol):
     @property
-    def partition_index(self) -> int: ...
-
-
-class _ReassignableTopic(_Named, Protocol):
-    @property
-    def partitions(self) -> Sequence[_IndexedPartition]: ...
+    def partitions(self) -> Sequence[PartitionIndexed]: ...
 
 
 class _AlterPartitionReassignmentsBody(Protocol):
@@ -118,7 +109,7 @@ class _AlterPartitionReassignmentsBody(Protocol):
     def topics(self) -> Sequence[_ReassignableTopic]: ...
 
 
-class _ListedTopic(_Named, Protocol):
+class _ListedTopic(Named, Protocol):
     @property
     def partition_indexes(self) -> Sequence[int]: ...
 
@@ -147,10 +138,10 @@ class _AlterClientQuotasBody(Protocol):
 
 class _DescribeUserScramCredentialsBody(Protocol):
     @property
-    def users(self) -> Sequence[_Named] | None: ...
+    def users(self) -> Sequence[Named] | None: ...
 
 
-class _ScramDeletion(_Named, Protocol):
+class _ScramDeletion(Named, Protocol):
     @property
     def mechanism(self) -> int: ...
 
@@ -180,7 +171,7 @@ class _DescribeClusterBody(Protocol):
 
 class _LogDirResult(Entity, Protocol):
     @property
-    def topics(self) -> Sequence[_Named]: ...
+    def topics(self) -> Sequence[Named]: ...
 
 
 class _AlterReplicaLogDirsResponse(Entity, Protocol):
@@ -195,7 +186,7 @@ class _DescribeLogDirsResponse(Entity, Protocol):
 
 class _ListPartitionReassignmentsResponse(Entity, Protocol):
     @property
-    def topics(self) -> Sequence[_Named]: ...
+    def topics(self) -> Sequence[Named]: ...
 
 
 class _ConfigResource(Protocol):
@@ -210,9 +201,7 @@ class _ListConfigResourcesResponse(Entity, Protocol):
     def config_resources(self) -> Sequence[_ConfigResource]: ...
 
 
-class _DescribeClusterResponse(NodeAddresses, Protocol):
-    @property
-    def error_code(self) -> int: ...
+class _DescribeClusterResponse(ErrorCoded, NodeAddresses, Protocol):
     @property
     def cluster_authorized_operations(self) -> int: ...
 

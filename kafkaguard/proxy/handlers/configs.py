@@ -35,6 +35,7 @@ from kafkaguard.proxy.handlers.support.base import (
     ResponseRewrite,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named
 from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
@@ -68,11 +69,9 @@ class _Synonym(Entity, Protocol):
     def value(self) -> str | None: ...
 
 
-class _DescribedConfig(_Synonym, Protocol):
+class _DescribedConfig(Named, _Synonym, Protocol):
     """``DescribeConfigsResourceResult``; ``synonyms`` (v1+) is read by name."""
 
-    @property
-    def name(self) -> str: ...
     @property
     def is_sensitive(self) -> bool: ...
 
@@ -94,11 +93,9 @@ class _ConfigsBody(Entity, Protocol):
     def resources(self) -> Sequence[_Resource]: ...
 
 
-class _AlteredConfig(Protocol):
+class _AlteredConfig(Named, Protocol):
     """A config of an alter request; ``config_operation`` in IncrementalAlterConfigs only."""
 
-    @property
-    def name(self) -> str: ...
     @property
     def value(self) -> str | None: ...
     @property
@@ -117,9 +114,8 @@ class _AlterConfigsBody(_ConfigsBody, Protocol):
     def validate_only(self) -> bool: ...
 
 
-class _AlterResult(_Result, Protocol):
-    @property
-    def error_code(self) -> int: ...
+class _AlterResult(ErrorCoded, _Result, Protocol):
+    """A result of AlterConfigs or IncrementalAlterConfigs."""
 
 
 class _AlterConfigsResponse(Entity, Protocol):

@@ -99,6 +99,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Verdict,
     remember_newest,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed
 from kafkaguard.proxy.handlers.support.responses import chain, split
 
 INITIAL_EPOCH: Final = 0
@@ -149,22 +150,15 @@ class FetchBody(Entity, Protocol):
     def forgotten_topics_data(self) -> Sequence[_ForgottenTopic]: ...
 
 
-class _SessionAnswer(Entity, Protocol):
+class _SessionAnswer(ErrorCoded, Entity, Protocol):
     """The head of a ``FetchResponse`` of a session (v7+)."""
 
-    @property
-    def error_code(self) -> int: ...
     @property
     def session_id(self) -> int: ...
 
 
-class _PartitionData(Entity, Protocol):
+class _PartitionData(PartitionIndexed, ErrorCoded, Entity, Protocol):
     """``FetchResponse.PartitionData`` of any version."""
-
-    @property
-    def partition_index(self) -> int: ...
-    @property
-    def error_code(self) -> int: ...
 
 
 class _TopicResponse(Protocol):

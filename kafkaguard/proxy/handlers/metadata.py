@@ -56,6 +56,7 @@ from kafkaguard.proxy.handlers.support.base import (
     ResponseRewrite,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, PartitionIndexed
 from kafkaguard.proxy.handlers.support.responses import convert, entity, merge_in_request_order
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -93,7 +94,7 @@ class MetadataBody(Entity, Protocol):
     def include_cluster_authorized_operations(self) -> bool: ...
 
 
-class _ResponseTopic(Entity, Protocol):
+class _ResponseTopic(ErrorCoded, Entity, Protocol):
     """A topic of a ``MetadataResponse`` or ``DescribeTopicPartitionsResponse``: ``topic_id``
     (Metadata v10+) and the KIP-430 field (v8+) read where the version has them."""
 
@@ -101,8 +102,6 @@ class _ResponseTopic(Entity, Protocol):
     def name(self) -> str | None: ...
     @property
     def topic_id(self) -> uuid.UUID: ...
-    @property
-    def error_code(self) -> int: ...
     @property
     def topic_authorized_operations(self) -> int: ...
 
@@ -116,23 +115,16 @@ class _MetadataResponse(Entity, Protocol):
     def cluster_authorized_operations(self) -> int: ...
 
 
-class _Cursor(Entity, Protocol):
+class _Cursor(PartitionIndexed, Entity, Protocol):
     """``DescribeTopicPartitions``' ``Cursor``."""
 
     @property
     def topic_name(self) -> str: ...
-    @property
-    def partition_index(self) -> int: ...
-
-
-class _DescribeRequestTopic(Protocol):
-    @property
-    def name(self) -> str: ...
 
 
 class DescribeTopicPartitionsBody(Entity, Protocol):
     @property
-    def topics(self) -> Sequence[_DescribeRequestTopic]: ...
+    def topics(self) -> Sequence[Named]: ...
     @property
     def cursor(self) -> _Cursor | None: ...
 

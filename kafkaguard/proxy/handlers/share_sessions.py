@@ -95,6 +95,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Verdict,
     remember_newest,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed, TopicIded
 from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
 SharePartition = tuple[UUID, int]
@@ -111,16 +112,12 @@ class _AcknowledgementBatch(Protocol):
     def acknowledge_types(self) -> Sequence[int]: ...
 
 
-class _RequestPartition(Protocol):
-    @property
-    def partition_index(self) -> int: ...
+class _RequestPartition(PartitionIndexed, Protocol):
     @property
     def acknowledgement_batches(self) -> Sequence[_AcknowledgementBatch]: ...
 
 
-class _RequestTopic(Entity, Protocol):
-    @property
-    def topic_id(self) -> UUID: ...
+class _RequestTopic(TopicIded, Entity, Protocol):
     @property
     def partitions(self) -> Sequence[_RequestPartition]: ...
 
@@ -159,23 +156,14 @@ class ShareFetchBody(ShareBody, Protocol):
     def max_wait(self) -> timedelta: ...
 
 
-class _ResponsePartition(Protocol):
+class _ResponseTopic(TopicIded, Protocol):
     @property
-    def partition_index(self) -> int: ...
+    def partitions(self) -> Sequence[PartitionIndexed]: ...
 
 
-class _ResponseTopic(Protocol):
-    @property
-    def topic_id(self) -> UUID: ...
-    @property
-    def partitions(self) -> Sequence[_ResponsePartition]: ...
-
-
-class _ShareResponse(Entity, Protocol):
+class _ShareResponse(ErrorCoded, Entity, Protocol):
     """What ShareFetch and ShareAcknowledge responses share."""
 
-    @property
-    def error_code(self) -> int: ...
     @property
     def responses(self) -> Sequence[_ResponseTopic]: ...
     @property

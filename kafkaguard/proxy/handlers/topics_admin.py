@@ -32,6 +32,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Request,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, TopicIded
 from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
@@ -46,12 +47,7 @@ _DUPLICATE_NAME = "Duplicate topic name."
 
 
 # What the handlers read of kio's classes (any version of each schema).
-class _Named(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
-class _NamedEntry(_Named, Entity, Protocol):
+class _NamedEntry(Named, Entity, Protocol):
     """A result named by its topic (CreateTopics, CreatePartitions)."""
 
 
@@ -59,17 +55,13 @@ class _TopicsBody(Protocol):
     """CreateTopics and CreatePartitions requests: ``topics`` by name."""
 
     @property
-    def topics(self) -> Sequence[_Named]: ...
+    def topics(self) -> Sequence[Named]: ...
 
 
-class _CreatedTopic(_NamedEntry, Protocol):
+class _CreatedTopic(TopicIded, ErrorCoded, _NamedEntry, Protocol):
     """``CreatableTopicResult``: ``topic_id`` (v7+) read where it is, the fields the proxy
     hides (v5+) only where ``configs`` is."""
 
-    @property
-    def topic_id(self) -> UUID: ...
-    @property
-    def error_code(self) -> int: ...
     @property
     def topic_config_error_code(self) -> int: ...
 
@@ -79,13 +71,11 @@ class _CreateTopicsResponse(Entity, Protocol):
     def topics(self) -> Sequence[_CreatedTopic]: ...
 
 
-class _DeletedTopic(Protocol):
+class _DeletedTopic(TopicIded, Protocol):
     """``DeleteTopicState`` (v6+)."""
 
     @property
     def name(self) -> str | None: ...
-    @property
-    def topic_id(self) -> UUID: ...
 
 
 class _DeleteTopicsBody(Protocol):
@@ -185,7 +175,7 @@ class CreateTopicsHandler(ApiHandler[_TopicsBody]):
         return split(request, "topics", kept, "topics", rewrite)
 
 
-def _name(entry: _Named) -> str:
+def _name(entry: Named) -> str:
     return entry.name
 
 

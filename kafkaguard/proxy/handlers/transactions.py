@@ -34,6 +34,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import Named, PartitionIndexed
 from kafkaguard.proxy.handlers.support.offset_merge import builder_merge
 from kafkaguard.proxy.handlers.support.responses import (
     entity,
@@ -63,9 +64,7 @@ class _InitProducerIdBody(Protocol):
     def transactional_id(self) -> str | None: ...
 
 
-class _TxnTopic(Protocol):
-    @property
-    def name(self) -> str: ...
+class _TxnTopic(Named, Protocol):
     @property
     def partitions(self) -> Sequence[int]: ...
 
@@ -89,16 +88,12 @@ class _AddPartitionsToTxnBody(Entity, Protocol):
     def transactions(self) -> Sequence[_Transaction]: ...
 
 
-class _PartitionResult(Protocol):
-    @property
-    def partition_index(self) -> int: ...
+class _PartitionResult(PartitionIndexed, Protocol):
     @property
     def partition_error_code(self) -> int: ...
 
 
-class _TopicResult(Protocol):
-    @property
-    def name(self) -> str: ...
+class _TopicResult(Named, Protocol):
     @property
     def results_by_partition(self) -> Sequence[_PartitionResult]: ...
 
@@ -117,16 +112,9 @@ class _AddPartitionsToTxnResponse(Entity, Protocol):
     def results_by_transaction(self) -> Sequence[_TransactionResult]: ...
 
 
-class _CommittedPartition(Protocol):
+class _CommittedTopic(Named, Protocol):
     @property
-    def partition_index(self) -> int: ...
-
-
-class _CommittedTopic(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def partitions(self) -> Sequence[_CommittedPartition]: ...
+    def partitions(self) -> Sequence[PartitionIndexed]: ...
 
 
 class _TxnOffsetCommitBody(_TransactionBody, Protocol):

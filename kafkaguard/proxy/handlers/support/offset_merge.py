@@ -25,6 +25,7 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.support.authz import EntityRewrite, TopicKey, topic_key
 from kafkaguard.proxy.handlers.support.base import ResponseRewrite
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed
 
 REJECTED_BEFORE_COORDINATOR = frozenset(
     {ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id}
@@ -35,13 +36,8 @@ _T = TypeVar("_T")
 _E = TypeVar("_E", bound=Entity)
 
 
-class _Partition(Entity, Protocol):
+class _Partition(PartitionIndexed, ErrorCoded, Entity, Protocol):
     """A partition of an offset response (any of the APIs above, any version)."""
-
-    @property
-    def partition_index(self) -> int: ...
-    @property
-    def error_code(self) -> int: ...
 
 
 class _Topic(Entity, Protocol):

@@ -44,7 +44,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast
-from uuid import UUID
 
 import re2
 
@@ -61,6 +60,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, TopicIded
 from kafkaguard.proxy.handlers.support.responses import whole_error
 
 
@@ -86,20 +86,15 @@ class HeartbeatBody(Entity, Protocol):
     def subscribed_topic_names(self) -> Sequence[str] | None: ...
 
 
-class _Answer(Entity, Protocol):
+class _Answer(ErrorCoded, Entity, Protocol):
     """A heartbeat's answer: its error code and message."""
 
-    @property
-    def error_code(self) -> int: ...
 
-
-class _ListedTopic(Protocol):
+class _ListedTopic(TopicIded, Protocol):
     """A topic of a Metadata answer: ``topic_id`` (v10+) read where it is."""
 
     @property
     def name(self) -> str | None: ...
-    @property
-    def topic_id(self) -> UUID: ...
 
 
 class _Listing(Protocol):
