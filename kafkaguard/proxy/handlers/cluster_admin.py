@@ -169,7 +169,10 @@ class _DescribeClusterBody(Protocol):
     def include_cluster_authorized_operations(self) -> bool: ...
 
 
-class _LogDirResult(Entity, Protocol):
+class _NamedTopics(Entity, Protocol):
+    """An entry listing topics by name: a log dir's result (DescribeLogDirs), a
+    ListPartitionReassignments response."""
+
     @property
     def topics(self) -> Sequence[Named]: ...
 
@@ -181,12 +184,7 @@ class _AlterReplicaLogDirsResponse(Entity, Protocol):
 
 class _DescribeLogDirsResponse(Entity, Protocol):
     @property
-    def results(self) -> Sequence[_LogDirResult]: ...
-
-
-class _ListPartitionReassignmentsResponse(Entity, Protocol):
-    @property
-    def topics(self) -> Sequence[Named]: ...
+    def results(self) -> Sequence[_NamedTopics]: ...
 
 
 class _ConfigResource(Protocol):
@@ -209,7 +207,7 @@ class _DescribeClusterResponse(ErrorCoded, NodeAddresses, Protocol):
 _T = TypeVar("_T")
 _LogDirsAltered = TypeVar("_LogDirsAltered", bound=_AlterReplicaLogDirsResponse)
 _LogDirs = TypeVar("_LogDirs", bound=_DescribeLogDirsResponse)
-_Reassignments = TypeVar("_Reassignments", bound=_ListPartitionReassignmentsResponse)
+_Reassignments = TypeVar("_Reassignments", bound=_NamedTopics)
 _Resources = TypeVar("_Resources", bound=_ListConfigResourcesResponse)
 _Cluster = TypeVar("_Cluster", bound=_DescribeClusterResponse)
 
