@@ -39,6 +39,7 @@ from kafkaguard.protocol.framing import Frame
 
 __all__ = [
     "API_NAMES",
+    "Entity",
     "ErrorCode",
     "Millis",
     "make_entity",

@@ -31,8 +31,8 @@ Create/Delete change the store, which may await I/O: they answer with :class:`Re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 from kafkaguard.policy.authorizer import ApiError
 from kafkaguard.policy.model import (
@@ -48,7 +48,7 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.support.authz import CLUSTER, is_allowed
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
@@ -64,12 +64,59 @@ _DENIED = ErrorCode.cluster_authorization_failed
 _UNKNOWN_CODE = 0
 
 
+# What the handlers read of kio's classes (any version of each schema).
+class _AclFilter(Protocol):
+    """A DescribeAcls request, or a DeleteAcls filter: the same fields."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+    @property
+    def resource_name_filter(self) -> str | None: ...
+    @property
+    def pattern_type_filter(self) -> int: ...
+    @property
+    def principal_filter(self) -> str | None: ...
+    @property
+    def host_filter(self) -> str | None: ...
+    @property
+    def operation(self) -> int: ...
+    @property
+    def permission_type(self) -> int: ...
+
+
+class _AclCreation(Protocol):
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def resource_pattern_type(self) -> int: ...
+    @property
+    def principal(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def operation(self) -> int: ...
+    @property
+    def permission_type(self) -> int: ...
+
+
+class _CreateAclsBody(Protocol):
+    @property
+    def creations(self) -> Sequence[_AclCreation]: ...
+
+
+class _DeleteAclsBody(Protocol):
+    @property
+    def filters(self) -> Sequence[_AclFilter]: ...
+
+
 def _has_unknown_code(*codes: int) -> bool:
     """The parse-time check of the three ``XxxAclsRequest`` classes: a raw 0 anywhere."""
     return any(int(code) == _UNKNOWN_CODE for code in codes)
 
 
-def _filter_has_unknown_code(f: Any) -> bool:
+def _filter_has_unknown_code(f: _AclFilter) -> bool:
     """:func:`_has_unknown_code` for a DescribeAcls request or a DeleteAcls filter."""
     return _has_unknown_code(
         f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type
@@ -83,13 +130,15 @@ successful ``AclCreationResult`` stays so on the wire (the DeleteAcls results de
 ``"default": "null"``)."""
 
 
-def _error_fields(error: ApiError | None, success_message: str | None = None) -> dict[str, Any]:
+def _error_fields(
+    error: ApiError | None, success_message: str | None = None
+) -> dict[str, ErrorCode | str | None]:
     if error is None:
         return {"error_code": ErrorCode.none, "error_message": success_message}
     return {"error_code": ErrorCode(int(error.code)), "error_message": error.message}
 
 
-def acl_filter(f: Any) -> AclBindingFilter:
+def acl_filter(f: _AclFilter) -> AclBindingFilter:
     """``DescribeAclsRequest.filter`` / ``DeleteAclsRequest.aclBindingFilter``: ``f`` is a
     DescribeAcls request or a DeleteAcls filter (the same fields)."""
     return AclBindingFilter(
@@ -107,7 +156,7 @@ def acl_filter(f: Any) -> AclBindingFilter:
     )
 
 
-def acl_binding(c: Any) -> AclBinding:
+def acl_binding(c: _AclCreation) -> AclBinding:
     """``CreateAclsRequest.aclBinding`` (without the Java constructors' checks)."""
     return AclBinding(
         ResourcePattern(
@@ -124,13 +173,13 @@ def acl_binding(c: Any) -> AclBinding:
     )
 
 
-class DescribeAclsHandler(ApiHandler):
+class DescribeAclsHandler(ApiHandler[_AclFilter]):
     answered_by_proxy = True
     api_key = 29
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_AclFilter], ctx: HandlerContext) -> Verdict:
+        body = request.body
         if _filter_has_unknown_code(body):
             return Close("DescribeAclsRequest contains UNKNOWN elements")
         schema = codec.response_schema(self.api_key, request.header.api_version)
@@ -146,7 +195,9 @@ class DescribeAclsHandler(ApiHandler):
         )
 
     @staticmethod
-    def _resources(schema: Any, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
+    def _resources(
+        schema: type[ResponsePayload], bindings: Iterable[AclBinding]
+    ) -> tuple[Entity, ...]:
         """``DescribeAclsResponse.aclsResources``: one resource per pattern, its entries."""
         resource_type = codec.nested_type(schema, "resources")
         description_type = codec.nested_type(resource_type, "acls")
@@ -175,13 +226,13 @@ class DescribeAclsHandler(ApiHandler):
 _NOT_CONSTRUCTIBLE_PATTERN = (PatternType.ANY, PatternType.MATCH)
 
 
-class CreateAclsHandler(ApiHandler):
+class CreateAclsHandler(ApiHandler[_CreateAclsBody]):
     answered_by_proxy = True
     api_key = 30
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_CreateAclsBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         if any(
             _has_unknown_code(
                 c.resource_type, c.resource_pattern_type, c.operation, c.permission_type
@@ -213,7 +264,12 @@ class CreateAclsHandler(ApiHandler):
         return RespondLater(respond)
 
     @staticmethod
-    def _whole(schema: Any, result_type: Any, count: int, code: ErrorCode) -> Any:
+    def _whole(
+        schema: type[ResponsePayload],
+        result_type: Callable[..., Entity],
+        count: int,
+        code: ErrorCode,
+    ) -> ResponsePayload:
         """``CreateAclsRequest.getErrorResponse``: the same result for every creation."""
         result = result_type(error_code=code, error_message=None)
         return codec.make_entity(schema, results=(result,) * count)
@@ -229,13 +285,13 @@ def _constructible(binding: AclBinding) -> bool:
     )
 
 
-class DeleteAclsHandler(ApiHandler):
+class DeleteAclsHandler(ApiHandler[_DeleteAclsBody]):
     answered_by_proxy = True
     api_key = 31
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_DeleteAclsBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         if any(_filter_has_unknown_code(f) for f in body.filters):
             return Close("Filters contain UNKNOWN elements")
         schema = codec.response_schema(self.api_key, request.header.api_version)

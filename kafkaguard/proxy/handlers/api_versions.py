@@ -26,13 +26,15 @@ reused.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Protocol, cast
 
 from kafkaguard.protocol.codec import (
     API_NAMES,
+    Entity,
     ErrorCode,
+    ResponsePayload,
     make_entity,
     nested_type,
     replace,
@@ -47,21 +49,43 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded
 from kafkaguard.proxy.handlers.support.responses import convert
 
 _ALL_FEATURES_VERSION = 4
 """ApiVersionsResponse v0-3 leave out supported features whose minimum version is 0."""
 
 
-class ApiVersionsHandler(ApiHandler):
+class _ApiVersion(Protocol):
+    @property
+    def api_key(self) -> int: ...
+
+
+class _Feature(Protocol):
+    @property
+    def min_version(self) -> int: ...
+
+
+class _ApiVersionsResponse(ErrorCoded, Protocol):
+    """What the handler reads of an ``ApiVersionsResponse`` (``supported_features``: v3+,
+    read only there)."""
+
+    @property
+    def api_keys(self) -> Sequence[_ApiVersion]: ...
+    @property
+    def supported_features(self) -> Sequence[_Feature]: ...
+
+
+class ApiVersionsHandler(ApiHandler[None]):
     api_key = 18
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[None], ctx: HandlerContext) -> Verdict:
         if ctx.upstream_deferred:
             return Respond(_narrowed(ctx, _from_broker(ctx, request.header.api_version)))
 
-        def rewrite(response: Any) -> Any:
-            if response.error_code != ErrorCode.none:
+        def rewrite(response: ResponsePayload) -> ResponsePayload:
+            # (read through the Protocol: the response goes on to the context as it is)
+            if cast(_ApiVersionsResponse, response).error_code != ErrorCode.none:
                 return response
             ctx.record_broker_api_versions(response)
             return _narrowed(ctx, response)
@@ -79,40 +103,40 @@ class ApiVersionsHandler(ApiHandler):
         return Respond(make_entity(schema, ErrorCode.unsupported_version, api_keys=entries))
 
 
-def _narrowed(ctx: HandlerContext, response: Any) -> Any:
+def _narrowed(ctx: HandlerContext, response: ResponsePayload) -> ResponsePayload:
     """``response`` with the API list the proxy advertises."""
     entry_type = nested_type(type(response), "api_keys")
-    broker_keys = {int(e.api_key) for e in response.api_keys}
+    broker_keys = {int(e.api_key) for e in cast(_ApiVersionsResponse, response).api_keys}
     # APIs the proxy answers itself (ACL admin, …) are advertised whether or not the broker
     # has them; everything else is what the broker offers, narrowed.
     return replace(response, api_keys=_advertised(ctx, entry_type, broker_keys | set(API_NAMES)))
 
 
-def _from_broker(ctx: HandlerContext, version: int) -> Any:
+def _from_broker(ctx: HandlerContext, version: int) -> ResponsePayload:
     """The broker's answer to an ApiVersions ``version`` request, derived from its latest one
     the way ``ApiVersionsResponse`` builds each version (before any probe: no broker API)."""
     schema = response_schema(ApiVersionsHandler.api_key, version)
     broker = ctx.latest_api_versions(version)
     if broker is None:
         return make_entity(schema)
-    response: Any = convert(broker, schema)
+    response = convert(broker, schema)
     names = _field_names(schema)
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     if "throttle_time" in names:
         changes["throttle_time"] = timedelta(0)
     if "supported_features" in names and version < _ALL_FEATURES_VERSION:
-        features = response.supported_features
+        features = cast(_ApiVersionsResponse, response).supported_features
         changes["supported_features"] = tuple(f for f in features if f.min_version >= 1)
     return replace(response, **changes)
 
 
-def _field_names(schema: type[Any]) -> tuple[str, ...]:
+def _field_names(schema: type[Entity]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(schema))
 
 
 def _advertised(
-    ctx: HandlerContext, entry_type: type[Any], api_keys: Iterable[int]
-) -> tuple[Any, ...]:
+    ctx: HandlerContext, entry_type: Callable[..., Entity], api_keys: Iterable[int]
+) -> tuple[Entity, ...]:
     """One ``entry_type`` per API key with a supported version, in key order."""
     return tuple(
         entry_type(api_key=api_key, min_version=supported.start, max_version=supported.stop - 1)

@@ -23,18 +23,22 @@ authorizer) and keeps hiding broker addresses.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar, Final, Generic, Protocol, TypeVar
 
 from kafkaguard.policy.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.support.addresses import rewrite_describe_cluster_brokers
+from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
+from kafkaguard.proxy.handlers.support.addresses import (
+    NodeAddresses,
+    rewrite_describe_cluster_brokers,
+)
 from kafkaguard.proxy.handlers.support.authz import CLUSTER, is_allowed
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    B,
     Forward,
     HandlerContext,
     Request,
@@ -42,6 +46,7 @@ from kafkaguard.proxy.handlers.support.base import (
     RespondLater,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, PartitionIndexed
 from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, partition_errors, split
 from kafkaguard.proxy.sasl import scram
 from kafkaguard.proxy.sasl.kafka_credentials import KafkaCredentialError, KafkaTopicCredentialStore
@@ -62,6 +67,149 @@ _DESCRIBE_DUPLICATE_USER: Final = (
     "Cannot describe SCRAM credentials for the same user twice in a single request: "
 )
 _DESCRIBE_MISSING_USER: Final = "Attempt to describe a user credential that does not exist: "
+
+
+# What the handlers read of kio's classes (any version of each schema).
+class _NamedPartitions(Named, Protocol):
+    """A topic and its partition indexes (AlterReplicaLogDirs' ``topics``)."""
+
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
+class _LogDir(Entity, Protocol):
+    @property
+    def topics(self) -> Sequence[_NamedPartitions]: ...
+
+
+class _AlterReplicaLogDirsBody(Entity, Protocol):
+    @property
+    def dirs(self) -> Sequence[_LogDir]: ...
+
+
+class _ElectionTopic(Protocol):
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
+class _ElectLeadersBody(Protocol):
+    @property
+    def topic_partitions(self) -> Sequence[_ElectionTopic] | None: ...
+
+
+class _ReassignableTopic(Named, Protocol):
+    @property
+    def partitions(self) -> Sequence[PartitionIndexed]: ...
+
+
+class _AlterPartitionReassignmentsBody(Protocol):
+    @property
+    def topics(self) -> Sequence[_ReassignableTopic]: ...
+
+
+class _ListedTopic(Named, Protocol):
+    @property
+    def partition_indexes(self) -> Sequence[int]: ...
+
+
+class _ListPartitionReassignmentsBody(Protocol):
+    @property
+    def topics(self) -> Sequence[_ListedTopic] | None: ...
+
+
+class _QuotaEntity(Protocol):
+    @property
+    def entity_type(self) -> str: ...
+    @property
+    def entity_name(self) -> str | None: ...
+
+
+class _QuotaEntry(Protocol):
+    @property
+    def entity(self) -> Sequence[_QuotaEntity]: ...
+
+
+class _AlterClientQuotasBody(Protocol):
+    @property
+    def entries(self) -> Sequence[_QuotaEntry]: ...
+
+
+class _DescribeUserScramCredentialsBody(Protocol):
+    @property
+    def users(self) -> Sequence[Named] | None: ...
+
+
+class _ScramDeletion(Named, Protocol):
+    @property
+    def mechanism(self) -> int: ...
+
+
+class _ScramUpsertion(_ScramDeletion, Protocol):
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def salt(self) -> bytes: ...
+    @property
+    def salted_password(self) -> bytes: ...
+
+
+class _AlterUserScramCredentialsBody(Protocol):
+    @property
+    def deletions(self) -> Sequence[_ScramDeletion]: ...
+    @property
+    def upsertions(self) -> Sequence[_ScramUpsertion]: ...
+
+
+class _DescribeClusterBody(Protocol):
+    """``endpoint_type`` (v1+) is read by name."""
+
+    @property
+    def include_cluster_authorized_operations(self) -> bool: ...
+
+
+class _NamedTopics(Entity, Protocol):
+    """An entry listing topics by name: a log dir's result (DescribeLogDirs), a
+    ListPartitionReassignments response."""
+
+    @property
+    def topics(self) -> Sequence[Named]: ...
+
+
+class _AlterReplicaLogDirsResponse(Entity, Protocol):
+    @property
+    def results(self) -> Sequence[Entity]: ...
+
+
+class _DescribeLogDirsResponse(Entity, Protocol):
+    @property
+    def results(self) -> Sequence[_NamedTopics]: ...
+
+
+class _ConfigResource(Protocol):
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+
+
+class _ListConfigResourcesResponse(Entity, Protocol):
+    @property
+    def config_resources(self) -> Sequence[_ConfigResource]: ...
+
+
+class _DescribeClusterResponse(ErrorCoded, NodeAddresses, Protocol):
+    @property
+    def cluster_authorized_operations(self) -> int: ...
+
+
+_T = TypeVar("_T")
+_LogDirsAltered = TypeVar("_LogDirsAltered", bound=_AlterReplicaLogDirsResponse)
+_LogDirs = TypeVar("_LogDirs", bound=_DescribeLogDirsResponse)
+_Reassignments = TypeVar("_Reassignments", bound=_NamedTopics)
+_Resources = TypeVar("_Resources", bound=_ListConfigResourcesResponse)
+_Cluster = TypeVar("_Cluster", bound=_DescribeClusterResponse)
 
 
 def _topic_credentials(ctx: HandlerContext) -> KafkaTopicCredentialStore | None:
@@ -103,7 +251,7 @@ def _upsertion_error(
     return error
 
 
-class ClusterCheckHandler(ApiHandler):
+class ClusterCheckHandler(ApiHandler[B]):
     """One ``operation`` on CLUSTER authorizes the whole request.
 
     Subclasses set ``api_key`` and ``operation``; those whose ``getErrorResponse`` echoes the
@@ -114,24 +262,24 @@ class ClusterCheckHandler(ApiHandler):
 
     operation: ClassVar[AclOperation]
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[B], ctx: HandlerContext) -> Verdict:
         if is_allowed(ctx, request, self.operation, CLUSTER):
             return self.allowed(request, ctx)
         return Respond(self.error_response(request.body, request.header.api_version))
 
-    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def allowed(self, request: Request[B], ctx: HandlerContext) -> Verdict:
         """The verdict once the check passed: the request as sent."""
         return FORWARD
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(self, body: B, version: int) -> ResponsePayload:
         return codec.build_error_response(self.api_key, version, _DENIED)
 
-    def _schema(self, version: int) -> Any:
+    def _schema(self, version: int) -> type[ResponsePayload]:
         return codec.response_schema(self.api_key, version)
 
 
 def _partition_results(
-    schema: type[Any],
+    schema: type[Entity],
     field: str,
     topics: Iterable[tuple[str, Iterable[int]]],
     code: ErrorCode,
@@ -139,7 +287,7 @@ def _partition_results(
     name_field: str = "name",
     partitions_field: str = "partitions",
     index_field: str = "partition_index",
-) -> tuple[Any, ...]:
+) -> tuple[Entity, ...]:
     """``field`` of an error response echoing the request's (topic, partitions): one topic
     entry per request entry, ``code`` on each of its partitions."""
     topic_type = codec.nested_type(schema, field)
@@ -158,26 +306,26 @@ def _partition_results(
     )
 
 
-def _hiding_internal_topics(
-    request: Request, ctx: HandlerContext, rewrite: Callable[[Any, Callable[[str], bool]], Any]
-) -> Verdict:
-    """Forward, then drop the proxy's internal topics from a listing of every topic
-    (kafkaguard/policy/internal_topics.py): a right on the whole cluster does not show them."""
+def _hidden(request: Request, ctx: HandlerContext) -> Callable[[str], bool]:
+    """Whether a topic of a listing of every topic is one of the proxy's internal topics
+    (kafkaguard/policy/internal_topics.py), dropped from the broker's answer: a right on the
+    whole cluster does not show them."""
 
     def hidden(name: str) -> bool:
         return ctx.internal_topic(request, name)
 
-    return Forward(rewrite=lambda response: rewrite(response, hidden))
+    return hidden
 
 
 _INTERNAL: Final = ErrorCode.topic_authorization_failed
 """What a cluster-wide right gets for the proxy's internal topics (docs/deviations.md)."""
 
 
-class InternalTopicsRefused(ClusterCheckHandler):
+class InternalTopicsRefused(ClusterCheckHandler[B], Generic[_T, B]):
     """A cluster ALTER that names topics to act on (move replicas, elect leaders): the
     proxy's internal topics are answered :data:`_INTERNAL` on each partition named, the rest
-    forwarded (issue 35: no client moves the store's replicas either)."""
+    forwarded (issue 35: no client moves the store's replicas either). ``_T`` is the request's
+    topic entry, read by the names of ``topics_field`` and ``name_field``."""
 
     topics_field: ClassVar[str]
     answer_field: ClassVar[str]
@@ -185,8 +333,8 @@ class InternalTopicsRefused(ClusterCheckHandler):
     answer_names: ClassVar[dict[str, str]] = {}
     """``_partition_results``'s field names of the answer's entries."""
 
-    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
-        topics = getattr(request.body, self.topics_field) or ()  # null: every partition
+    def allowed(self, request: Request[B], ctx: HandlerContext) -> Verdict:
+        topics: Sequence[_T] = getattr(request.body, self.topics_field) or ()  # null: every one
         refused = [t for t in topics if ctx.internal_topic(request, getattr(t, self.name_field))]
         if not refused:
             return FORWARD
@@ -199,17 +347,18 @@ class InternalTopicsRefused(ClusterCheckHandler):
         )
         field = self.answer_field
 
-        def merge(response: Any) -> Any:
+        def merge(response: ResponsePayload) -> ResponsePayload:
             return codec.replace(response, **{field: (*getattr(response, field), *results)})
 
         kept = [t for t in topics if not any(t is r for r in refused)]
         return split(request, self.topics_field, kept, field, merge)
 
-    def indexes(self, topic: Any) -> Iterable[int]:
-        return topic.partitions  # type: ignore[no-any-return]
+    def indexes(self, topic: _T) -> Iterable[int]:
+        """The partition indexes ``topic`` names."""
+        raise NotImplementedError
 
 
-class AlterReplicaLogDirsHandler(ClusterCheckHandler):
+class AlterReplicaLogDirsHandler(ClusterCheckHandler[_AlterReplicaLogDirsBody]):
     """``handleAlterReplicaLogDirsRequest``: ALTER; one result per (dir, topic) of the request
     with 31 on each partition (``AlterReplicaLogDirsRequest.getErrorResponse``). The proxy's
     internal topics: 29 on their partitions, the rest forwarded."""
@@ -218,7 +367,7 @@ class AlterReplicaLogDirsHandler(ClusterCheckHandler):
     operation = AclOperation.ALTER
     decode_request = True
 
-    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def allowed(self, request: Request[_AlterReplicaLogDirsBody], ctx: HandlerContext) -> Verdict:
         dirs = request.body.dirs
         refused = [
             (t.name, t.partitions)
@@ -236,27 +385,29 @@ class AlterReplicaLogDirsHandler(ClusterCheckHandler):
             if (topics := tuple(t for t in d.topics if not ctx.internal_topic(request, t.name)))
         ]
 
-        def merge(response: Any) -> Any:
+        def merge(response: _LogDirsAltered) -> _LogDirsAltered:
             return codec.replace(response, results=(*response.results, *results))
 
         return split(request, "dirs", kept, "results", merge)
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(self, body: _AlterReplicaLogDirsBody, version: int) -> ResponsePayload:
         schema = self._schema(version)
         topics = ((t.name, t.partitions) for log_dir in body.dirs for t in log_dir.topics)
         results = _partition_results(schema, "results", topics, _DENIED, name_field="topic_name")
         return codec.make_entity(schema, results=results)
 
 
-class DescribeLogDirsHandler(ClusterCheckHandler):
+class DescribeLogDirsHandler(ClusterCheckHandler[None]):
     """``handleDescribeLogDirsRequest``: DESCRIBE; top-level 31 (v3+) and no results; v1–2
     have no error field, so the client sees an empty result."""
 
     api_key = 35
     operation = AclOperation.DESCRIBE
 
-    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
-        def rewrite(response: Any, hidden: Callable[[str], bool]) -> Any:
+    def allowed(self, request: Request[None], ctx: HandlerContext) -> Verdict:
+        hidden = _hidden(request, ctx)
+
+        def rewrite(response: _LogDirs) -> _LogDirs:
             if not any(hidden(t.name) for d in response.results for t in d.topics):
                 return response
             results = tuple(
@@ -265,10 +416,10 @@ class DescribeLogDirsHandler(ClusterCheckHandler):
             )
             return codec.replace(response, results=results)
 
-        return _hiding_internal_topics(request, ctx, rewrite)
+        return Forward(rewrite=rewrite)
 
 
-class ElectLeadersHandler(InternalTopicsRefused):
+class ElectLeadersHandler(InternalTopicsRefused[_ElectionTopic, _ElectLeadersBody]):
     """``ControllerApis.handleElectLeaders``: ALTER (Kafka's docs say ClusterAction; the code
     checks ALTER). ``ElectLeadersRequest.getErrorResponse``: top-level code (v1+) and 31 on
     every requested partition; none for an all-partitions (null) request, which is forwarded
@@ -286,7 +437,10 @@ class ElectLeadersHandler(InternalTopicsRefused):
         "index_field": "partition_id",
     }
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def indexes(self, topic: _ElectionTopic) -> Iterable[int]:
+        return topic.partitions
+
+    def error_response(self, body: _ElectLeadersBody, version: int) -> ResponsePayload:
         schema = self._schema(version)
         results = _partition_results(
             schema,
@@ -300,7 +454,9 @@ class ElectLeadersHandler(InternalTopicsRefused):
         return codec.make_entity(schema, _DENIED, replica_election_results=results)
 
 
-class AlterPartitionReassignmentsHandler(InternalTopicsRefused):
+class AlterPartitionReassignmentsHandler(
+    InternalTopicsRefused[_ReassignableTopic, _AlterPartitionReassignmentsBody]
+):
     """``ControllerApis.handleAlterPartitionReassignments``: ALTER; top-level 31 plus 31 on
     every requested partition (``AlterPartitionReassignmentsRequest.getErrorResponse``)."""
 
@@ -310,17 +466,19 @@ class AlterPartitionReassignmentsHandler(InternalTopicsRefused):
     topics_field = "topics"
     answer_field = "responses"
 
-    def indexes(self, topic: Any) -> Iterable[int]:
+    def indexes(self, topic: _ReassignableTopic) -> Iterable[int]:
         return (p.partition_index for p in topic.partitions)
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(
+        self, body: _AlterPartitionReassignmentsBody, version: int
+    ) -> ResponsePayload:
         schema = self._schema(version)
         topics = ((t.name, (p.partition_index for p in t.partitions)) for t in body.topics)
         responses = _partition_results(schema, "responses", topics, _DENIED)
         return codec.make_entity(schema, _DENIED, responses=responses)
 
 
-class ListPartitionReassignmentsHandler(ClusterCheckHandler):
+class ListPartitionReassignmentsHandler(ClusterCheckHandler[_ListPartitionReassignmentsBody]):
     """``ControllerApis.handleListPartitionReassignments``: DESCRIBE; top-level 31 and the
     requested partitions echoed with empty replica lists
     (``ListPartitionReassignmentsRequest.getErrorResponse``)."""
@@ -329,7 +487,9 @@ class ListPartitionReassignmentsHandler(ClusterCheckHandler):
     operation = AclOperation.DESCRIBE
     decode_request = True
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(
+        self, body: _ListPartitionReassignmentsBody, version: int
+    ) -> ResponsePayload:
         schema = self._schema(version)
         topics = ((t.name, t.partition_indexes) for t in body.topics or ())
         # The partitions carry no error of their own.
@@ -337,28 +497,32 @@ class ListPartitionReassignmentsHandler(ClusterCheckHandler):
             schema, _DENIED, topics=_partition_results(schema, "topics", topics, ErrorCode.none)
         )
 
-    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
-        def rewrite(response: Any, hidden: Callable[[str], bool]) -> Any:
+    def allowed(
+        self, request: Request[_ListPartitionReassignmentsBody], ctx: HandlerContext
+    ) -> Verdict:
+        hidden = _hidden(request, ctx)
+
+        def rewrite(response: _Reassignments) -> _Reassignments:
             topics = tuple(t for t in response.topics if not hidden(t.name))
             if len(topics) == len(response.topics):
                 return response
             return codec.replace(response, topics=topics)
 
-        return _hiding_internal_topics(request, ctx, rewrite)
+        return Forward(rewrite=rewrite)
 
 
-class DescribeClientQuotasHandler(ClusterCheckHandler):
+class DescribeClientQuotasHandler(ClusterCheckHandler[None]):
     """``handleDescribeClientQuotasRequest``: DESCRIBE_CONFIGS; top-level 31, ``entries``
     null (``DescribeClientQuotasRequest.getErrorResponse``)."""
 
     api_key = 48
     operation = AclOperation.DESCRIBE_CONFIGS
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(self, body: None, version: int) -> ResponsePayload:
         return codec.make_entity(self._schema(version), _DENIED, entries=None)
 
 
-class AlterClientQuotasHandler(ClusterCheckHandler):
+class AlterClientQuotasHandler(ClusterCheckHandler[_AlterClientQuotasBody]):
     """``ControllerApis.handleAlterClientQuotas``: ALTER_CONFIGS; every entry echoed with 31
     and ``Errors.message()`` (``AlterClientQuotasRequest.getErrorResponse``)."""
 
@@ -366,7 +530,7 @@ class AlterClientQuotasHandler(ClusterCheckHandler):
     operation = AclOperation.ALTER_CONFIGS
     decode_request = True
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(self, body: _AlterClientQuotasBody, version: int) -> ResponsePayload:
         schema = self._schema(version)
         entry_type = codec.nested_type(schema, "entries")
         entity_cls = codec.nested_type(entry_type, "entity")
@@ -386,7 +550,7 @@ class AlterClientQuotasHandler(ClusterCheckHandler):
         return codec.make_entity(schema, entries=entries)
 
 
-class DescribeUserScramCredentialsHandler(ClusterCheckHandler):
+class DescribeUserScramCredentialsHandler(ClusterCheckHandler[_DescribeUserScramCredentialsBody]):
     """``handleDescribeUserScramCredentialsRequest``: DESCRIBE; top-level 31 plus one result
     with 31 per requested user — whose ``user`` Kafka leaves empty
     (``DescribeUserScramCredentialsRequest.getErrorResponse``); none for a null user list."""
@@ -395,14 +559,21 @@ class DescribeUserScramCredentialsHandler(ClusterCheckHandler):
     operation = AclOperation.DESCRIBE
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(
+        self, request: Request[_DescribeUserScramCredentialsBody], ctx: HandlerContext
+    ) -> Verdict:
         verdict = super().on_request(request, ctx)
         store = _topic_credentials(ctx)
         if verdict is not FORWARD or store is None:
             return verdict
         return Respond(self._describe(store, request.body, request.header.api_version))
 
-    def _describe(self, store: KafkaTopicCredentialStore, body: Any, version: int) -> Any:
+    def _describe(
+        self,
+        store: KafkaTopicCredentialStore,
+        body: _DescribeUserScramCredentialsBody,
+        version: int,
+    ) -> ResponsePayload:
         """``ScramImage.describe`` over the proxy's Kafka-topic store (docs/acl-store.md)."""
         schema = self._schema(version)
         result_type = codec.nested_type(schema, "results")
@@ -435,14 +606,16 @@ class DescribeUserScramCredentialsHandler(ClusterCheckHandler):
             results.append(codec.make_entity(result_type, user=name, credential_infos=infos))
         return codec.make_entity(schema, results=tuple(results))
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(
+        self, body: _DescribeUserScramCredentialsBody, version: int
+    ) -> ResponsePayload:
         schema = self._schema(version)
         result_type = codec.nested_type(schema, "results")
         results = tuple(codec.make_entity(result_type, _DENIED) for _ in body.users or ())
         return codec.make_entity(schema, _DENIED, results=results)
 
 
-class AlterUserScramCredentialsHandler(ClusterCheckHandler):
+class AlterUserScramCredentialsHandler(ClusterCheckHandler[_AlterUserScramCredentialsBody]):
     """``ControllerApis.handleAlterUserScramCredentials``: ALTER; one result per distinct
     user of the deletions and upsertions, sorted, with 31
     (``AlterUserScramCredentialsRequest.getErrorResponse``)."""
@@ -451,7 +624,9 @@ class AlterUserScramCredentialsHandler(ClusterCheckHandler):
     operation = AclOperation.ALTER
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(
+        self, request: Request[_AlterUserScramCredentialsBody], ctx: HandlerContext
+    ) -> Verdict:
         verdict = super().on_request(request, ctx)
         store = _topic_credentials(ctx)
         if verdict is not FORWARD or store is None:
@@ -464,8 +639,8 @@ class AlterUserScramCredentialsHandler(ClusterCheckHandler):
         return RespondLater(respond)
 
     async def _alter(  # noqa: C901 - mirrors ScramControlManager.alterCredentials
-        self, store: KafkaTopicCredentialStore, body: Any, version: int
-    ) -> Any:
+        self, store: KafkaTopicCredentialStore, body: _AlterUserScramCredentialsBody, version: int
+    ) -> ResponsePayload:
         """``ScramControlManager.alterCredentials`` over the proxy's Kafka-topic store: a user
         named twice is refused, the rest is written at once (docs/acl-store.md)."""
         errors: dict[str, tuple[ErrorCode, str]] = {}
@@ -514,7 +689,7 @@ class AlterUserScramCredentialsHandler(ClusterCheckHandler):
         ]
         return codec.make_entity(schema, results=tuple(results))
 
-    def error_response(self, body: Any, version: int) -> Any:
+    def error_response(self, body: _AlterUserScramCredentialsBody, version: int) -> ResponsePayload:
         schema = self._schema(version)
         result_type = codec.nested_type(schema, "results")
         users = sorted({d.name for d in body.deletions} | {u.name for u in body.upsertions})
@@ -522,7 +697,7 @@ class AlterUserScramCredentialsHandler(ClusterCheckHandler):
         return codec.make_entity(schema, results=results)
 
 
-class UpdateFeaturesHandler(ClusterCheckHandler):
+class UpdateFeaturesHandler(ClusterCheckHandler[None]):
     """``ControllerApis.handleUpdateFeatures``: ALTER; top-level 31 and no per-feature results
     (``UpdateFeaturesResponse.createWithErrors`` lists results only on success)."""
 
@@ -530,14 +705,14 @@ class UpdateFeaturesHandler(ClusterCheckHandler):
     operation = AclOperation.ALTER
 
 
-class UnregisterBrokerHandler(ClusterCheckHandler):
+class UnregisterBrokerHandler(ClusterCheckHandler[None]):
     """``ControllerApis.handleUnregisterBroker``: ALTER; top-level 31."""
 
     api_key = 64
     operation = AclOperation.ALTER
 
 
-class ListConfigResourcesHandler(ClusterCheckHandler):
+class ListConfigResourcesHandler(ClusterCheckHandler[None]):
     """``handleListConfigResources`` (was ListClientMetricsResources): DESCRIBE_CONFIGS,
     checked before the resource types are validated; top-level 31, empty list. Allowed
     principals see every name the broker lists (v1 TOPIC/GROUP), as in Kafka."""
@@ -545,11 +720,12 @@ class ListConfigResourcesHandler(ClusterCheckHandler):
     api_key = 74
     operation = AclOperation.DESCRIBE_CONFIGS
 
-    def allowed(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def allowed(self, request: Request[None], ctx: HandlerContext) -> Verdict:
         if request.header.api_version < 1:  # v0 lists client-metrics resources only
             return FORWARD
+        hidden = _hidden(request, ctx)
 
-        def rewrite(response: Any, hidden: Callable[[str], bool]) -> Any:
+        def rewrite(response: _Resources) -> _Resources:
             kept = tuple(
                 r
                 for r in response.config_resources
@@ -559,7 +735,7 @@ class ListConfigResourcesHandler(ClusterCheckHandler):
                 return response
             return codec.replace(response, config_resources=kept)
 
-        return _hiding_internal_topics(request, ctx, rewrite)
+        return Forward(rewrite=rewrite)
 
 
 _CONFIG_TOPIC = 2
@@ -571,7 +747,7 @@ _ENDPOINT_BROKER = 1
 _ENDPOINT_CONTROLLER = 2
 
 
-class DescribeClusterHandler(ApiHandler):
+class DescribeClusterHandler(ApiHandler[_DescribeClusterBody]):
     """DescribeCluster (60), ``AuthHelper.computeDescribeClusterResponse`` on a broker:
 
     1. ``endpointType`` (v1+) other than BROKER is answered locally, before anything else:
@@ -590,8 +766,8 @@ class DescribeClusterHandler(ApiHandler):
     api_key = 60
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_DescribeClusterBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         version = request.header.api_version
         endpoint_type = int(getattr(body, "endpoint_type", _ENDPOINT_BROKER))
         if endpoint_type != _ENDPOINT_BROKER:
@@ -617,7 +793,7 @@ class DescribeClusterHandler(ApiHandler):
                 else 0
             )
 
-        def rewrite(response: Any) -> Any:
+        def rewrite(response: _Cluster) -> _Cluster:
             response = rewrite_describe_cluster_brokers(response, ctx)
             if (
                 response.error_code != ErrorCode.none  # Kafka leaves the default then

@@ -17,11 +17,12 @@ wins. Only responses to requests naming a BROKER resource are decoded for this.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol, TypeVar, cast
 
 from kafkaguard.policy.model import AclOperation, ResourcePattern
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload
 from kafkaguard.proxy.handlers.support.authz import CLUSTER, duplicates, group, is_allowed, topic
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
@@ -34,12 +35,101 @@ from kafkaguard.proxy.handlers.support.base import (
     ResponseRewrite,
     Verdict,
 )
-from kafkaguard.proxy.handlers.support.responses import ERROR_MESSAGES, entity, merge_rewrite, split
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named
+from kafkaguard.proxy.handlers.support.responses import (
+    ERROR_MESSAGES,
+    entity,
+    entity_from,
+    merge_rewrite,
+    split,
+)
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 _DELETE_OP = 1  # AlterConfigOp.OpType.DELETE: the only incremental op whose value may be null
 
 Key = tuple[int, str]
+
+
+# What the handlers read of kio's classes (any version of each schema).
+class _Resource(Protocol):
+    """A config resource as requests and results name it."""
+
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+
+
+class _Result(_Resource, Entity, Protocol):
+    """A resource's entry of a response."""
+
+
+class _Synonym(Entity, Protocol):
+    @property
+    def value(self) -> str | None: ...
+
+
+class _DescribedConfig(Named, _Synonym, Protocol):
+    """``DescribeConfigsResourceResult``; ``synonyms`` (v1+) is read by name."""
+
+    @property
+    def is_sensitive(self) -> bool: ...
+
+
+class _DescribeResult(_Result, Protocol):
+    @property
+    def configs(self) -> Sequence[_DescribedConfig]: ...
+
+
+class _DescribeConfigsResponse(Entity, Protocol):
+    @property
+    def results(self) -> Sequence[_DescribeResult]: ...
+
+
+class _ConfigsBody(Entity, Protocol):
+    """What DescribeConfigs, AlterConfigs and IncrementalAlterConfigs requests share."""
+
+    @property
+    def resources(self) -> Sequence[_Resource]: ...
+
+
+class _AlteredConfig(Named, Protocol):
+    """A config of an alter request; ``config_operation`` in IncrementalAlterConfigs only."""
+
+    @property
+    def value(self) -> str | None: ...
+    @property
+    def config_operation(self) -> int: ...
+
+
+class _AlteredResource(_Resource, Protocol):
+    @property
+    def configs(self) -> Sequence[_AlteredConfig]: ...
+
+
+class _AlterConfigsBody(_ConfigsBody, Protocol):
+    @property
+    def resources(self) -> Sequence[_AlteredResource]: ...
+    @property
+    def validate_only(self) -> bool: ...
+
+
+class _AlterResult(ErrorCoded, _Result, Protocol):
+    """A result of AlterConfigs or IncrementalAlterConfigs."""
+
+
+class _AlterConfigsResponse(Entity, Protocol):
+    @property
+    def responses(self) -> Sequence[_AlterResult]: ...
+
+
+_Described = TypeVar("_Described", bound=_DescribeConfigsResponse)
+_Altered = TypeVar("_Altered", bound=_AlterConfigsResponse)
+_C = TypeVar("_C", bound=_DescribedConfig)
+
+
+class _AlterRewrite(Protocol):
+    def __call__(self, response: _Altered, /) -> _Altered: ...
 
 
 def config_resource(resource_type: int, name: str) -> tuple[ResourcePattern, ErrorCode] | None:
@@ -54,27 +144,23 @@ def config_resource(resource_type: int, name: str) -> tuple[ResourcePattern, Err
     return None
 
 
-def _key(entry: Any) -> Key:
+def _key(entry: _Resource) -> Key:
     return int(entry.resource_type), entry.resource_name
 
 
 def _resource_error(
-    result_type: type[Any],
-    resource: Any,
+    result_type: type[_Result],
+    resource: _Resource,
     code: ErrorCode,
     message: str | None = None,
-    **values: Any,
-) -> Any:
+    **values: object,
+) -> _Result:
     """A result for ``resource`` with ``code`` and ``message`` (``Errors.message()`` unless
     given)."""
-    return entity(
-        result_type,
-        code,
-        error_message=ERROR_MESSAGES[code] if message is None else message,
-        resource_type=resource.resource_type,
-        resource_name=resource.resource_name,
-        **values,
-    )
+    values["error_message"] = ERROR_MESSAGES[code] if message is None else message
+    values["resource_type"] = resource.resource_type
+    values["resource_name"] = resource.resource_name
+    return entity_from(result_type, code, values)
 
 
 _ADDRESS_CONFIGS = frozenset(
@@ -97,12 +183,12 @@ def is_address_config(name: str) -> bool:
     return name in _ADDRESS_CONFIGS or name.endswith(_ADDRESS_SUFFIXES)
 
 
-def _hide_config(config: Any) -> Any:
+def _hide_config(config: _C) -> _C:
     """``config`` with its value (and every synonym's) null and marked sensitive, as Kafka
     describes a sensitive config."""
-    synonyms = getattr(config, "synonyms", ())
+    synonyms: Sequence[_Synonym] = getattr(config, "synonyms", ())
     hidden = tuple(codec.replace(s, value=None) if s.value is not None else s for s in synonyms)
-    changes: dict[str, Any] = {"value": None, "is_sensitive": True}
+    changes: dict[str, object] = {"value": None, "is_sensitive": True}
     if hidden != tuple(synonyms):
         changes["synonyms"] = hidden
     if config.value is None and config.is_sensitive and "synonyms" not in changes:
@@ -110,10 +196,10 @@ def _hide_config(config: Any) -> Any:
     return codec.replace(config, **changes)
 
 
-def hide_broker_addresses(response: Any) -> Any:
+def hide_broker_addresses(response: _Described) -> _Described:
     """The DescribeConfigs rewrite for BROKER results (see the module docstring); the
     response itself when there was nothing to hide."""
-    results = []
+    results: list[_DescribeResult] = []
     changed = False
     for result in response.results:
         if result.resource_type == BROKER and any(
@@ -131,26 +217,27 @@ def hide_broker_addresses(response: Any) -> Any:
 
 def _forward_authorized(
     request: Request,
-    body: Any,
+    body: _ConfigsBody,
     field: str,
     keys: list[Key],
-    local: dict[Key, list[Any]],
+    local: dict[Key, list[_Result]],
     rewrite: ResponseRewrite | None = None,
-    changes: dict[str, Any] | None = None,
+    changes: dict[str, object] | None = None,
 ) -> Verdict:
     """Forward the resources without a local answer (and the body ``changes``); merge the
     local ones into the broker's ``field`` in request order (the proxy answers alone when none
     is left); ``rewrite`` then applies to what the broker answered."""
     if not local:
         if changes:
-            return Forward(request=codec.replace(body, **changes), rewrite=rewrite)
+            upstream = cast(RequestPayload, codec.replace(body, **changes))  # the client's schema
+            return Forward(request=upstream, rewrite=rewrite)
         return FORWARD if rewrite is None else Forward(rewrite=rewrite)
     merge = merge_rewrite(keys, local, field, _key)
     kept = tuple(r for r in body.resources if _key(r) not in local)
     return split(request, "resources", kept, field, merge, rewrite=rewrite, changes=changes)
 
 
-class DescribeConfigsHandler(ApiHandler):
+class DescribeConfigsHandler(ApiHandler[_ConfigsBody]):
     """``ConfigHelper.handleDescribeConfigsRequest``: DESCRIBE_CONFIGS per resource, in
     order; a resource of an unknown type aborts the whole request (InvalidRequestException →
     ``DescribeConfigsRequest.getErrorResponse``: 42 on every resource) — the checks made
@@ -161,12 +248,12 @@ class DescribeConfigsHandler(ApiHandler):
     api_key = 32
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_ConfigsBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         schema = codec.response_schema(32, request.header.api_version)
-        result_type = codec.nested_type(schema, "results")
+        result_type: type[_Result] = codec.nested_type(schema, "results")
         keys = [_key(r) for r in body.resources]
-        local: dict[Key, list[Any]] = {}
+        local: dict[Key, list[_Result]] = {}
         for resource in body.resources:
             guard = config_resource(resource.resource_type, resource.resource_name)
             if guard is None:
@@ -185,7 +272,7 @@ class DescribeConfigsHandler(ApiHandler):
         return _forward_authorized(request, body, "results", keys, local, hide)
 
 
-class _AlterConfigsHandler(ApiHandler):
+class _AlterConfigsHandler(ApiHandler[_AlterConfigsBody]):
     """The broker's ``ConfigAdminManager.preprocess`` pre-checks (stateless ones) and then
     the controller's ``authorizeAlterResource``.
 
@@ -211,16 +298,16 @@ class _AlterConfigsHandler(ApiHandler):
     incremental: bool
 
     def on_request(  # noqa: C901 - one branch per resource type, as KafkaApis.handleAlterConfigsRequest
-        self, request: Request, ctx: HandlerContext
+        self, request: Request[_AlterConfigsBody], ctx: HandlerContext
     ) -> Verdict:
-        body: Any = request.body
+        body = request.body
         schema = codec.response_schema(self.api_key, request.header.api_version)
-        result_type = codec.nested_type(schema, "responses")
+        result_type: type[_Result] = codec.nested_type(schema, "responses")
         keys = [_key(r) for r in body.resources]
         repeated = duplicates(keys)
-        local: dict[Key, list[Any]] = {}
+        local: dict[Key, list[_Result]] = {}
 
-        def reject(resource: Any, code: ErrorCode, message: str | None = None) -> None:
+        def reject(resource: _Resource, code: ErrorCode, message: str | None = None) -> None:
             local.setdefault(_key(resource), []).append(
                 _resource_error(result_type, resource, code, message)
             )
@@ -246,7 +333,7 @@ class _AlterConfigsHandler(ApiHandler):
                         resource_name=resource.resource_name,
                     )
                 )
-        unvalidated: list[Any] = []  # denied BROKER resources the broker validates first
+        unvalidated: list[_AlteredResource] = []  # denied BROKER resources the broker validates
         for resource in body.resources:
             if _key(resource) in local or resource.resource_type == BROKER_LOGGER:
                 continue
@@ -280,22 +367,25 @@ class _AlterConfigsHandler(ApiHandler):
             # The changes applied cannot be validate-only: the broker validates the denied
             # BROKER resources in a question of their own first.
             question = codec.replace(body, resources=tuple(unvalidated), validate_only=True)
+            asked = cast(RequestPayload, question)  # the client's schema
 
-            def then(answer: Any) -> Verdict:
-                validated: Any = _denied_after_validation(probes)(answer)
+            def then(answer: _AlterConfigsResponse) -> Verdict:
+                validated = _denied_after_validation(probes)(answer)
                 refused = ErrorCode.cluster_authorization_failed
                 denied = {  # what the broker left unanswered is denied, never forwarded
                     _key(r): [_resource_error(result_type, r, refused)] for r in unvalidated
                 }
-                results = {_key(r): [r] for r in validated.responses if _key(r) in probes}
+                results: dict[Key, list[_Result]] = {
+                    _key(r): [r] for r in validated.responses if _key(r) in probes
+                }
                 return _forward_authorized(
                     request, body, "responses", keys, local | denied | results
                 )
 
-            return AskFirst(question, then)
+            return AskFirst(asked, then)
         return _forward_authorized(request, body, "responses", keys, local)
 
-    def _precheck(self, resource: Any) -> str | None:
+    def _precheck(self, resource: _AlteredResource) -> str | None:
         names = [c.name for c in resource.configs]
         if len(set(names)) != len(names):
             return "Error due to duplicate config keys"
@@ -314,13 +404,13 @@ class _AlterConfigsHandler(ApiHandler):
         return None
 
 
-def _denied_after_validation(probes: set[Key]) -> ResponseRewrite:
+def _denied_after_validation(probes: set[Key]) -> _AlterRewrite:
     """The results of BROKER resources forwarded only for the broker's validation: its 42
     stands (Kafka rejects them so before authorizing), anything else is the 31 the principal
     gets from the controller's ``authorizeAlterResource``."""
     denied = ErrorCode.cluster_authorization_failed
 
-    def rewrite(response: Any) -> Any:
+    def rewrite(response: _Altered) -> _Altered:
         results = tuple(
             codec.replace(r, error_code=denied, error_message=ERROR_MESSAGES[denied])
             if _key(r) in probes and r.error_code != ErrorCode.invalid_request

@@ -25,12 +25,13 @@ one millisecond before the epoch, which is −1 on the wire.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final, Protocol
 
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
+    B,
     HandlerContext,
     Request,
     Respond,
@@ -43,34 +44,41 @@ ERROR_TIMESTAMP: Final = datetime.fromtimestamp(0, UTC) - timedelta(milliseconds
 _NOT_ALLOWED = ErrorCode.delegation_token_request_not_allowed
 
 
-class _TokenRequestNotAllowed(ApiHandler):
+class _CreateTokenBody(Protocol):
+    """``owner_principal_name`` (v3+) is read by name, ``owner_principal_type`` with it."""
+
+    @property
+    def owner_principal_type(self) -> str | None: ...
+
+
+class _TokenRequestNotAllowed(ApiHandler[B]):
     """Answer 64 locally; the response carries no other information."""
 
     answered_by_proxy = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[B], ctx: HandlerContext) -> Verdict:
         return Respond(self.response(request, ctx))
 
-    def response(self, request: Request, ctx: HandlerContext) -> Any:
+    def response(self, request: Request[B], ctx: HandlerContext) -> ResponsePayload:
         return codec.build_error_response(self.api_key, request.header.api_version, _NOT_ALLOWED)
 
 
-class CreateDelegationTokenHandler(_TokenRequestNotAllowed):
+class CreateDelegationTokenHandler(_TokenRequestNotAllowed[_CreateTokenBody]):
     """``KafkaApis.handleCreateTokenRequest``: the channel check comes before the
     CREATE_TOKENS check on the owner and the renewer-type check, so neither is reached."""
 
     api_key = 38
     decode_request = True
 
-    def response(self, request: Request, ctx: HandlerContext) -> Any:
-        body: Any = request.body
+    def response(self, request: Request[_CreateTokenBody], ctx: HandlerContext) -> ResponsePayload:
+        body = request.body
         requester = ctx.session.principal
         owner_name = getattr(body, "owner_principal_name", None)
         if owner_name:  # v3+; null or empty means "the requester"
             owner_type, owner_name = body.owner_principal_type or "", owner_name
         else:
             owner_type, owner_name = requester.principal_type, requester.name
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "principal_type": owner_type,
             "principal_name": owner_name,
             "issue_timestamp": ERROR_TIMESTAMP,
@@ -84,12 +92,12 @@ class CreateDelegationTokenHandler(_TokenRequestNotAllowed):
         return codec.make_entity(schema, _NOT_ALLOWED, **values)
 
 
-class RenewDelegationTokenHandler(_TokenRequestNotAllowed):
+class RenewDelegationTokenHandler(_TokenRequestNotAllowed[None]):
     """``KafkaApis.handleRenewTokenRequest``: 64 with expiry −1."""
 
     api_key = 39
 
-    def response(self, request: Request, ctx: HandlerContext) -> Any:
+    def response(self, request: Request[None], ctx: HandlerContext) -> ResponsePayload:
         schema = codec.response_schema(self.api_key, request.header.api_version)
         return codec.make_entity(schema, _NOT_ALLOWED, expiry_timestamp=ERROR_TIMESTAMP)
 
@@ -100,7 +108,7 @@ class ExpireDelegationTokenHandler(RenewDelegationTokenHandler):
     api_key = 40
 
 
-class DescribeDelegationTokenHandler(_TokenRequestNotAllowed):
+class DescribeDelegationTokenHandler(_TokenRequestNotAllowed[None]):
     """``KafkaApis.handleDescribeTokensRequest``: 64 (checked before "tokens disabled", 61)
     and an empty token list."""
 

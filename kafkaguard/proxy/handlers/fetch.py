@@ -30,7 +30,7 @@ request that reaches it.** A mirror follows the broker, never the client (``Fetc
   serving it, nor can pipelined requests or a lost answer. The top-level fields are read by a
   skim of the response's first bytes (:func:`~kafkaguard.protocol.skim.tails.fetch_response_head`);
   records are never decoded.
-* Any other answer drops the mirror: FETCH_SESSION_ID_NOT_FOUND (70: the broker evicted the
+* Every other answer drops the mirror: FETCH_SESSION_ID_NOT_FOUND (70: the broker evicted the
   session), any other top-level error, or no session id (the broker closed a session that
   became empty, or throttled the request). Dropping is always safe: an incremental request
   naming a session the proxy has no mirror for is answered 70 without reaching the broker —
@@ -69,12 +69,12 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Final, Protocol, TypeVar, cast
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload, ResponsePayload
 from kafkaguard.protocol.inflight import ResponseTransform
 from kafkaguard.protocol.skim.tails import (
     FetchHead,
@@ -99,6 +99,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Verdict,
     remember_newest,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed
 from kafkaguard.proxy.handlers.support.responses import chain, split
 
 INITIAL_EPOCH: Final = 0
@@ -110,6 +111,70 @@ _MAX_INT32: Final = 2**31 - 1
 
 PartitionKey = tuple[TopicKey, int]
 """A partition as the request names it: topic name (v4–12) or topic id (v13+), and index."""
+
+
+class _Partition(Protocol):
+    """``FetchRequest.FetchPartition`` of any version."""
+
+    @property
+    def partition(self) -> int: ...
+
+
+class _Topic(Protocol):
+    """``FetchRequest.FetchTopic``: named by ``topic`` (v4–12) or ``topic_id`` (v13+), which
+    the handler reads by the field's name (``_Fetch.tkey``)."""
+
+    @property
+    def partitions(self) -> Sequence[_Partition]: ...
+
+
+class _ForgottenTopic(Protocol):
+    """``FetchRequest.ForgottenTopic`` (v7+), named as :class:`_Topic` is."""
+
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
+class FetchBody(Entity, Protocol):
+    """What the handler reads of a ``FetchRequest`` (kio's, any version). The session's
+    fields exist from v7 and are read only there; ``replica_id`` and ``replica_state`` by
+    name (:func:`_is_follower`), as the versions hold one or the other."""
+
+    @property
+    def topics(self) -> Sequence[_Topic]: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def session_epoch(self) -> int: ...
+    @property
+    def forgotten_topics_data(self) -> Sequence[_ForgottenTopic]: ...
+
+
+class _SessionAnswer(ErrorCoded, Entity, Protocol):
+    """The head of a ``FetchResponse`` of a session (v7+)."""
+
+    @property
+    def session_id(self) -> int: ...
+
+
+class _PartitionData(PartitionIndexed, ErrorCoded, Entity, Protocol):
+    """``FetchResponse.PartitionData`` of any version."""
+
+
+class _TopicResponse(Protocol):
+    """``FetchResponse.FetchableTopicResponse``, named as :class:`_Topic` is."""
+
+    @property
+    def partitions(self) -> Sequence[_PartitionData]: ...
+
+
+class _FetchResponse(Entity, Protocol):
+    @property
+    def responses(self) -> Sequence[_TopicResponse]: ...
+
+
+_Answer = TypeVar("_Answer", bound=_SessionAnswer)
+_Response = TypeVar("_Response", bound=_FetchResponse)
 
 _CHECKED_BEFORE_READING = frozenset(
     {
@@ -151,7 +216,7 @@ class SessionMirror:
     broker's does and may."""
 
     version: int
-    partitions: dict[PartitionKey, Any]
+    partitions: dict[PartitionKey, _Partition]
     """The client's session once every request in flight is accepted: partition → the latest
     request entry the client sent for it, in session order (denied partitions included)."""
     upstream: set[PartitionKey]
@@ -204,7 +269,7 @@ def next_epoch(epoch: int) -> int:
 def _session_created(
     sessions: FetchSessions,
     version: int,
-    requested: dict[PartitionKey, Any],
+    requested: dict[PartitionKey, _Partition],
     sent: list[PartitionKey],
 ) -> FetchHead:
     """The answer to a full fetch with epoch 0: a session id without error means the broker
@@ -241,7 +306,7 @@ def _step_answered(
 def _observed(head: FetchHead) -> ResponseRewrite:
     """``head`` told the fields of a response that is decoded anyway."""
 
-    def observe(response: Any) -> Any:
+    def observe(response: _Answer) -> _Answer:
         head(int(response.error_code), int(response.session_id))
         return response
 
@@ -253,8 +318,8 @@ class _Fetch:
 
     __slots__ = ("epoch", "requested", "session_id", "tkey", "version")
 
-    def __init__(self, request: Request) -> None:
-        body: Any = request.body
+    def __init__(self, request: Request[FetchBody]) -> None:
+        body = request.body
         version = self.version = request.header.api_version
         tkey = self.tkey = "topic" if version < 13 else "topic_id"
         """The field naming a topic: ``topic`` (v4–12) or ``topic_id`` (v13+)."""
@@ -263,7 +328,7 @@ class _Fetch:
         self.epoch: int = int(body.session_epoch) if sessions_on else -1
         """−1 without sessions (v0–6, or a sessionless client), 0 opens one, any other
         continues one."""
-        self.requested: dict[PartitionKey, Any] = {
+        self.requested: dict[PartitionKey, _Partition] = {
             (getattr(t, tkey), p.partition): p for t in body.topics for p in t.partitions
         }
         """Partition → its request entry, in request order."""
@@ -291,7 +356,7 @@ class _Checks:
 
     def __init__(
         self,
-        request: Request,
+        request: Request[FetchBody],
         ctx: HandlerContext,
         partitions: list[PartitionKey],
         fetch: _Fetch,
@@ -335,29 +400,31 @@ class _Checks:
         return {part: topics[part[0]] for part in partitions if part[0] in topics}
 
 
-def _forgotten(body: Any, tkey: str) -> Iterator[PartitionKey]:
+def _forgotten(body: FetchBody, tkey: str) -> Iterator[PartitionKey]:
     for topic in body.forgotten_topics_data:
         for index in topic.partitions:
             yield getattr(topic, tkey), index
 
 
-def _is_follower(body: Any) -> bool:
+def _is_follower(body: FetchBody) -> bool:
     state = getattr(body, "replica_state", None)
     replica_id = state.replica_id if state is not None else getattr(body, "replica_id", -1)
     return int(replica_id) >= 0
 
 
-class FetchHandler(ApiHandler):
+class FetchHandler(ApiHandler[FetchBody, _Checks]):
     api_key = 1
     decode_request = True
 
-    def topic_ids(self, request: Request) -> Iterable[uuid.UUID]:
+    def topic_ids(self, request: Request[FetchBody]) -> Iterable[uuid.UUID]:
         if request.header.api_version < 13:  # topics by name: nothing to walk
             return ()
         return listed_topic_ids(request.body, "topics")
 
     # -- deciding ----------------------------------------------------------------------------
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+    def on_request(
+        self, request: Request[FetchBody], ctx: HandlerContext
+    ) -> Verdict | Authorize[_Checks]:
         """Two phases (base.Authorize): the checks of the fetch context (a full fetch's
         partitions, or an incremental one's session once updated, :meth:`_incremental`), then
         the verdict (:meth:`on_authorized`)."""
@@ -371,12 +438,12 @@ class FetchHandler(ApiHandler):
 
     def on_authorized(
         self,
-        request: Request,
+        request: Request[FetchBody],
         ctx: HandlerContext,
-        state: Any,
+        state: _Checks,
         results: Sequence[AuthorizationResult],
     ) -> Verdict:
-        checks: _Checks = state
+        checks = state
         denied = checks.denied(request, ctx, results)
         if checks.session is None:
             return self._full(request, ctx, checks.fetch, denied)
@@ -385,12 +452,12 @@ class FetchHandler(ApiHandler):
     # -- full fetches --------------------------------------------------------------------------
     def _full(
         self,
-        request: Request,
+        request: Request[FetchBody],
         ctx: HandlerContext,
         fetch: _Fetch,
         denied: dict[PartitionKey, ErrorCode],
     ) -> Verdict:
-        body: Any = request.body
+        body = request.body
         requested = fetch.requested
         new_session = fetch.epoch == INITIAL_EPOCH
         sessionless = new_session and len(requested) > MAX_SESSION_PARTITIONS
@@ -402,8 +469,8 @@ class FetchHandler(ApiHandler):
         )
         if not denied:
             upstream = codec.replace(body, session_epoch=FINAL_EPOCH) if sessionless else None
-            return self._forward(request, ctx, upstream, None, head)
-        changes: dict[str, Any] = {"session_epoch": FINAL_EPOCH} if sessionless else {}
+            return self._forward(request, ctx, cast(RequestPayload | None, upstream), None, head)
+        changes: dict[str, object] = {"session_epoch": FINAL_EPOCH} if sessionless else {}
         kept = self._topics(body, fetch.tkey, sent, requested)
         merge = self._merger(request, list(requested), denied)
         # With a merge the response is always decoded: ``_forward``'s skim has no part here.
@@ -413,8 +480,8 @@ class FetchHandler(ApiHandler):
 
     # -- incremental fetches -------------------------------------------------------------------
     def _incremental(
-        self, request: Request, ctx: HandlerContext, fetch: _Fetch
-    ) -> Verdict | Authorize:
+        self, request: Request[FetchBody], ctx: HandlerContext, fetch: _Fetch
+    ) -> Verdict | Authorize[_Checks]:
         """``FetchManager.newContext`` on the mirror (session, epoch, topic ids, update), then
         the checks: every partition of the session and every partition the broker may hold is
         authorized, as ``handleFetchRequest`` authorizes its fetch context
@@ -429,7 +496,7 @@ class FetchHandler(ApiHandler):
             return Respond(self._session_error(request, ErrorCode.fetch_session_topic_id_error))
         if mirror.version != fetch.version:
             return Respond(self._session_error(request, ErrorCode.fetch_session_id_not_found))
-        body: Any = request.body
+        body = request.body
         requested = fetch.requested
         may_hold = mirror.may_hold()
         partitions = mirror.partitions
@@ -455,7 +522,7 @@ class FetchHandler(ApiHandler):
 
     def _incremental_checked(
         self,
-        request: Request,
+        request: Request[FetchBody],
         ctx: HandlerContext,
         fetch: _Fetch,
         update: _SessionUpdate,
@@ -465,7 +532,7 @@ class FetchHandler(ApiHandler):
         upstream, regranted ones re-added; denied ones answered by the proxy."""
         sessions, mirror, may_hold = update.sessions, update.mirror, update.may_hold
         forgotten, context = update.forgotten, update.context
-        body: Any = request.body
+        body = request.body
         requested = fetch.requested
         partitions = mirror.partitions
         denied = {k: code for k, code in checked.items() if k in partitions}
@@ -484,7 +551,7 @@ class FetchHandler(ApiHandler):
         if not checked and not readd:
             return self._forward(request, ctx, None, None, head)
         topics = self._topics(body, fetch.tkey, sent, {**requested, **partitions})
-        upstream_forgotten = list(body.forgotten_topics_data)
+        upstream_forgotten: list[_ForgottenTopic] = list(body.forgotten_topics_data)
         if forget:
             forgotten_type = codec.nested_type(type(body), "forgotten_topics_data")
             for topic, indexes in _group(forget).items():
@@ -494,16 +561,20 @@ class FetchHandler(ApiHandler):
         upstream = codec.replace(
             body, topics=topics, forgotten_topics_data=tuple(upstream_forgotten)
         )
-        return self._forward(request, ctx, upstream, self._merger(request, context, denied), head)
+        merge = self._merger(request, context, denied)
+        return self._forward(request, ctx, cast(RequestPayload, upstream), merge, head)
 
     @staticmethod
     def _topics(
-        body: Any, tkey: str, keys: list[PartitionKey], entries: dict[PartitionKey, Any]
-    ) -> tuple[Any, ...]:
+        body: FetchBody,
+        tkey: str,
+        keys: list[PartitionKey],
+        entries: dict[PartitionKey, _Partition],
+    ) -> tuple[Entity, ...]:
         """Topic entries for ``keys``, in their order: consecutive partitions of one topic share
         an entry, so the broker's context keeps the client's partition order."""
         topic_type = codec.nested_type(type(body), "topics")
-        runs: list[tuple[TopicKey, list[Any]]] = []
+        runs: list[tuple[TopicKey, list[_Partition]]] = []
         for key, index in keys:
             if runs and runs[-1][0] == key:
                 runs[-1][1].append(entries[(key, index)])
@@ -513,7 +584,10 @@ class FetchHandler(ApiHandler):
 
     # -- responses -----------------------------------------------------------------------------
     def _merger(
-        self, request: Request, order: list[PartitionKey], denied: dict[PartitionKey, ErrorCode]
+        self,
+        request: Request[FetchBody],
+        order: list[PartitionKey],
+        denied: dict[PartitionKey, ErrorCode],
     ) -> ResponseRewrite:
         """Put ``FetchResponse.partitionResponse(error)`` entries for ``denied`` among the
         broker's partitions in Kafka's order (``KafkaApis.handleFetchRequest``): first the
@@ -538,16 +612,16 @@ class FetchHandler(ApiHandler):
             }.items()
             if k in fields
         }
-        synthesized = {
+        synthesized: dict[PartitionKey, Entity] = {
             part: codec.make_entity(partition_type, code, partition_index=part[1], **values)
             for part, code in denied.items()
         }
         denied_topics = {key for key, _ in denied}
         in_context = set(order)
 
-        def merge(response: Any) -> Any:
+        def merge(response: _Response) -> _Response:
             # only partitions sent upstream: nothing else may reach the client
-            from_broker: dict[PartitionKey, Any] = {}
+            from_broker: dict[PartitionKey, _PartitionData] = {}
             for t in response.responses:
                 key = getattr(t, tkey)
                 if key in denied_topics:
@@ -567,7 +641,7 @@ class FetchHandler(ApiHandler):
                 for k in present
                 if code[k] in _CHECKED_BEFORE_READING and code[k] != ErrorCode.unknown_topic_id
             ]
-            runs: list[tuple[TopicKey, list[Any]]] = []
+            runs: list[tuple[TopicKey, list[Entity]]] = []
             for key, index in sequence:
                 entry = synthesized.get((key, index)) or from_broker[(key, index)]
                 if runs and runs[-1][0] == key:
@@ -579,16 +653,16 @@ class FetchHandler(ApiHandler):
 
         return merge
 
-    def _session_error(self, request: Request, code: ErrorCode) -> Any:
+    def _session_error(self, request: Request[FetchBody], code: ErrorCode) -> ResponsePayload:
         """``SessionErrorContext``: ``FetchResponse.of(error, 0, INVALID_SESSION_ID, empty)``."""
         schema = codec.response_schema(1, request.header.api_version)
         return codec.make_entity(schema, code, session_id=INVALID_SESSION_ID, responses=())
 
     def _forward(
         self,
-        request: Request,
+        request: Request[FetchBody],
         ctx: HandlerContext,
-        upstream: Any,
+        upstream: RequestPayload | None,
         rewrite: ResponseRewrite | None,
         head: FetchHead | None,
     ) -> Verdict:
@@ -616,7 +690,7 @@ class FetchHandler(ApiHandler):
 
     @staticmethod
     def _head_transform(
-        request: Request, ctx: HandlerContext, head: FetchHead
+        request: Request[FetchBody], ctx: HandlerContext, head: FetchHead
     ) -> ResponseTransform:
         """The raw response of a session request, told to ``head`` without decoding it, as it
         streams: v12+ walked by its lengths (with its ``node_endpoints`` tail rewritten), v7–11

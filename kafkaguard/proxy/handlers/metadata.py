@@ -30,14 +30,14 @@ Metadata follows ``KafkaApis.handleTopicMetadataRequest``:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, TypeVar, cast
 
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.support.addresses import rewrite_metadata_brokers
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload, ResponsePayload
+from kafkaguard.proxy.handlers.support.addresses import NodeAddress, rewrite_metadata_brokers
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     INTERNAL_TOPICS,
@@ -53,8 +53,10 @@ from kafkaguard.proxy.handlers.support.base import (
     HandlerContext,
     Request,
     Respond,
+    ResponseRewrite,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, PartitionIndexed
 from kafkaguard.proxy.handlers.support.responses import convert, entity, merge_in_request_order
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -64,14 +66,89 @@ _MISSING = (ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_topic_except
 _DENIED = ErrorCode.topic_authorization_failed
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str | None: ...
+
+
+class _RequestTopic(Protocol):
+    """``MetadataRequestTopic``: ``topic_id`` from v10, read only where an id may be."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def topic_id(self) -> uuid.UUID | None: ...
+
+
+class MetadataBody(Entity, Protocol):
+    """What the handler reads of a ``MetadataRequest`` (kio's, any version): the flags from
+    the versions that have them (v4, v8, v8–10), read only there."""
+
+    @property
+    def topics(self) -> Sequence[_RequestTopic] | None: ...
+    @property
+    def allow_auto_topic_creation(self) -> bool: ...
+    @property
+    def include_topic_authorized_operations(self) -> bool: ...
+    @property
+    def include_cluster_authorized_operations(self) -> bool: ...
+
+
+class _ResponseTopic(ErrorCoded, Entity, Protocol):
+    """A topic of a ``MetadataResponse`` or ``DescribeTopicPartitionsResponse``: ``topic_id``
+    (Metadata v10+) and the KIP-430 field (v8+) read where the version has them."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def topic_id(self) -> uuid.UUID: ...
+    @property
+    def topic_authorized_operations(self) -> int: ...
+
+
+class _MetadataResponse(Entity, Protocol):
+    @property
+    def topics(self) -> Sequence[_ResponseTopic]: ...
+    @property
+    def brokers(self) -> Sequence[NodeAddress]: ...
+    @property
+    def cluster_authorized_operations(self) -> int: ...
+
+
+class _Cursor(PartitionIndexed, Entity, Protocol):
+    """``DescribeTopicPartitions``' ``Cursor``."""
+
+    @property
+    def topic_name(self) -> str: ...
+
+
+class DescribeTopicPartitionsBody(Entity, Protocol):
+    @property
+    def topics(self) -> Sequence[Named]: ...
+    @property
+    def cursor(self) -> _Cursor | None: ...
+
+
+class _DescribeResponse(Entity, Protocol):
+    @property
+    def topics(self) -> Sequence[_ResponseTopic]: ...
+    @property
+    def next_cursor(self) -> _Cursor | None: ...
+
+
+_N = TypeVar("_N", bound=_Named)
+_MR = TypeVar("_MR", bound=_MetadataResponse)
+_DR = TypeVar("_DR", bound=_DescribeResponse)
+
+
 def _topic_error(
-    topic_type: type[Any],
+    topic_type: type[_ResponseTopic],
     code: ErrorCode,
     name: str | None,
     topic_id: uuid.UUID = ZERO_UUID,
     *,
     is_internal: bool = False,
-) -> Any:
+) -> _ResponseTopic:
     """A topic entry that carries only an error, for any version (no id or ``isInternal``
     before the version has them)."""
     return entity(
@@ -80,8 +157,8 @@ def _topic_error(
 
 
 def _describable(
-    ctx: HandlerContext, request: Request, topics: Sequence[Any], *, log_if_denied: bool = True
-) -> list[Any]:
+    ctx: HandlerContext, request: Request, topics: Sequence[_N], *, log_if_denied: bool = True
+) -> list[_N]:
     """The entries of ``topics`` the principal may DESCRIBE (listing everything)."""
     visible = filter_authorized(
         ctx,
@@ -94,7 +171,7 @@ def _describable(
     return [t for t in topics if t.name in visible]
 
 
-def learn_topic_ids(ctx: HandlerContext, topics: Sequence[Any]) -> None:
+def learn_topic_ids(ctx: HandlerContext, topics: Sequence[_ResponseTopic]) -> None:
     """Feed the id → name cache from a response's topic entries (non-zero ids only)."""
     pairs = [
         (t.topic_id, t.name)
@@ -105,7 +182,7 @@ def learn_topic_ids(ctx: HandlerContext, topics: Sequence[Any]) -> None:
         ctx.learn_topic_names(pairs)
 
 
-def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
@@ -115,76 +192,91 @@ class _Plan:
 
     all_topics: bool = False
     by_id: bool = False
-    request_keys: list[Any] = field(default_factory=list)
+    request_keys: list[Hashable] = field(default_factory=list)
     """Topic names (or ids) in request order; merge order of the response."""
-    denied: dict[Any, list[Any]] = field(default_factory=dict)
+    denied: dict[Hashable, list[_ResponseTopic]] = field(default_factory=dict)
     """Entries synthesized before forwarding (DESCRIBE / CREATE denied)."""
     no_create: frozenset[str] = frozenset()
     """Names lacking CREATE sent up with auto-creation off: missing ones become 29."""
     forwarded: frozenset[str] = frozenset()
     """Names sent upstream: the only broker entries a by-name answer may contain."""
-    asked: tuple[Any, ...] = ()
+    asked: tuple[_ResponseTopic, ...] = ()
     """Entries of the ``no_create`` names, from the proxy's question to the broker."""
 
 
-class MetadataHandler(ApiHandler):
+class MetadataHandler(ApiHandler[MetadataBody]):
     api_key = 3
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[MetadataBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         version = request.header.api_version
-        if body.topics is None or (version == 0 and not body.topics):
+        topics = body.topics
+        if topics is None or (version == 0 and not topics):
             return Forward(rewrite=self._rewriter(request, ctx, _Plan(all_topics=True)))
-        if version < 12 and any(self._id_of(t) is not None for t in body.topics):
+        if version < 12 and any(self._id_of(t) is not None for t in topics):
             # handleTopicMetadataRequest: InvalidRequestException → getErrorResponse.
-            return Respond(self._error_response(request, body, ErrorCode.invalid_request))
-        ids = [i for t in body.topics if (i := self._id_of(t)) is not None]
+            return Respond(self._error_response(request, topics, ErrorCode.invalid_request))
+        ids = [i for t in topics if (i := self._id_of(t)) is not None]
         if ids:
-            return self._by_id(request, ctx, body, ids)
-        if any(t.name is None for t in body.topics):
-            return Respond(self._error_response(request, body, ErrorCode.invalid_request))
-        return self._by_name(request, ctx, body)
+            return self._by_id(request, ctx, body, topics, ids)
+        if any(t.name is None for t in topics):
+            return Respond(self._error_response(request, topics, ErrorCode.invalid_request))
+        return self._by_name(request, ctx, body, topics)
 
     @staticmethod
-    def _id_of(entry: Any) -> uuid.UUID | None:
-        topic_id = getattr(entry, "topic_id", None)
+    def _id_of(entry: object) -> uuid.UUID | None:
+        topic_id: uuid.UUID | None = getattr(entry, "topic_id", None)
         return topic_id if topic_id is not None and topic_id.int else None
 
-    def _topic_type(self, request: Request) -> type[Any]:
+    def _topic_type(self, request: Request) -> type[_ResponseTopic]:
         schema = codec.response_schema(3, request.header.api_version)
         return codec.nested_type(schema, "topics")
 
-    def _error_response(self, request: Request, body: Any, code: ErrorCode) -> Any:
+    def _error_response(
+        self, request: Request, topics: Sequence[_RequestTopic], code: ErrorCode
+    ) -> ResponsePayload:
         """``MetadataRequest.getErrorResponse``: every requested topic with the error."""
         topic_type = self._topic_type(request)
-        topics = tuple(
-            _topic_error(topic_type, code, t.name or "", t.topic_id or ZERO_UUID)
-            for t in body.topics
+        entries = tuple(
+            _topic_error(topic_type, code, t.name or "", t.topic_id or ZERO_UUID) for t in topics
         )
         return codec.make_entity(
-            codec.response_schema(3, request.header.api_version), code, topics=topics, brokers=()
+            codec.response_schema(3, request.header.api_version), code, topics=entries, brokers=()
         )
 
-    def _by_id(self, request: Request, ctx: HandlerContext, body: Any, ids: list[Any]) -> Verdict:
-        request_type = type(body.topics[0])
+    def _by_id(
+        self,
+        request: Request[MetadataBody],
+        ctx: HandlerContext,
+        body: MetadataBody,
+        topics: Sequence[_RequestTopic],
+        ids: list[uuid.UUID],
+    ) -> Verdict:
+        request_type: Callable[..., _RequestTopic] = type(topics[0])
         distinct = first_seen(ids)
         upstream = codec.replace(
             body,
             topics=tuple(request_type(topic_id=i, name=None) for i in distinct),
             allow_auto_topic_creation=False,  # an id cannot be auto-created; be explicit
         )
-        plan = _Plan(by_id=True, request_keys=distinct)
-        return Forward(request=upstream, rewrite=self._rewriter(request, ctx, plan))
+        plan = _Plan(by_id=True, request_keys=list(distinct))
+        return Forward(request=_payload(upstream), rewrite=self._rewriter(request, ctx, plan))
 
-    def _by_name(self, request: Request, ctx: HandlerContext, body: Any) -> Verdict:
+    def _by_name(
+        self,
+        request: Request[MetadataBody],
+        ctx: HandlerContext,
+        body: MetadataBody,
+        topics: Sequence[_RequestTopic],
+    ) -> Verdict:
         version = request.header.api_version
-        names: list[str] = [t.name for t in body.topics]
+        names = [t.name for t in topics if t.name is not None]  # none is (on_request)
         distinct = first_seen(names)  # Kafka works on a Set: reference count 1
         allowed = filter_authorized(
             ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, distinct
         )
-        plan = _Plan(request_keys=names)
+        plan = _Plan(request_keys=list(names))
         topic_type = self._topic_type(request)
         for name in distinct:
             if name not in allowed:
@@ -216,17 +308,19 @@ class MetadataHandler(ApiHandler):
             return self._ask_then_forward(request, ctx, plan)
         upstream = codec.replace(
             body,
-            topics=tuple(t for t in body.topics if t.name in plan.forwarded),
+            topics=tuple(t for t in topics if t.name in plan.forwarded),
             **({"allow_auto_topic_creation": False} if no_create else {}),
         )
-        return Forward(request=upstream, rewrite=self._rewriter(request, ctx, plan))
+        return Forward(request=_payload(upstream), rewrite=self._rewriter(request, ctx, plan))
 
-    def _ask_then_forward(self, request: Request, ctx: HandlerContext, plan: _Plan) -> Verdict:
+    def _ask_then_forward(
+        self, request: Request[MetadataBody], ctx: HandlerContext, plan: _Plan
+    ) -> Verdict:
         """Kafka creates the missing names the principal may create and answers 29 for the
         missing ones it may not (describing those that exist). The names lacking CREATE are
         looked up with auto-creation off (at the client's version, or v4 for v0–3), the rest
         forwarded with creation as the client asked, and the answers merged."""
-        body: Any = request.body
+        body = request.body
         version = request.header.api_version
         question_version = max(version, 4)
         if question_version not in ctx.supported_versions(3):
@@ -241,12 +335,12 @@ class MetadataHandler(ApiHandler):
             schema,
             topics=tuple(
                 entity(topic_type, name=n, topic_id=ZERO_UUID)
-                for n in first_seen(t.name for t in body.topics if t.name in plan.no_create)
+                for n in first_seen(t.name for t in body.topics or () if t.name in plan.no_create)
             ),
             allow_auto_topic_creation=False,
         )
 
-        def then(answer: Any) -> Verdict:
+        def then(answer: _MetadataResponse) -> Verdict:
             client_type = self._topic_type(request)
             plan.asked = tuple(
                 convert(t, client_type) for t in answer.topics if t.name in plan.no_create
@@ -259,33 +353,35 @@ class MetadataHandler(ApiHandler):
 
         return AskFirst(question, then)
 
-    def _forward_named(self, request: Request, ctx: HandlerContext, plan: _Plan) -> Verdict:
+    def _forward_named(
+        self, request: Request[MetadataBody], ctx: HandlerContext, plan: _Plan
+    ) -> Verdict:
         """Only ``plan.forwarded`` goes up (possibly none: the broker still supplies the
         brokers and cluster of the answer)."""
-        body: Any = request.body
+        body = request.body
         upstream = codec.replace(
-            body, topics=tuple(t for t in body.topics if t.name in plan.forwarded)
+            body, topics=tuple(t for t in body.topics or () if t.name in plan.forwarded)
         )
-        return Forward(request=upstream, rewrite=self._rewriter(request, ctx, plan))
+        return Forward(request=_payload(upstream), rewrite=self._rewriter(request, ctx, plan))
 
-    def _create_denied(self, request: Request, name: str) -> Any:
+    def _create_denied(self, request: Request, name: str) -> _ResponseTopic:
         """Kafka's unauthorizedForCreateTopicMetadata entry."""
         return _topic_error(
             self._topic_type(request), _DENIED, name, is_internal=name in INTERNAL_TOPICS
         )
 
     def _rewriter(  # noqa: C901 - the nested rewrite: one step per field KafkaApis.handleTopicMetadataRequest fills
-        self, request: Request, ctx: HandlerContext, plan: _Plan
-    ) -> Any:
-        body: Any = request.body
+        self, request: Request[MetadataBody], ctx: HandlerContext, plan: _Plan
+    ) -> ResponseRewrite:
+        body = request.body
         version = request.header.api_version
         want_topic_ops = version >= 8 and bool(body.include_topic_authorized_operations)
         want_cluster_ops = 8 <= version <= 10 and bool(body.include_cluster_authorized_operations)
 
-        def rewrite(response: Any) -> Any:  # noqa: C901 - as _rewriter
+        def rewrite(response: _MR) -> _MR:  # noqa: C901 - as _rewriter
             learn_topic_ids(ctx, response.topics)
             response = rewrite_metadata_brokers(response, ctx)
-            broker: list[Any] = list(response.topics)
+            broker: list[_ResponseTopic] = list(response.topics)
             described: set[int] = set()  # indexes of entries eligible for KIP-430 ops
             if plan.all_topics:
                 broker = _describable(ctx, request, broker, log_if_denied=False)
@@ -297,11 +393,11 @@ class MetadataHandler(ApiHandler):
                 # does, even on v1+), and nothing unrequested may reach the client.
                 broker = [t for t in broker if t.name in plan.forwarded] + list(plan.asked)
                 for i, t in enumerate(broker):
-                    if t.name in plan.no_create and t.error_code in _MISSING:
+                    if t.name is not None and t.name in plan.no_create and t.error_code in _MISSING:
                         broker[i] = self._create_denied(request, t.name)
                     else:
                         described.add(i)
-            changes: dict[str, Any] = {}
+            changes: dict[str, object] = {}
             if 8 <= version <= 10:
                 cluster_ops = NOT_REQUESTED
                 if want_cluster_ops:
@@ -315,14 +411,16 @@ class MetadataHandler(ApiHandler):
             if version >= 8:
                 for i, t in enumerate(broker):
                     ops = NOT_REQUESTED
-                    if want_topic_ops and i in described:
+                    if want_topic_ops and i in described and t.name is not None:  # named
                         ops = ctx.authorized_operations(request, topic(t.name))
                     if t.topic_authorized_operations != ops:
                         broker[i] = codec.replace(t, topic_authorized_operations=ops)
             if plan.all_topics:
-                topics: Sequence[Any] = broker
+                topics: Sequence[_ResponseTopic] = broker
             else:
-                key = (lambda t: t.topic_id) if plan.by_id else (lambda t: t.name)
+                key: Callable[[_ResponseTopic], Hashable] = (
+                    (lambda t: t.topic_id) if plan.by_id else (lambda t: t.name)
+                )
                 topics = merge_in_request_order(plan.request_keys, plan.denied, broker, key)
             if not _same(topics, response.topics):
                 changes["topics"] = tuple(topics)
@@ -335,9 +433,9 @@ class MetadataHandler(ApiHandler):
         request: Request,
         ctx: HandlerContext,
         plan: _Plan,
-        broker: list[Any],
+        broker: list[_ResponseTopic],
         described: set[int],
-    ) -> list[Any]:
+    ) -> list[_ResponseTopic]:
         """By-id answers: only the requested ids; resolved names need DESCRIBE (else 29 with
         the name withheld), as ``unauthorizedForDescribeTopicMetadata`` with ``useTopicId``."""
         wanted = set(plan.request_keys)
@@ -358,7 +456,7 @@ class MetadataHandler(ApiHandler):
         return out
 
 
-class DescribeTopicPartitionsHandler(ApiHandler):
+class DescribeTopicPartitionsHandler(ApiHandler[DescribeTopicPartitionsBody]):
     """``DescribeTopicPartitionsRequestHandler``: cursor validation (42) first; DESCRIBE per
     topic with ``logIfDenied=true`` even when listing all (then filtered silently); named
     denied topics → (29, name, zero id, isInternal=false), appended after the described ones
@@ -374,8 +472,10 @@ class DescribeTopicPartitionsHandler(ApiHandler):
     api_key = 75
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(
+        self, request: Request[DescribeTopicPartitionsBody], ctx: HandlerContext
+    ) -> Verdict:
+        body = request.body
         cursor = body.cursor
         cursor_name = cursor.topic_name if cursor is not None else ""
         fetch_all = not body.topics
@@ -383,9 +483,9 @@ class DescribeTopicPartitionsHandler(ApiHandler):
         if cursor is not None and not fetch_all and cursor.topic_name not in names:
             return Respond(self._error_response(request, body, ErrorCode.invalid_request))
         schema = codec.response_schema(75, request.header.api_version)
-        topic_type = codec.nested_type(schema, "topics")
-        denied: list[Any] = []
-        changes: dict[str, Any] = {}
+        topic_type: type[_ResponseTopic] = codec.nested_type(schema, "topics")
+        denied: list[_ResponseTopic] = []
+        changes: dict[str, object] = {}
         if not fetch_all:
             allowed = filter_authorized(
                 ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, names
@@ -406,7 +506,8 @@ class DescribeTopicPartitionsHandler(ApiHandler):
         upstream = codec.replace(body, **changes) if changes else None
         asked = frozenset(t.name for t in (upstream or body).topics)
         return Forward(
-            request=upstream, rewrite=self._rewriter(request, ctx, fetch_all, denied, asked)
+            request=_payload(upstream) if upstream is not None else None,
+            rewrite=self._rewriter(request, ctx, fetch_all, denied, asked),
         )
 
     def _rewriter(
@@ -414,10 +515,10 @@ class DescribeTopicPartitionsHandler(ApiHandler):
         request: Request,
         ctx: HandlerContext,
         fetch_all: bool,
-        denied: list[Any],
+        denied: list[_ResponseTopic],
         asked: frozenset[str],
-    ) -> Any:
-        def rewrite(response: Any) -> Any:
+    ) -> ResponseRewrite:
+        def rewrite(response: _DR) -> _DR:
             learn_topic_ids(ctx, response.topics)
             topics = list(response.topics)
             if not fetch_all:  # only what was asked (see Metadata)
@@ -429,7 +530,7 @@ class DescribeTopicPartitionsHandler(ApiHandler):
                 if t.topic_authorized_operations != ops:
                     topics[i] = codec.replace(t, topic_authorized_operations=ops)
             topics += denied
-            changes: dict[str, Any] = {}
+            changes: dict[str, object] = {}
             if not _same(topics, response.topics):
                 changes["topics"] = tuple(topics)
             cursor = response.next_cursor
@@ -449,12 +550,20 @@ class DescribeTopicPartitionsHandler(ApiHandler):
 
         return rewrite
 
-    def _error_response(self, request: Request, body: Any, code: ErrorCode) -> Any:
+    def _error_response(
+        self, request: Request, body: DescribeTopicPartitionsBody, code: ErrorCode
+    ) -> ResponsePayload:
         """``DescribeTopicPartitionsRequest.getErrorResponse``: each requested name."""
         schema = codec.response_schema(75, request.header.api_version)
-        topic_type = codec.nested_type(schema, "topics")
+        topic_type: type[_ResponseTopic] = codec.nested_type(schema, "topics")
         topics = tuple(_topic_error(topic_type, code, t.name) for t in body.topics)
         return codec.make_entity(schema, topics=topics)
+
+
+def _payload(body: Entity) -> RequestPayload:
+    """A request body rebuilt from the client's (``codec.replace``), as what it is: the
+    client's request schema."""
+    return cast(RequestPayload, body)
 
 
 HANDLERS: list[ApiHandler] = [MetadataHandler(), DescribeTopicPartitionsHandler()]

@@ -20,12 +20,12 @@ merged back in the request's order. When nothing is authorized the proxy answers
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, Protocol, SupportsInt, TypeVar, cast
 
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode
 from kafkaguard.proxy.handlers.support.authz import CLUSTER, filter_authorized, is_allowed, topic
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
@@ -39,12 +39,28 @@ from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     merge_in_request_order,
     merge_rewrite,
-    partition_errors,
+    partition_errors_from,
     split,
 )
 
 Denial = tuple[ErrorCode, str | None]
 """An error code and, for schemas with a per-partition message, its text."""
+
+
+class _TopicsBody(Protocol):
+    """The request of a :class:`PerTopicHandler`: its ``topics`` entries are read by the field
+    names the handler gives."""
+
+    @property
+    def topics(self) -> Sequence[object]: ...
+
+
+class _TopicsResponse(Entity, Protocol):
+    @property
+    def topics(self) -> Sequence[Entity]: ...
+
+
+_R = TypeVar("_R", bound=_TopicsResponse)
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_TOPIC_LENGTH = 249
@@ -69,7 +85,7 @@ def topic_name_error(name: str) -> str | None:
     return None
 
 
-class PerTopicHandler(ApiHandler):
+class PerTopicHandler(ApiHandler[_TopicsBody]):
     """Decide per topic, strip denied topics, merge synthesized partition errors back.
 
     Subclasses name the schema fields and implement :meth:`decide`.
@@ -83,7 +99,7 @@ class PerTopicHandler(ApiHandler):
     response_name: ClassVar[str] = "name"
     response_partitions: ClassVar[str] = "partitions"
     response_index: ClassVar[str] = "partition_index"
-    denied_values: ClassVar[Mapping[str, Any]] = {}
+    denied_values: ClassVar[Mapping[str, int]] = {}
     """Fields Kafka sets on a denied partition besides index and error (e.g. offset −1)."""
     denied_last: ClassVar[bool] = False
     """Kafka appends the denied topics after the broker's answer (``response ++
@@ -93,8 +109,8 @@ class PerTopicHandler(ApiHandler):
         """Denied topic names (``names`` has one item per request topic entry)."""
         raise NotImplementedError
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_TopicsBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         names = [getattr(entry, self.request_name) for entry in body.topics]
         denied = self.decide(request, ctx, names)
         if not denied:
@@ -110,45 +126,45 @@ class PerTopicHandler(ApiHandler):
         return split(request, "topics", kept, "topics", merge)
 
     def _denied_after(
-        self, names: list[str], denied: Mapping[str, Denial], entries: dict[str, list[Any]]
+        self, names: list[str], denied: Mapping[str, Denial], entries: dict[str, list[Entity]]
     ) -> ResponseRewrite:
         """The :attr:`denied_last` merge: the broker's topics, then the denied ones."""
         sent = [n for n in names if n not in denied]
         tail = merge_in_request_order(names, entries, (), self._response_key)
 
-        def merge(response: Any) -> Any:
+        def merge(response: _R) -> _R:
             head = merge_in_request_order(sent, {}, response.topics, self._response_key)
             return codec.replace(response, topics=head + tail)
 
         return merge
 
-    def _response_key(self, entry: Any) -> str:
+    def _response_key(self, entry: object) -> str:
         name: str = getattr(entry, self.response_name)
         return name
 
     def _denied_entries(
-        self, request: Request, body: Any, denied: Mapping[str, Denial]
-    ) -> dict[str, list[Any]]:
+        self, request: Request, body: _TopicsBody, denied: Mapping[str, Denial]
+    ) -> dict[str, list[Entity]]:
         schema = codec.response_schema(self.api_key, request.header.api_version)
         topic_type = codec.nested_type(schema, "topics")
         fields = codec.nested_type(topic_type, self.response_partitions).__dataclass_fields__
         extra = {k: v for k, v in self.denied_values.items() if k in fields}
-        out: dict[str, list[Any]] = {}
+        out: dict[str, list[Entity]] = {}
         for entry in body.topics:
             name = getattr(entry, self.request_name)
             if name not in denied:
                 continue
             code, message = denied[name]
-            values = dict(extra)
+            values: dict[str, object] = dict(extra)
             if message is not None and "error_message" in fields:
                 values["error_message"] = message
-            partitions = partition_errors(
+            partitions = partition_errors_from(
                 topic_type,
                 self.response_partitions,
                 map(self._index, getattr(entry, self.request_partitions)),
                 code,
-                index_field=self.response_index,
-                **values,
+                self.response_index,
+                values,
             )
             out.setdefault(name, []).append(
                 codec.make_entity(
@@ -157,9 +173,9 @@ class PerTopicHandler(ApiHandler):
             )
         return out
 
-    def _index(self, partition: Any) -> int:
-        if self.request_index is None:
-            return int(partition)
+    def _index(self, partition: object) -> int:
+        if self.request_index is None:  # a bare index
+            return int(cast(SupportsInt, partition))
         return int(getattr(partition, self.request_index))
 
 

@@ -24,13 +24,13 @@ up as the client's bytes; only a partly denied one is decoded, to be split. The 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Final, Protocol, cast
 from uuid import UUID
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.protocol.skim.produce import skim_produce_request
@@ -59,11 +59,40 @@ from kafkaguard.proxy.handlers.support.responses import (
     split,
 )
 
+
+class _Partition(Protocol):
+    """``PartitionProduceData`` of any version, or its skim."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def records(self) -> bytes | memoryview | None: ...
+
+
+class _Topic(Protocol):
+    """``TopicProduceData`` of any version (by name, or by id from v13), or its skim."""
+
+    @property
+    def partition_data(self) -> Sequence[_Partition]: ...
+
+
+class ProduceBody(Protocol):
+    """What the handler reads of a ``ProduceRequest``: kio's of any version, or
+    :class:`~kafkaguard.protocol.skim.produce.ProduceRequestSkim`."""
+
+    @property
+    def transactional_id(self) -> str | None: ...
+    @property
+    def acks(self) -> int: ...
+    @property
+    def topic_data(self) -> Sequence[_Topic]: ...
+
+
 _TRANSACTIONAL_FLAG = 0x10
 _ATTRIBUTES_OFFSET = 21  # baseOffset(8) batchLength(4) leaderEpoch(4) magic(1) crc(4)
 
 
-def has_transactional_batches(body: Any) -> bool:
+def has_transactional_batches(body: ProduceBody) -> bool:
     """``ProduceRequest.hasTransactionalRecords``: walks batch headers, never records."""
     for topic_data in body.topic_data:
         for partition in topic_data.partition_data:
@@ -84,8 +113,9 @@ def has_transactional_batches(body: Any) -> bool:
 
 _FIRST_VERSION_BY_ID: Final = 13
 """Produce names topics by id from v13 (KIP-516)."""
-_TRANSACTIONAL_ID_CHECKED: Final = object()
-"""The state of the first of two steps: WRITE on the transactional id, the topics after."""
+_ProduceState = TopicChecks | None
+"""The topics' checks; None in the first of two steps: WRITE on the transactional id, the
+topics after."""
 
 
 def _refuse_internal_topics(
@@ -104,52 +134,55 @@ def _refuse_internal_topics(
             denied[key] = ErrorCode.invalid_topic_exception
 
 
-class ProduceHandler(ApiHandler):
+class ProduceHandler(ApiHandler[ProduceBody, _ProduceState]):
     api_key = 0
 
-    def read_request(self, header: RequestHeaderInfo, frame: Frame) -> Any:
+    def read_request(self, header: RequestHeaderInfo, frame: Frame) -> ProduceBody:
         skim = skim_produce_request(frame, header.api_version, header.client_id_end)
         if skim is None:  # a version the skim does not know: kio's decode
-            return codec.decode_request(frame, self.api_key, header.api_version)
+            decoded = codec.decode_request(frame, self.api_key, header.api_version)
+            return cast(ProduceBody, decoded)
         return skim
 
-    def topic_ids(self, request: Request) -> Iterable[UUID]:
+    def topic_ids(self, request: Request[ProduceBody]) -> Iterable[UUID]:
         if request.header.api_version < _FIRST_VERSION_BY_ID:  # topics by name: nothing to walk
             return ()
         return listed_topic_ids(request.body, "topic_data")
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+    def on_request(
+        self, request: Request[ProduceBody], ctx: HandlerContext
+    ) -> Verdict | Authorize[_ProduceState]:
         """Two phases (base.Authorize): WRITE on the transactional id of a transactional
         request, first and alone (Kafka checks its topics only once that is granted), then
         WRITE on the topics."""
-        body: Any = request.body
+        body = request.body
         if has_transactional_batches(body):
             if body.transactional_id is None:
                 return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
             action = Action(
                 AclOperation.WRITE, transactional_id(body.transactional_id), 1, True, True
             )
-            return Authorize([action], _TRANSACTIONAL_ID_CHECKED)
+            return Authorize([action], None)
         return self._check_topics(ctx, body)
 
     @staticmethod
-    def _check_topics(ctx: HandlerContext, body: Any) -> Authorize:
+    def _check_topics(ctx: HandlerContext, body: ProduceBody) -> Authorize[_ProduceState]:
         checks = TopicChecks(ctx, AclOperation.WRITE, [topic_key(e) for e in body.topic_data])
         return Authorize(checks.actions, checks)
 
     def on_authorized(
         self,
-        request: Request,
+        request: Request[ProduceBody],
         ctx: HandlerContext,
-        state: Any,
+        state: _ProduceState,
         results: Sequence[AuthorizationResult],
-    ) -> Verdict | Authorize:
-        body: Any = request.body
-        if state is _TRANSACTIONAL_ID_CHECKED:
+    ) -> Verdict | Authorize[_ProduceState]:
+        body = request.body
+        if state is None:  # the transactional id's check
             if results[0] is not AuthorizationResult.ALLOWED:
                 return self._deny(request, body, ErrorCode.transactional_id_authorization_failed)
             return self._check_topics(ctx, body)
-        checks: TopicChecks = state
+        checks = state
         denied = checks.denied(results)
         if denied:
             _refuse_internal_topics(ctx, request, denied)
@@ -162,14 +195,14 @@ class ProduceHandler(ApiHandler):
         keys = [topic_key(e) for e in body.topic_data]
         entries = self._denied_entries(request, body, denied)
         # The split re-encodes the request: it needs kio's body, not the skim.
-        decoded: Any = codec.decode_request(request.frame, self.api_key, request.header.api_version)
-        request = Request(request.header, request.frame, decoded)
-        kept = tuple(e for e in decoded.topic_data if topic_key(e) not in denied)
+        decoded = codec.decode_request(request.frame, self.api_key, request.header.api_version)
+        whole = Request(request.header, request.frame, decoded)
+        kept = tuple(e for e in cast(ProduceBody, decoded).topic_data if topic_key(e) not in denied)
         merge = merge_rewrite(keys, entries, "responses", topic_key)
-        endpoints = node_endpoints_rewrite(request, ctx)
-        return split(request, "topic_data", kept, "responses", merge, rewrite=endpoints)
+        endpoints = node_endpoints_rewrite(whole, ctx)
+        return split(whole, "topic_data", kept, "responses", merge, rewrite=endpoints)
 
-    def _deny(self, request: Request, body: Any, code: ErrorCode) -> Verdict:
+    def _deny(self, request: Request[ProduceBody], body: ProduceBody, code: ErrorCode) -> Verdict:
         if body.acks == 0:
             return Close("acks=0 transactional Produce without WRITE on its transactional id")
         keys = [topic_key(e) for e in body.topic_data]
@@ -178,12 +211,12 @@ class ProduceHandler(ApiHandler):
 
     @staticmethod
     def _denied_entries(
-        request: Request, body: Any, denied: dict[TopicKey, ErrorCode]
-    ) -> dict[TopicKey, list[Any]]:
+        request: Request[ProduceBody], body: ProduceBody, denied: dict[TopicKey, ErrorCode]
+    ) -> dict[TopicKey, list[Entity]]:
         schema = codec.response_schema(0, request.header.api_version)
         topic_type = codec.nested_type(schema, "responses")
         key_field = "name" if "name" in topic_type.__dataclass_fields__ else "topic_id"
-        out: dict[TopicKey, list[Any]] = {}
+        out: dict[TopicKey, list[Entity]] = {}
         for entry in body.topic_data:
             key = topic_key(entry)
             if key not in denied or key in out:
@@ -208,8 +241,8 @@ class ProduceHandler(ApiHandler):
 
     @staticmethod
     def _response(
-        request: Request, keys: list[TopicKey], entries: dict[TopicKey, list[Any]]
-    ) -> Any:
+        request: Request[ProduceBody], keys: list[TopicKey], entries: dict[TopicKey, list[Entity]]
+    ) -> ResponsePayload:
         responses = merge_in_request_order(keys, entries, (), topic_key)
         return codec.make_entity(
             codec.response_schema(0, request.header.api_version), responses=responses

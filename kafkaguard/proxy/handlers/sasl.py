@@ -32,10 +32,10 @@ import logging
 import time
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Protocol
 
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
     HandlerContext,
@@ -53,12 +53,22 @@ log = logging.getLogger("kafkaguard.sasl")
 _AFTER_SUCCESS = "SaslAuthenticate request received after successful authentication"
 
 
-class SaslHandshakeHandler(ApiHandler):
+class _HandshakeBody(Protocol):
+    @property
+    def mechanism(self) -> str: ...
+
+
+class _AuthenticateBody(Protocol):
+    @property
+    def auth_bytes(self) -> bytes: ...
+
+
+class SaslHandshakeHandler(ApiHandler[_HandshakeBody]):
     api_key = 17
     decode_request = True
     answered_by_proxy = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[_HandshakeBody], ctx: HandlerContext) -> Verdict:
         version = request.header.api_version
         schema = codec.response_schema(self.api_key, version)
         auth = ctx.sasl
@@ -70,7 +80,7 @@ class SaslHandshakeHandler(ApiHandler):
                 close_after="SaslHandshake v0 (raw SASL tokens without Kafka framing) is not "
                 "supported; the client must use SaslHandshake v1 and SaslAuthenticate",
             )
-        body: Any = request.body
+        body = request.body
         outcome = auth.handshake(str(body.mechanism))
         if outcome.close_reason is None and auth.reauthenticating:
             log.debug(
@@ -82,12 +92,12 @@ class SaslHandshakeHandler(ApiHandler):
         )
 
 
-class SaslAuthenticateHandler(ApiHandler):
+class SaslAuthenticateHandler(ApiHandler[_AuthenticateBody]):
     api_key = 36
     decode_request = True
     answered_by_proxy = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[_AuthenticateBody], ctx: HandlerContext) -> Verdict:
         version = request.header.api_version
         auth = ctx.sasl
         if auth is None:
@@ -95,7 +105,7 @@ class SaslAuthenticateHandler(ApiHandler):
             return Respond(_response(version, refused))
         reauthenticating = auth.reauthenticating
         begun = auth.begin_step(version, time.monotonic())
-        body: Any = request.body
+        body = request.body
         token = bytes(body.auth_bytes)
         host = ctx.session.client_host
 
@@ -161,9 +171,9 @@ def _finish(auth: SaslAuthenticator, result: StepResult) -> AuthenticateOutcome:
 _MAX_LIFETIME_MS = timedelta.max // timedelta(milliseconds=1)
 
 
-def _response(version: int, outcome: AuthenticateOutcome) -> Any:
+def _response(version: int, outcome: AuthenticateOutcome) -> ResponsePayload:
     schema = codec.response_schema(36, version)
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "error_message": outcome.error_message,
         "auth_bytes": outcome.auth_bytes,
     }

@@ -71,20 +71,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final, Protocol, TypeVar, cast
 from uuid import UUID
 
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.inflight import ResponseTransform
 from kafkaguard.protocol.skim.share import skim_share_response
-from kafkaguard.proxy.handlers.support.addresses import rewrite_node_addresses
+from kafkaguard.proxy.handlers.support.addresses import NodeAddress, rewrite_node_addresses
 from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import authorize_topics, group, is_allowed
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
+    B,
     Close,
     Forward,
     HandlerContext,
@@ -94,10 +95,82 @@ from kafkaguard.proxy.handlers.support.base import (
     Verdict,
     remember_newest,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed, TopicIded
 from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
 SharePartition = tuple[UUID, int]
 """A partition as share requests name it: topic id and index."""
+
+
+# What the handlers read of kio's classes (any version of each schema).
+class _AcknowledgementBatch(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def acknowledge_types(self) -> Sequence[int]: ...
+
+
+class _RequestPartition(PartitionIndexed, Protocol):
+    @property
+    def acknowledgement_batches(self) -> Sequence[_AcknowledgementBatch]: ...
+
+
+class _RequestTopic(TopicIded, Entity, Protocol):
+    @property
+    def partitions(self) -> Sequence[_RequestPartition]: ...
+
+
+class _ForgottenTopic(Protocol):
+    @property
+    def topic_id(self) -> UUID | None: ...
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
+class ShareBody(Entity, Protocol):
+    """What ShareFetch and ShareAcknowledge requests share (``is_renew_ack``, v2, is read by
+    name)."""
+
+    @property
+    def group_id(self) -> str | None: ...
+    @property
+    def member_id(self) -> str | None: ...
+    @property
+    def share_session_epoch(self) -> int: ...
+    @property
+    def topics(self) -> Sequence[_RequestTopic]: ...
+
+
+class ShareFetchBody(ShareBody, Protocol):
+    @property
+    def forgotten_topics_data(self) -> Sequence[_ForgottenTopic]: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def min_bytes(self) -> int: ...
+    @property
+    def max_records(self) -> int: ...
+    @property
+    def max_wait(self) -> timedelta: ...
+
+
+class _ResponseTopic(TopicIded, Protocol):
+    @property
+    def partitions(self) -> Sequence[PartitionIndexed]: ...
+
+
+class _ShareResponse(ErrorCoded, Entity, Protocol):
+    """What ShareFetch and ShareAcknowledge responses share."""
+
+    @property
+    def responses(self) -> Sequence[_ResponseTopic]: ...
+    @property
+    def node_endpoints(self) -> Sequence[NodeAddress]: ...
+
+
+_R = TypeVar("_R", bound=_ShareResponse)
 SessionKey = tuple[str, str]
 """A share session's key in the broker's ``ShareSessionCache``: group id and member id."""
 
@@ -163,14 +236,14 @@ class _Named:
 
     partitions: list[SharePartition]
     """Distinct, in request order."""
-    batches: dict[SharePartition, tuple[Any, ...]]
+    batches: dict[SharePartition, tuple[_AcknowledgementBatch, ...]]
     """Each partition's acknowledgement batches (the last entry's, as Kafka's map keeps)."""
     acknowledges: bool
-    """Any batch at all (``isAcknowledgeDataPresentInFetchRequest``)."""
+    """Some batch at all (``isAcknowledgeDataPresentInFetchRequest``)."""
 
     @classmethod
-    def of(cls, body: Any) -> _Named:
-        batches: dict[SharePartition, tuple[Any, ...]] = {}
+    def of(cls, body: ShareBody) -> _Named:
+        batches: dict[SharePartition, tuple[_AcknowledgementBatch, ...]] = {}
         acknowledges = False
         for topic in body.topics:
             for partition in topic.partitions:
@@ -180,7 +253,7 @@ class _Named:
         return cls(list(batches), batches, acknowledges)
 
 
-def _forgotten(body: Any) -> list[SharePartition]:
+def _forgotten(body: ShareFetchBody) -> list[SharePartition]:
     return [
         (topic.topic_id, int(index))
         for topic in body.forgotten_topics_data
@@ -201,16 +274,16 @@ def _is_renew_ack(request: Request) -> bool:
     return request.header.api_version >= 2 and bool(getattr(request.body, "is_renew_ack", False))
 
 
-def _renew_ack_invalid(request: Request) -> bool:
+def _renew_ack_invalid(request: Request[ShareFetchBody]) -> bool:
     """``handleShareFetchRequest``: a renew-acknowledgement ShareFetch must fetch nothing."""
     if not _is_renew_ack(request):
         return False
-    body: Any = request.body
+    body = request.body
     limits = (int(body.max_bytes), int(body.min_bytes), int(body.max_records))
     return any(limits) or body.max_wait != timedelta(0)
 
 
-def _batches_invalid(batches: Sequence[Any], version: int, renew: bool) -> bool:
+def _batches_invalid(batches: Sequence[_AcknowledgementBatch], version: int, renew: bool) -> bool:
     """``KafkaApis.validateAcknowledgementBatches`` for one partition: offsets ascending and
     non-overlapping, one type per offset (or one for the whole batch), types 0–3 (0–4 from v2),
     RENEW only in a renew-acknowledgement request."""
@@ -232,9 +305,9 @@ def _batches_invalid(batches: Sequence[Any], version: int, renew: bool) -> bool:
     return False
 
 
-def _refusal(request: Request, ctx: HandlerContext) -> Respond | None:
+def _refusal(request: Request[ShareBody], ctx: HandlerContext) -> Respond | None:
     """The whole-request answers both APIs give before their topic checks, in Kafka's order."""
-    body: Any = request.body
+    body = request.body
     if body.group_id is None:
         return Respond(whole_error(request, ErrorCode.invalid_request))
     if not is_allowed(ctx, request, AclOperation.READ, group(body.group_id)):
@@ -285,19 +358,20 @@ def _group(keys: Iterable[SharePartition]) -> dict[UUID, list[int]]:
 
 
 def _upstream_body(
-    body: Any,
+    body: ShareBody,
     denied: Mapping[SharePartition, ErrorCode],
     readd: Sequence[SharePartition] = (),
     forget: Sequence[SharePartition] = (),
-) -> Any:
+    forgotten: Sequence[_ForgottenTopic] = (),
+) -> RequestPayload | None:
     """``body`` without the ``denied`` partitions (their batches with them), with ``readd``
-    named again (no batches) and ``forget`` added to ``forgotten_topics_data``; ``None`` when
-    that is the client's request as it is."""
+    named again (no batches) and ``forget`` added to its ``forgotten`` topics (ShareFetch's
+    ``forgotten_topics_data``); ``None`` when that is the client's request as it is."""
     named = [(t.topic_id, int(p.partition_index)) for t in body.topics for p in t.partitions]
     if not readd and not forget and not any(k in denied for k in named):
         return None
     topic_type = codec.nested_type(type(body), "topics")
-    topics = []
+    topics: list[Entity] = []
     for topic in body.topics:
         kept = tuple(
             p for p in topic.partitions if (topic.topic_id, int(p.partition_index)) not in denied
@@ -310,26 +384,26 @@ def _upstream_body(
             partition_type(partition_index=i, acknowledgement_batches=()) for i in indexes
         )
         topics.append(topic_type(topic_id=topic_id, partitions=partitions))
-    changes: dict[str, Any] = {"topics": tuple(topics)}
+    changes: dict[str, object] = {"topics": tuple(topics)}
     if forget:
         forgotten_type = codec.nested_type(type(body), "forgotten_topics_data")
         extra = [forgotten_type(topic_id=t, partitions=tuple(i)) for t, i in _group(forget).items()]
-        changes["forgotten_topics_data"] = (*body.forgotten_topics_data, *extra)
-    return codec.replace(body, **changes)
+        changes["forgotten_topics_data"] = (*forgotten, *extra)
+    return cast(RequestPayload, codec.replace(body, **changes))  # the client's schema
 
 
 # -- the response -----------------------------------------------------------------------------
 
 
 def _merge(
-    response: Any, allowed: set[SharePartition], synthesized: Mapping[SharePartition, Any]
-) -> Any:
+    response: _R, allowed: set[SharePartition], synthesized: Mapping[SharePartition, Entity]
+) -> _R:
     """The broker's answer with only the ``allowed`` partitions' entries, then the proxy's own
     ones; each topic once, as ``ShareFetchResponse.toMessage`` groups them. A top-level error
     is answered as the broker gave it: Kafka answers those with no partition."""
     if response.error_code != ErrorCode.none:
         synthesized = {}
-    topics: dict[UUID, list[Any]] = {}
+    topics: dict[UUID, list[object]] = {}
     dropped = False
     for topic in response.responses:
         for partition in topic.partitions:
@@ -339,14 +413,14 @@ def _merge(
                 dropped = True
     if not dropped and not synthesized:
         return response
-    for (topic_id, _), partition in synthesized.items():
-        topics.setdefault(topic_id, []).append(partition)
+    for (topic_id, _), entry in synthesized.items():
+        topics.setdefault(topic_id, []).append(entry)
     topic_type = codec.nested_type(type(response), "responses")
     merged = tuple(topic_type(topic_id=t, partitions=tuple(ps)) for t, ps in topics.items())
     return codec.replace(response, responses=merged)
 
 
-def _node_endpoints(response: Any, ctx: HandlerContext) -> Any:
+def _node_endpoints(response: _R, ctx: HandlerContext) -> _R:
     """Both responses carry ``NodeEndpoints`` (leaders of NOT_LEADER_OR_FOLLOWER partitions)."""
     if not response.node_endpoints:
         return response
@@ -389,7 +463,7 @@ def _skimmed(
     return transform
 
 
-def _partition_type(request: Request) -> type[Any]:
+def _partition_type(request: Request) -> type[Entity]:
     return codec.nested_type(codec.nested_type(response_type(request), "responses"), "partitions")
 
 
@@ -403,13 +477,13 @@ class _Plan:
     """Denied partitions of the fetch context, in context order."""
     ack_errors: dict[SharePartition, ErrorCode]
     """Acknowledgement errors of the denied partitions the request names."""
-    upstream: Any
+    upstream: RequestPayload | None
     """The body to forward; ``None``: the client's own bytes."""
     forgotten: tuple[SharePartition, ...] = ()
     """What the forwarded request forgets (checked against ``mirror.upstream`` once answered)."""
 
 
-def _share_fetch_entries(request: Request, plan: _Plan) -> dict[SharePartition, Any]:
+def _share_fetch_entries(request: Request, plan: _Plan) -> dict[SharePartition, Entity]:
     """``ShareFetchResponse.partitionResponse`` for each denied partition of the context (its
     acknowledgement error folded in, as ``handleShareFetchRequest`` combines them), then an
     entry with only the acknowledgement error for a denied partition outside the context."""
@@ -435,32 +509,32 @@ def _share_fetch_entries(request: Request, plan: _Plan) -> dict[SharePartition, 
     return entries
 
 
-class _ShareSessionHandler(ApiHandler):
+class _ShareSessionHandler(ApiHandler[B]):
     """What ShareFetch and ShareAcknowledge share: decoded, keyed by topic id, v2 at most
     (KIP-1206, KIP-1222: the newest versions these handlers reason about)."""
 
     max_version = 2
     decode_request = True
 
-    def topic_ids(self, request: Request) -> Iterable[UUID]:
+    def topic_ids(self, request: Request[B]) -> Iterable[UUID]:
         return listed_topic_ids(request.body, "topics")
 
 
-class ShareFetchHandler(_ShareSessionHandler):
+class ShareFetchHandler(_ShareSessionHandler[ShareFetchBody]):
     """``KafkaApis.handleShareFetchRequest``; see the module docstring."""
 
     api_key = 78
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[ShareFetchBody], ctx: HandlerContext) -> Verdict:
         refusal = _refusal(request, ctx)
         if refusal is not None:
             return refusal
-        body: Any = request.body
+        body = request.body
         named = _Named.of(body)
         epoch = int(body.share_session_epoch)
         if _renew_ack_invalid(request) or (epoch == INITIAL_EPOCH and named.acknowledges):
             return Respond(whole_error(request, ErrorCode.invalid_request))
-        key: SessionKey = (body.group_id, body.member_id)
+        key: SessionKey = (body.group_id or "", body.member_id or "")  # neither null: _refusal
         if epoch == INITIAL_EPOCH:
             return self._open(request, ctx, key, named)
         if epoch == FINAL_EPOCH:
@@ -472,7 +546,7 @@ class ShareFetchHandler(_ShareSessionHandler):
         return self._continue(request, ctx, key, mirror, named)
 
     def _open(
-        self, request: Request, ctx: HandlerContext, key: SessionKey, named: _Named
+        self, request: Request[ShareFetchBody], ctx: HandlerContext, key: SessionKey, named: _Named
     ) -> Verdict:
         """Epoch 0: the broker replaces any session of this key with the partitions sent."""
         if len(named.partitions) > MAX_SHARE_SESSION_PARTITIONS:
@@ -485,7 +559,9 @@ class ShareFetchHandler(_ShareSessionHandler):
         plan = _Plan(set(allowed), denied, {}, _upstream_body(request.body, denied))
         return self._forward(request, ctx, plan, None)
 
-    def _close(self, request: Request, ctx: HandlerContext, named: _Named) -> Verdict:
+    def _close(
+        self, request: Request[ShareFetchBody], ctx: HandlerContext, named: _Named
+    ) -> Verdict:
         """Epoch −1 (``FinalContext``): acknowledgements only, then the session is released."""
         denied = _decide(ctx, request, named.partitions)
         acks = _acknowledgement_errors(request, named, denied) if named.acknowledges else {}
@@ -495,13 +571,13 @@ class ShareFetchHandler(_ShareSessionHandler):
 
     def _continue(
         self,
-        request: Request,
+        request: Request[ShareFetchBody],
         ctx: HandlerContext,
         key: SessionKey,
         mirror: ShareSessionMirror,
         named: _Named,
     ) -> Verdict:
-        """Any other epoch: the whole session is authorized, and the broker's session is kept
+        """Every other epoch: the whole session is authorized, and the broker's session is kept
         to what is authorized and what the client still has."""
         plan = _continue_plan(request, ctx, mirror, named)
         if mirror.too_large():
@@ -519,7 +595,7 @@ class ShareFetchHandler(_ShareSessionHandler):
             if mirror is not None:
                 _confirm_forgotten(mirror, plan.forgotten, number)
 
-        def complete(response: Any) -> Any:
+        def complete(response: _R) -> _R:
             if response.error_code == ErrorCode.none:
                 confirm()
             return _node_endpoints(_merge(response, plan.allowed, entries), ctx)
@@ -532,13 +608,13 @@ class ShareFetchHandler(_ShareSessionHandler):
 
 
 def _continue_plan(
-    request: Request, ctx: HandlerContext, mirror: ShareSessionMirror, named: _Named
+    request: Request[ShareFetchBody], ctx: HandlerContext, mirror: ShareSessionMirror, named: _Named
 ) -> _Plan:
     """Apply a continuing ShareFetch to ``mirror`` (``ShareSession.update``: add, then forget)
     and decide it: Kafka's context is the session plus what the request names; upstream, denied
     partitions are neither sent nor kept, withheld ones allowed again are re-added, and what
     the broker may hold that the client dropped or may not read is forgotten."""
-    body: Any = request.body
+    body = request.body
     client_forgets = _forgotten(body)
     mirror.partitions.update(dict.fromkeys(named.partitions))
     for forgotten in client_forgets:
@@ -559,7 +635,7 @@ def _continue_plan(
         {p for p in context if p not in denied},
         fetched,
         _acknowledgement_errors(request, named, denied) if named.acknowledges else {},
-        _upstream_body(body, denied, readd, forget),
+        _upstream_body(body, denied, readd, forget, body.forgotten_topics_data),
         (*client_forgets, *forget),
     )
 
@@ -574,20 +650,20 @@ def _confirm_forgotten(
             del mirror.upstream[key]
 
 
-class ShareAcknowledgeHandler(_ShareSessionHandler):
+class ShareAcknowledgeHandler(_ShareSessionHandler[ShareBody]):
     """``KafkaApis.handleShareAcknowledgeRequest``: the partitions named are checked; denied
     ones are answered 29 (42 for invalid batches, 100 for an unknown id) and never sent. The
     request is always forwarded, as the broker moves the session epoch on each one."""
 
     api_key = 79
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[ShareBody], ctx: HandlerContext) -> Verdict:
         refusal = _refusal(request, ctx)
         if refusal is not None:
             return refusal
-        body: Any = request.body
+        body = request.body
         if int(body.share_session_epoch) == FINAL_EPOCH:
-            share_sessions(ctx).by_key.pop((body.group_id, body.member_id), None)
+            share_sessions(ctx).by_key.pop((body.group_id or "", body.member_id or ""), None)
         named = _Named.of(body)
         denied = _decide(ctx, request, named.partitions)
         allowed = {p for p in named.partitions if p not in denied}
@@ -597,7 +673,7 @@ class ShareAcknowledgeHandler(_ShareSessionHandler):
             for key, code in _acknowledgement_errors(request, named, denied).items()
         }
 
-        def complete(response: Any) -> Any:
+        def complete(response: _R) -> _R:
             return _node_endpoints(_merge(response, allowed, entries), ctx)
 
         return Forward(

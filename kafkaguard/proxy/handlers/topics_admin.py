@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypeVar
 from uuid import UUID
 
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode
 from kafkaguard.proxy.handlers.support.ask import ask_which_exist, listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
@@ -32,6 +32,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Request,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, TopicIded
 from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
@@ -45,7 +46,66 @@ _ZERO = UUID(int=0)
 _DUPLICATE_NAME = "Duplicate topic name."
 
 
-class CreateTopicsHandler(ApiHandler):
+# What the handlers read of kio's classes (any version of each schema).
+class _NamedEntry(Named, Entity, Protocol):
+    """A result named by its topic (CreateTopics, CreatePartitions)."""
+
+
+class _TopicsBody(Protocol):
+    """CreateTopics and CreatePartitions requests: ``topics`` by name."""
+
+    @property
+    def topics(self) -> Sequence[Named]: ...
+
+
+class _CreatedTopic(TopicIded, ErrorCoded, _NamedEntry, Protocol):
+    """``CreatableTopicResult``: ``topic_id`` (v7+) read where it is, the fields the proxy
+    hides (v5+) only where ``configs`` is."""
+
+    @property
+    def topic_config_error_code(self) -> int: ...
+
+
+class _CreateTopicsResponse(Entity, Protocol):
+    @property
+    def topics(self) -> Sequence[_CreatedTopic]: ...
+
+
+class _DeletedTopic(TopicIded, Protocol):
+    """``DeleteTopicState`` (v6+)."""
+
+    @property
+    def name(self) -> str | None: ...
+
+
+class _DeleteTopicsBody(Protocol):
+    """``topics`` from v6, ``topic_names`` before: each version has one or the other."""
+
+    @property
+    def topics(self) -> Sequence[_DeletedTopic]: ...
+    @property
+    def topic_names(self) -> Sequence[str]: ...
+
+
+class _DeletionResult(Protocol):
+    """``DeletableTopicResult``: ``topic_id`` (v6+) is read by name."""
+
+    @property
+    def name(self) -> str | None: ...
+
+
+class _DeleteTopicsResponse(Entity, Protocol):
+    @property
+    def responses(self) -> Sequence[_DeletionResult]: ...
+
+
+_Created = TypeVar("_Created", bound=_CreateTopicsResponse)
+_Deleted = TypeVar("_Deleted", bound=_DeleteTopicsResponse)
+_Answer = Entity | tuple[()] | None
+"""A deletion's local answer; ``()`` for a repeated one (answered once), ``None`` forwarded."""
+
+
+class CreateTopicsHandler(ApiHandler[_TopicsBody]):
     """``ControllerApis.createTopics`` (+ ``ReplicationControlManager.createTopic``).
 
     Duplicate names → 42 "Duplicate topic name." and ``__cluster_metadata`` → 42, both before
@@ -60,8 +120,8 @@ class CreateTopicsHandler(ApiHandler):
     api_key = 19
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_TopicsBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         names = [t.name for t in body.topics]
         dup = duplicates(names)
         candidates = [n for n in first_seen(names) if n not in dup and n != CLUSTER_METADATA_TOPIC]
@@ -82,8 +142,8 @@ class CreateTopicsHandler(ApiHandler):
             log_if_denied=False,
         )
         schema = codec.response_schema(19, request.header.api_version)
-        result_type = codec.nested_type(schema, "topics")
-        local: dict[str, list[Any]] = {}
+        result_type: type[_CreatedTopic] = codec.nested_type(schema, "topics")
+        local: dict[str, list[_CreatedTopic]] = {}
         for name in first_seen(names):
             if name in dup:
                 code, message = ErrorCode.invalid_request, _DUPLICATE_NAME
@@ -96,7 +156,7 @@ class CreateTopicsHandler(ApiHandler):
                 continue
             local[name] = [entity(result_type, code, name=name, error_message=message, configs=())]
 
-        def rewrite(response: Any) -> Any:
+        def rewrite(response: _Created) -> _Created:
             topics = tuple(_hide_configs(t, describable) for t in response.topics)
             ctx.learn_topic_names(
                 (t.topic_id, t.name)
@@ -115,11 +175,11 @@ class CreateTopicsHandler(ApiHandler):
         return split(request, "topics", kept, "topics", rewrite)
 
 
-def _name(entry: Any) -> Any:
+def _name(entry: Named) -> str:
     return entry.name
 
 
-def _hide_configs(result: Any, describable: set[str]) -> Any:
+def _hide_configs(result: _CreatedTopic, describable: set[str]) -> _CreatedTopic:
     """Without DESCRIBE_CONFIGS Kafka leaves numPartitions/replicationFactor at -1 and the
     configs empty, and flags a created topic with ``topicConfigErrorCode=29``."""
     if result.name in describable or not hasattr(result, "configs"):
@@ -129,7 +189,7 @@ def _hide_configs(result: Any, describable: set[str]) -> Any:
         if result.error_code == ErrorCode.none
         else result.topic_config_error_code
     )
-    hidden = {
+    hidden: dict[str, object] = {
         "configs": (),
         "num_partitions": -1,
         "replication_factor": -1,
@@ -140,7 +200,7 @@ def _hide_configs(result: Any, describable: set[str]) -> Any:
     return codec.replace(result, **hidden)
 
 
-class DeleteTopicsHandler(ApiHandler):
+class DeleteTopicsHandler(ApiHandler[_DeleteTopicsBody]):
     """``ControllerApis.deleteTopics``.
 
     DELETE on the cluster (logIfDenied=false) authorizes every topic; else DESCRIBE and then
@@ -162,11 +222,11 @@ class DeleteTopicsHandler(ApiHandler):
     api_key = 20
     decode_request = True
 
-    def topic_ids(self, request: Request) -> Iterable[UUID]:
+    def topic_ids(self, request: Request[_DeleteTopicsBody]) -> Iterable[UUID]:
         return listed_topic_ids(request.body, "topics")
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_DeleteTopicsBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         by_id = request.header.api_version >= 6
         items: list[tuple[str | None, UUID | None]] = (
             [(t.name, _nonzero(t.topic_id)) for t in body.topics]
@@ -205,7 +265,7 @@ class DeleteTopicsHandler(ApiHandler):
 class _DeletionChecks:
     """What DeleteTopics decided before the controller's existence check."""
 
-    request: Request
+    request: Request[_DeleteTopicsBody]
     items: list[tuple[str | None, UUID | None]]
     cluster_ok: bool
     dup_names: set[str]
@@ -219,24 +279,30 @@ class _DeletionChecks:
     ) -> Verdict:
         """``existing``: which describable, undeletable names exist (None: not asked)."""
         request, items, resolved = self.request, self.items, self.resolved
-        body: Any = request.body
+        body = request.body
         by_id = request.header.api_version >= 6
         describable, deletable = self.describable, self.deletable
         schema = codec.response_schema(20, request.header.api_version)
         result_type = codec.nested_type(schema, "responses")
-        answers: list[Any | None] = []  # per request item: a local entry, or None = forward
+        answers: list[_Answer] = []  # per request item: a local entry, or None = forward
         emitted: set[tuple[str | None, UUID | None]] = set()
 
-        def answer(name: str | None, topic_id: UUID | None, code: ErrorCode, msg: str) -> Any:
+        def answer(
+            name: str | None, topic_id: UUID | None, code: ErrorCode, msg: str
+        ) -> Entity | tuple[()]:
             if (name, topic_id) in emitted:  # one entry per duplicated name/id, like Kafka
                 return ()
             emitted.add((name, topic_id))
-            return entity(result_type, code, name=name, topic_id=topic_id, error_message=msg)
+            result: Entity = entity(
+                result_type, code, name=name, topic_id=topic_id, error_message=msg
+            )
+            return result
 
         invalid = ErrorCode.invalid_request
         denied = ErrorCode.topic_authorization_failed
         missing = ErrorCode.unknown_topic_or_partition
         for name, topic_id in items:
+            a: _Answer
             if name is not None and topic_id is not None:
                 a = answer(
                     name, topic_id, invalid, "You may not specify both topic name and topic id."
@@ -272,7 +338,7 @@ class _DeletionChecks:
             return FORWARD
         forwarded = [it for it, a in zip(items, answers, strict=True) if a is None]
 
-        def merge(response: Any) -> Any:
+        def merge(response: _Deleted) -> _Deleted:
             return codec.replace(
                 response, responses=_merge_deletions(items, answers, response.responses)
             )
@@ -289,13 +355,13 @@ def _nonzero(topic_id: UUID | None) -> UUID | None:
 
 def _merge_deletions(
     items: Sequence[tuple[str | None, UUID | None]],
-    answers: Sequence[Any | None],
-    broker: Sequence[Any],
-) -> tuple[Any, ...]:
+    answers: Sequence[_Answer],
+    broker: Sequence[_DeletionResult],
+) -> tuple[object, ...]:
     """Local answers and the broker's results in request order; a forwarded item is matched
     by name (named deletions) or by id (deletions by id)."""
     pending = list(broker)
-    merged: list[Any] = []
+    merged: list[object] = []
     for (name, topic_id), local in zip(items, answers, strict=True):
         if local is not None:
             if local != ():
@@ -310,7 +376,7 @@ def _merge_deletions(
     return tuple(merged + pending)
 
 
-class CreatePartitionsHandler(ApiHandler):
+class CreatePartitionsHandler(ApiHandler[_TopicsBody]):
     """``ControllerApis.createPartitions``: duplicate names → 42 "Duplicate topic name."
     (never authorized), then ALTER per distinct topic → 29 (no message); the rest is
     forwarded and the broker checks existence."""
@@ -318,15 +384,15 @@ class CreatePartitionsHandler(ApiHandler):
     api_key = 37
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_TopicsBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         names = [t.name for t in body.topics]
         dup = duplicates(names)
         unique = [n for n in first_seen(names) if n not in dup]
         allowed = filter_authorized(ctx, request, AclOperation.ALTER, ResourceType.TOPIC, unique)
         schema = codec.response_schema(37, request.header.api_version)
-        result_type = codec.nested_type(schema, "results")
-        local: dict[str, list[Any]] = {}
+        result_type: type[_NamedEntry] = codec.nested_type(schema, "results")
+        local: dict[str, list[_NamedEntry]] = {}
         for name in first_seen(names):
             if name in dup:
                 local[name] = [

@@ -8,13 +8,13 @@ forward only the authorized items and merge the proxy's entries back in request 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar, Protocol, TypeVar, cast
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload, ResponsePayload
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     INTERNAL_TOPICS,
@@ -34,24 +34,131 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import Named, PartitionIndexed
 from kafkaguard.proxy.handlers.support.offset_merge import builder_merge
 from kafkaguard.proxy.handlers.support.responses import (
     entity,
+    entity_from,
     merge_in_request_order,
     partition_errors,
+    response_type,
     split,
-    whole_error,
 )
 
 
-def _whole(request: Request, code: ErrorCode, **values: Any) -> Respond:
+# What the handlers read of kio's classes (any version of each schema).
+class _TransactionBody(Protocol):
+    """EndTxn, AddOffsetsToTxn, TxnOffsetCommit: ``group_id`` in the last two only (read
+    only there)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def group_id(self) -> str: ...
+
+
+class _InitProducerIdBody(Protocol):
+    """``enable2_pc`` (v6) is read by name."""
+
+    @property
+    def transactional_id(self) -> str | None: ...
+
+
+class _TxnTopic(Named, Protocol):
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
+class _Transaction(Protocol):
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def topics(self) -> Sequence[_TxnTopic]: ...
+
+
+class _AddPartitionsToTxnBody(Entity, Protocol):
+    """The ``v3_and_below_`` fields up to v3, ``transactions`` from v4: each version has
+    one or the other."""
+
+    @property
+    def v3_and_below_transactional_id(self) -> str: ...
+    @property
+    def v3_and_below_topics(self) -> Sequence[_TxnTopic]: ...
+    @property
+    def transactions(self) -> Sequence[_Transaction]: ...
+
+
+class _PartitionResult(PartitionIndexed, Protocol):
+    @property
+    def partition_error_code(self) -> int: ...
+
+
+class _TopicResult(Named, Protocol):
+    @property
+    def results_by_partition(self) -> Sequence[_PartitionResult]: ...
+
+
+class _TransactionResult(Protocol):
+    @property
+    def transactional_id(self) -> str: ...
+
+
+class _AddPartitionsToTxnResponse(Entity, Protocol):
+    """As the request: ``results_by_topic_v3_and_below`` or ``results_by_transaction``."""
+
+    @property
+    def results_by_topic_v3_and_below(self) -> Sequence[_TopicResult]: ...
+    @property
+    def results_by_transaction(self) -> Sequence[_TransactionResult]: ...
+
+
+class _CommittedTopic(Named, Protocol):
+    @property
+    def partitions(self) -> Sequence[PartitionIndexed]: ...
+
+
+class _TxnOffsetCommitBody(_TransactionBody, Protocol):
+    @property
+    def topics(self) -> Sequence[_CommittedTopic]: ...
+
+
+class _DescribeTransactionsBody(Protocol):
+    @property
+    def transactional_ids(self) -> Sequence[str]: ...
+
+
+class _StateTopic(Protocol):
+    @property
+    def topic(self) -> str: ...
+
+
+class _TransactionState(Entity, Protocol):
+    """A state of DescribeTransactions (``topics``) or ListTransactions (no ``topics``)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def topics(self) -> Sequence[_StateTopic]: ...
+
+
+class _TransactionStates(Entity, Protocol):
+    @property
+    def transaction_states(self) -> Sequence[_TransactionState]: ...
+
+
+_Batch = TypeVar("_Batch", bound=_AddPartitionsToTxnResponse)
+_States = TypeVar("_States", bound=_TransactionStates)
+_S = TypeVar("_S", bound=_TransactionState)
+
+
+def _whole(request: Request, code: ErrorCode, **values: object) -> Respond:
     """A response with the top-level ``error_code`` and nothing else of substance
     (``XxxRequest.getErrorResponse``)."""
-    return Respond(whole_error(request, code, **values))
+    return Respond(entity_from(response_type(request), code, values))
 
 
 def _transaction_denied(
-    ctx: HandlerContext, request: Request, body: Any, *, read_group: bool
+    ctx: HandlerContext, request: Request, body: _TransactionBody, *, read_group: bool
 ) -> ErrorCode | None:
     """WRITE on the request's TransactionalId (53), then, if asked, READ on its group (30)."""
     if not is_allowed(ctx, request, AclOperation.WRITE, transactional_id(body.transactional_id)):
@@ -61,7 +168,7 @@ def _transaction_denied(
     return None
 
 
-class InitProducerIdHandler(ApiHandler):
+class InitProducerIdHandler(ApiHandler[_InitProducerIdBody]):
     """``KafkaApis.handleInitProducerIdRequest``.
 
     Transactional: WRITE on the TransactionalId, then (KIP-939, v6 ``enable2Pc``)
@@ -74,8 +181,8 @@ class InitProducerIdHandler(ApiHandler):
     api_key = 22
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_InitProducerIdBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         txn_id = body.transactional_id
         if txn_id is not None:
             if not is_allowed(ctx, request, AclOperation.WRITE, transactional_id(txn_id)):
@@ -99,7 +206,7 @@ class InitProducerIdHandler(ApiHandler):
         return _whole(request, code, producer_id=-1, producer_epoch=-1)
 
 
-class AddPartitionsToTxnHandler(ApiHandler):
+class AddPartitionsToTxnHandler(ApiHandler[_AddPartitionsToTxnBody]):
     """``KafkaApis.handleAddPartitionsToTxnRequest``.
 
     v0–3 (clients): WRITE on the TransactionalId (53 on every partition), then WRITE on each
@@ -128,8 +235,8 @@ class AddPartitionsToTxnHandler(ApiHandler):
     api_key = 24
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_AddPartitionsToTxnBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         if request.header.api_version >= 4:
             if is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
                 return self._batch(request, ctx)
@@ -160,7 +267,7 @@ class AddPartitionsToTxnHandler(ApiHandler):
             v3_and_below_topics=probe_topics,
         )
 
-        def rewrite(response: Any) -> Any:
+        def rewrite(response: _AddPartitionsToTxnResponse) -> ResponsePayload:
             missing = {
                 (t.name, p.partition_index)
                 for t in response.results_by_topic_v3_and_below
@@ -178,10 +285,10 @@ class AddPartitionsToTxnHandler(ApiHandler):
 
             return self._response(request, topics, code_of)
 
-        return Forward(request=probe, rewrite=rewrite)
+        return Forward(request=cast(RequestPayload, probe), rewrite=rewrite)  # the client's schema
 
     @staticmethod
-    def _batch(request: Request, ctx: HandlerContext) -> Verdict:
+    def _batch(request: Request[_AddPartitionsToTxnBody], ctx: HandlerContext) -> Verdict:
         """v4+: the transactions naming an internal topic answered here, the others forwarded."""
         transactions = request.body.transactions
         refused = {
@@ -194,7 +301,7 @@ class AddPartitionsToTxnHandler(ApiHandler):
         schema = codec.response_schema(24, request.header.api_version)
         result_type = codec.nested_type(schema, "results_by_transaction")
         topic_type = codec.nested_type(result_type, "topic_results")
-        denied: dict[str, list[Any]] = {}
+        denied: dict[str, list[_TransactionResult]] = {}
         for t in transactions:
             if t.transactional_id not in refused:
                 continue
@@ -205,7 +312,7 @@ class AddPartitionsToTxnHandler(ApiHandler):
             )
         ids = [t.transactional_id for t in transactions]
 
-        def merge(response: Any) -> Any:
+        def merge(response: _Batch) -> _Batch:
             results = merge_in_request_order(
                 ids, denied, response.results_by_transaction, lambda r: r.transactional_id
             )
@@ -215,7 +322,9 @@ class AddPartitionsToTxnHandler(ApiHandler):
         return split(request, "transactions", kept, "results_by_transaction", merge)
 
     @staticmethod
-    def _response(request: Request, topics: Any, code_of: Callable[[str, int], ErrorCode]) -> Any:
+    def _response(
+        request: Request, topics: Sequence[_TxnTopic], code_of: Callable[[str, int], ErrorCode]
+    ) -> ResponsePayload:
         """``AddPartitionsToTxnResponse.resultForTransaction``: one entry per topic."""
         schema = codec.response_schema(24, request.header.api_version)
         topic_type = codec.nested_type(schema, "results_by_topic_v3_and_below")
@@ -235,8 +344,8 @@ def _refusal(internal: frozenset[str]) -> Callable[[str, int], ErrorCode]:
 
 
 def _topic_results(
-    topic_type: Any, topics: Any, code_of: Callable[[str, int], ErrorCode]
-) -> tuple[Any, ...]:
+    topic_type: type[Entity], topics: Iterable[_TxnTopic], code_of: Callable[[str, int], ErrorCode]
+) -> tuple[Entity, ...]:
     """One result per topic (duplicates merged), each partition answered ``code_of``."""
     partition_type = codec.nested_type(topic_type, "results_by_partition")
     partitions: dict[str, dict[int, None]] = {}
@@ -255,7 +364,7 @@ def _topic_results(
     )
 
 
-class EndTxnHandler(ApiHandler):
+class EndTxnHandler(ApiHandler[_TransactionBody]):
     """``KafkaApis.handleEndTxnRequest``: WRITE TransactionalId → 53 (top level; v5's
     producerId/epoch stay -1 as in ``EndTxnRequest.getErrorResponse``)."""
 
@@ -263,7 +372,7 @@ class EndTxnHandler(ApiHandler):
     decode_request = True
     read_group: ClassVar[bool] = False
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request[_TransactionBody], ctx: HandlerContext) -> Verdict:
         code = _transaction_denied(ctx, request, request.body, read_group=self.read_group)
         return FORWARD if code is None else _whole(request, code)
 
@@ -276,7 +385,7 @@ class AddOffsetsToTxnHandler(EndTxnHandler):
     read_group = True
 
 
-class TxnOffsetCommitHandler(ApiHandler):
+class TxnOffsetCommitHandler(ApiHandler[_TxnOffsetCommitBody]):
     """``KafkaApis.handleTxnOffsetCommitRequest`` (4.x): WRITE TransactionalId (53 on every
     partition), READ group (30 on every partition) — both before any topic, so a principal
     without them learns nothing about topics — then READ per topic (``filterByAuthorized``
@@ -287,8 +396,8 @@ class TxnOffsetCommitHandler(ApiHandler):
     api_key = 28
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(self, request: Request[_TxnOffsetCommitBody], ctx: HandlerContext) -> Verdict:
+        body = request.body
         keys = [t.name for t in body.topics]
         schema = codec.response_schema(28, request.header.api_version)
         topic_type = codec.nested_type(schema, "topics")
@@ -315,7 +424,7 @@ class TxnOffsetCommitHandler(ApiHandler):
         return split(request, "topics", kept, "topics", merge)
 
 
-class DescribeTransactionsHandler(ApiHandler):
+class DescribeTransactionsHandler(ApiHandler[_DescribeTransactionsBody]):
     """``KafkaApis.handleDescribeTransactionsRequest``: DESCRIBE on each TransactionalId
     (one check per occurrence) → 53 for that id; the broker describes the others, and in
     its answer each topic of a state is kept only with DESCRIBE on the topic (silently
@@ -325,15 +434,17 @@ class DescribeTransactionsHandler(ApiHandler):
     api_key = 65
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
+    def on_request(
+        self, request: Request[_DescribeTransactionsBody], ctx: HandlerContext
+    ) -> Verdict:
+        body = request.body
         ids = list(body.transactional_ids)
         actions = [Action(AclOperation.DESCRIBE, transactional_id(i)) for i in ids]
         results = ctx.authorize(request, actions) if actions else []
         allowed = [i for i, r in zip(ids, results, strict=True) if r is AuthorizationResult.ALLOWED]
         schema = codec.response_schema(65, request.header.api_version)
         state_type = codec.nested_type(schema, "transaction_states")
-        denied: dict[str, list[Any]] = {}
+        denied: dict[str, list[_TransactionState]] = {}
         for i, r in zip(ids, results, strict=True):
             if r is not AuthorizationResult.ALLOWED:
                 denied.setdefault(i, []).append(
@@ -344,7 +455,7 @@ class DescribeTransactionsHandler(ApiHandler):
                     )
                 )
 
-        def rewrite(response: Any) -> Any:
+        def rewrite(response: _States) -> _States:
             states = _filter_state_topics(request, ctx, response.transaction_states)
             if denied:
                 states = merge_in_request_order(ids, denied, states, lambda s: s.transactional_id)
@@ -358,14 +469,16 @@ class DescribeTransactionsHandler(ApiHandler):
         return split(request, "transactional_ids", allowed, "transaction_states", rewrite)
 
 
-def _filter_state_topics(request: Request, ctx: HandlerContext, states: Any) -> Any:
+def _filter_state_topics(
+    request: Request, ctx: HandlerContext, states: Sequence[_S]
+) -> Sequence[_S]:
     """Drop every topic of every state the principal may not DESCRIBE; ``states`` itself
     when nothing was dropped."""
     actions = [Action(AclOperation.DESCRIBE, topic(t.topic)) for s in states for t in s.topics]
     if not actions:
         return states
     results = iter(ctx.authorize(request, actions))
-    out = []
+    out: list[_S] = []
     changed = False
     for s in states:
         kept = tuple(t for t in s.topics if next(results) is AuthorizationResult.ALLOWED)
@@ -376,14 +489,14 @@ def _filter_state_topics(request: Request, ctx: HandlerContext, states: Any) -> 
     return tuple(out) if changed else states
 
 
-class ListTransactionsHandler(ApiHandler):
+class ListTransactionsHandler(ApiHandler[None]):
     """``KafkaApis.handleListTransactionsRequest``: no check up front; each returned state
     is kept only with DESCRIBE on its TransactionalId (filtered, never an error)."""
 
     api_key = 66
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        def rewrite(response: Any) -> Any:
+    def on_request(self, request: Request[None], ctx: HandlerContext) -> Verdict:
+        def rewrite(response: _States) -> _States:
             states = response.transaction_states
             if not states:
                 return response

@@ -19,10 +19,12 @@ application endpoints: neither is a broker address.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Final, Protocol, TypeVar
 
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import Entity
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import peek_correlation_id
 from kafkaguard.protocol.skim.tails import NodeEndpointsTail, fetch_response_has_node_endpoints
@@ -39,7 +41,50 @@ FIRST_VERSION_WITH_NODE_ENDPOINTS: Final = {0: 10, 1: 16}
 """Produce and Fetch: the first version whose response carries ``node_endpoints``."""
 
 
-def rewrite_node_addresses(entries: Any, ctx: HandlerContext, id_field: str) -> Any:
+class NodeAddress(Entity, Protocol):
+    """A broker's address in a response (``brokers``, ``node_endpoints``, ``coordinators``
+    entries), its id named by a field of its own (``node_id``, ``broker_id``)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+class _Coordinator(NodeAddress, Protocol):
+    @property
+    def node_id(self) -> int: ...
+
+
+class _FindCoordinatorResponse(_Coordinator, Protocol):
+    """v0–3 are the one coordinator (``_Coordinator``'s fields), v4+ list ``coordinators``
+    (KIP-699): each version has one or the other."""
+
+    @property
+    def coordinators(self) -> Sequence[_Coordinator]: ...
+
+
+class NodeAddresses(Entity, Protocol):
+    """A response listing ``brokers`` (Metadata, DescribeCluster)."""
+
+    @property
+    def brokers(self) -> Sequence[NodeAddress]: ...
+
+
+class _WithNodeEndpoints(Entity, Protocol):
+    @property
+    def node_endpoints(self) -> Sequence[NodeAddress]: ...
+
+
+_N = TypeVar("_N", bound=NodeAddress)
+_B = TypeVar("_B", bound=NodeAddresses)
+_F = TypeVar("_F", bound=_FindCoordinatorResponse)
+_E = TypeVar("_E", bound=_WithNodeEndpoints)
+
+
+def rewrite_node_addresses(
+    entries: Sequence[_N], ctx: HandlerContext, id_field: str
+) -> Sequence[_N]:
     """Replace host/port of each entry; returns ``entries`` itself when nothing changed."""
     changed = False
     out = []
@@ -52,22 +97,22 @@ def rewrite_node_addresses(entries: Any, ctx: HandlerContext, id_field: str) -> 
     return tuple(out) if changed else entries
 
 
-def _rewrite_brokers(response: Any, ctx: HandlerContext, id_field: str) -> Any:
+def _rewrite_brokers(response: _B, ctx: HandlerContext, id_field: str) -> _B:
     brokers = rewrite_node_addresses(response.brokers, ctx, id_field)
     return response if brokers is response.brokers else replace(response, brokers=brokers)
 
 
-def rewrite_metadata_brokers(response: Any, ctx: HandlerContext) -> Any:
+def rewrite_metadata_brokers(response: _B, ctx: HandlerContext) -> _B:
     """Metadata ``brokers``."""
     return _rewrite_brokers(response, ctx, "node_id")
 
 
-def rewrite_describe_cluster_brokers(response: Any, ctx: HandlerContext) -> Any:
+def rewrite_describe_cluster_brokers(response: _B, ctx: HandlerContext) -> _B:
     """DescribeCluster ``brokers``."""
     return _rewrite_brokers(response, ctx, "broker_id")
 
 
-def rewrite_coordinators(response: Any, ctx: HandlerContext) -> Any:
+def rewrite_coordinators(response: _F, ctx: HandlerContext) -> _F:
     """FindCoordinator: the v0–3 top-level node, or each found v4+ ``coordinators`` entry
     (a node id below 0, e.g. COORDINATOR_NOT_AVAILABLE, has no address to hide)."""
     if hasattr(response, "coordinators"):  # v4+: batched (KIP-699)
@@ -87,7 +132,7 @@ def rewrite_coordinators(response: Any, ctx: HandlerContext) -> Any:
 def coordinators_rewrite(ctx: HandlerContext) -> ResponseRewrite:
     """:func:`rewrite_coordinators` as a :class:`~base.Forward` rewrite."""
 
-    def rewrite(response: Any) -> Any:
+    def rewrite(response: _F) -> _F:
         return rewrite_coordinators(response, ctx)
 
     return rewrite
@@ -100,7 +145,7 @@ def node_endpoints_rewrite(request: Request, ctx: HandlerContext) -> ResponseRew
     if header.api_version < FIRST_VERSION_WITH_NODE_ENDPOINTS[header.api_key]:
         return None
 
-    def rewrite(response: Any) -> Any:
+    def rewrite(response: _E) -> _E:
         if not response.node_endpoints:
             return response
         endpoints = rewrite_node_addresses(response.node_endpoints, ctx, "node_id")

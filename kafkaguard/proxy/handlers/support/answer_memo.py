@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ResponsePayload
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.protocol.inflight import ResponseTransform
@@ -35,7 +35,7 @@ class AnswerMemo:
     __slots__ = ("_answers",)
 
     def __init__(self) -> None:
-        self._answers: dict[tuple[int, bytes], tuple[Any, bytes, bytes]] = {}
+        self._answers: dict[tuple[int, bytes], tuple[ResponsePayload, bytes, bytes]] = {}
         """(request version, the broker's frame after its correlation id) → (the decoded broker
         answer, the client's frame's size prefix, the client's frame after its correlation
         id)."""
@@ -43,8 +43,8 @@ class AnswerMemo:
     def transform(
         self,
         header: RequestHeaderInfo,
-        rewrite: Callable[[Any], Any],
-        record: Callable[[Any], None],
+        rewrite: Callable[[ResponsePayload], ResponsePayload],
+        record: Callable[[ResponsePayload], None],
     ) -> ResponseTransform:
         """``rewrite`` on the broker's answer to ``header``'s request, through the memo;
         ``record`` keeps a remembered answer as ``rewrite`` keeps a decoded one."""

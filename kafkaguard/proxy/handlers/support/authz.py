@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 from uuid import UUID
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
@@ -20,7 +20,7 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.support.base import HandlerContext, Request
 
 CLUSTER = ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME)
@@ -32,6 +32,14 @@ TopicKey = str | UUID
 """A topic as a request names it: its name, or its id in the id-keyed versions."""
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=Entity)
+
+
+class EntityRewrite(Protocol):
+    """A change of a decoded entity that keeps its class (a whole response, or an entry of
+    one): usable as a :data:`~base.ResponseRewrite`."""
+
+    def __call__(self, holder: _E, /) -> _E: ...
 
 
 def topic(name: str) -> ResourcePattern:
@@ -99,8 +107,10 @@ def first_seen(names: Iterable[_T]) -> list[_T]:
     return list(dict.fromkeys(names))
 
 
-def topic_key(entry: Any) -> TopicKey:
-    """A request/response topic's identity: its name, or its id in the id-keyed versions."""
+def topic_key(entry: Any) -> TopicKey:  # Any: a topic entry of any schema (below)
+    """A request/response topic's identity: its name, or its id in the id-keyed versions.
+    ``entry`` is any version's topic entry of any request or response, or a skim's: each
+    names its topic by a different field, which the checks below tell apart."""
     for field in ("name", "topic_name"):
         if hasattr(entry, field):
             return str(getattr(entry, field))
@@ -192,11 +202,11 @@ def authorize_topics(
 
 def drop_denied_topics(
     ctx: HandlerContext, request: Request, operation: AclOperation, field: str = "topics"
-) -> Callable[[Any], Any]:
+) -> EntityRewrite:
     """A rewrite of an entry whose ``field`` lists topics: keep only the topics the principal
     may ``operation``, without an error (Kafka's "list everything" forms filter silently)."""
 
-    def keep(holder: Any) -> Any:
+    def keep(holder: _E) -> _E:
         topics = getattr(holder, field)
         if not topics:
             return holder
@@ -212,12 +222,12 @@ def drop_denied_topics(
 
 def authorized_operations_rewrite(
     request: Request, ctx: HandlerContext, field: str = "groups"
-) -> Callable[[Any], Any]:
+) -> Callable[[ResponsePayload], ResponsePayload]:
     """KIP-430 (``AuthHelper.authorizedOperations``) for described groups: the broker behind
     the proxy has no authorizer, so every group returned with NONE gets the proxy's bitfield;
     others keep the broker's value (the "omitted" sentinel)."""
 
-    def fill(response: Any) -> Any:
+    def fill(response: ResponsePayload) -> ResponsePayload:
         groups = tuple(
             codec.replace(
                 g, authorized_operations=ctx.authorized_operations(request, group(g.group_id))

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, cast
 from uuid import UUID
+
+from typing_extensions import TypeVar  # PEP 696 defaults, in typing itself from 3.13
 
 from kafkaguard.policy.authorizer import (
     AclCreateResult,
@@ -61,19 +63,36 @@ if TYPE_CHECKING:
     from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
     from kafkaguard.proxy.session import Session
 
-ResponseRewrite = Callable[[ResponsePayload], ResponsePayload]
+ResponseRewrite = Callable[[Any], ResponsePayload]  # Any: below
+"""A change of the broker's decoded response. Its argument is the response to the request
+the handler forwarded, whose schema only the handler knows: each rewrite names it (a Protocol
+over kio's classes of every version), which a ``ResponsePayload`` parameter would not let it."""
 
 _S = TypeVar("_S")
 
+B = TypeVar("B", default=Any)  # Any: below
+"""The body a handler reads (:meth:`ApiHandler.read_request`): a Protocol over kio's classes
+of its API's versions, or a skim's. Unparameterized (the registry, the dispatcher, which pair a
+handler with an API key the type system does not see) it is any body."""
 
-class Request:
+B_co = TypeVar("B_co", covariant=True, default=Any)  # Any: as B's
+""":class:`Request`'s ``B``: a request whose body has more fields passes for one with fewer
+(a helper reading what ShareFetch and ShareAcknowledge share takes either)."""
+
+St = TypeVar("St", default=Any)  # Any: as B's, for the state of :class:`Authorize`
+"""What a two-phase handler hands from :meth:`ApiHandler.on_request` to its
+:meth:`ApiHandler.on_authorized` (:class:`Authorize`'s ``state``)."""
+
+
+class Request(Generic[B_co]):
     """A request as the handler sees it. A plain slots class, not a frozen dataclass: one is
     built for every request, and a frozen dataclass sets each field through
-    ``object.__setattr__``. Handlers never change it."""
+    ``object.__setattr__``. Handlers never change it. Generic only for the type checker:
+    ``Request(...)`` is built unparameterized, at no cost."""
 
     __slots__ = ("body", "frame", "header")
 
-    def __init__(self, header: RequestHeaderInfo, frame: Frame, body: Any) -> None:
+    def __init__(self, header: RequestHeaderInfo, frame: Frame, body: B_co) -> None:
         self.header = header
         self.frame = frame
         """The whole original frame, size prefix included."""
@@ -125,7 +144,7 @@ class AskFirst:
     not the data path's normal flow."""
 
     question: RequestPayload
-    then: Callable[[ResponsePayload], Verdict]
+    then: Callable[[Any], Verdict]  # Any: the answer to ``question``, as ResponseRewrite's
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,14 +155,14 @@ class Close:
 Verdict = Forward | Respond | RespondLater | AskFirst | Close
 
 
-class Authorize:
+class Authorize(Generic[St]):
     """Phase one of a two-phase handler: authorize ``actions`` (in this order, in one call),
     then call :meth:`ApiHandler.on_authorized` with ``state`` and the results. A plain slots
     class: one is built per request on the data path."""
 
     __slots__ = ("actions", "state")
 
-    def __init__(self, actions: Sequence[Action], state: Any) -> None:
+    def __init__(self, actions: Sequence[Action], state: St) -> None:
         self.actions = actions
         self.state = state
         """What the handler needs to read the results (its own type)."""
@@ -160,7 +179,7 @@ class ConnectionState:
     __slots__ = ("_slots",)
 
     def __init__(self) -> None:
-        self._slots: dict[type[Any], Any] = {}
+        self._slots: dict[type[object], object] = {}
 
     def get(self, kind: type[_S]) -> _S:
         state = self._slots.get(kind)
@@ -278,10 +297,10 @@ class HandlerContext(Protocol):
         ...
 
 
-class ApiHandler:
+class ApiHandler(Generic[B, St]):
     """Base of the per-API handlers. It forwards nothing: a handler that does not decide
     closes the connection (docs/design.md#fail-closed), so every API key is handled
-    explicitly."""
+    explicitly. ``B`` is the body it reads, ``St`` the state of its :class:`Authorize`."""
 
     api_key: ClassVar[int]
     max_version: ClassVar[int | None] = None
@@ -298,28 +317,32 @@ class ApiHandler:
             return known
         return range(known.start, min(known.stop, self.max_version + 1))
 
-    def read_request(self, header: RequestHeaderInfo, frame: Frame) -> Any:
+    def read_request(self, header: RequestHeaderInfo, frame: Frame) -> B:
         """The body :meth:`on_request` reads: kio's decode when ``decode_request``, else
         ``None``. A data-path handler reads only the fields it authorizes instead."""
+        # kio's class for this API key and version, which ``B`` describes; passed on as B
+        # through an untyped name, as a cast would cost a call per request (Fetch's included).
+        body: Any = None  # Any: kio's decode, whichever schema B is
         if self.decode_request:
-            return decode_request(frame, header.api_key, header.api_version)
-        return None
+            body = decode_request(frame, header.api_key, header.api_version)
+        typed: B = body
+        return typed
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+    def on_request(self, request: Request[B], ctx: HandlerContext) -> Verdict | Authorize[St]:
         return Close(f"{type(self).__name__} does not decide api key {self.api_key}")
 
     def on_authorized(
         self,
-        request: Request,
+        request: Request[B],
         ctx: HandlerContext,
-        state: Any,
+        state: St,
         results: Sequence[AuthorizationResult],
-    ) -> Verdict | Authorize:
+    ) -> Verdict | Authorize[St]:
         """Phase two: the verdict once the actions of :class:`Authorize` are decided
         (``results`` in their order). Only handlers that return :class:`Authorize` get here."""
         return Close(f"{type(self).__name__} asked for authorization it does not read")
 
-    def topic_ids(self, request: Request) -> Iterable[UUID]:
+    def topic_ids(self, request: Request[B]) -> Iterable[UUID]:
         """The topic ids the request names (id-keyed versions). Ids the proxy has not seen yet
         are resolved with the broker before :meth:`on_request` runs (``ask.decide``)."""
         return ()

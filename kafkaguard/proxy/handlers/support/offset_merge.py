@@ -19,32 +19,45 @@ proxy still reproduces it, so its answers are the broker's answers entry for ent
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Protocol, TypeVar
 
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.support.authz import TopicKey, topic_key
+from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
+from kafkaguard.proxy.handlers.support.authz import EntityRewrite, TopicKey, topic_key
 from kafkaguard.proxy.handlers.support.base import ResponseRewrite
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed
 
 REJECTED_BEFORE_COORDINATOR = frozenset(
     {ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id}
 )
 """Partition errors ``KafkaApis`` sets itself before calling the coordinator."""
 
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound=Entity)
 
-def _key_field(topic_type: type[Any]) -> str:
+
+class _Partition(PartitionIndexed, ErrorCoded, Entity, Protocol):
+    """A partition of an offset response (any of the APIs above, any version)."""
+
+
+class _Topic(Entity, Protocol):
+    @property
+    def partitions(self) -> Sequence[_Partition]: ...
+
+
+def _key_field(topic_type: type[Entity]) -> str:
     fields = topic_type.__dataclass_fields__
     return next(f for f in ("name", "topic_id") if f in fields)
 
 
 def builder_merge(
-    topic_type: type[Any],
-    request_topics: Sequence[Any],
+    topic_type: type[Entity],
+    request_topics: Sequence[_T],
     denied: dict[TopicKey, ErrorCode],
-    partition_indexes: Callable[[Any], Iterable[int]],
+    partition_indexes: Callable[[_T], Iterable[int]],
     *,
     field: str = "topics",
-    **partition_values: Any,
+    **partition_values: object,
 ) -> ResponseRewrite:
     """A rewrite putting the proxy's ``denied`` topics (their code on every requested
     partition) into the broker's answer the way Kafka's response builder orders them. Broker
@@ -54,15 +67,15 @@ def builder_merge(
     requested = [(topic_key(t), list(partition_indexes(t))) for t in request_topics]
     sent = {key for key, _ in requested if key not in denied}
 
-    def merge(response: Any) -> Any:
-        broker = [t for t in getattr(response, field) if topic_key(t) in sent]
+    def merge(response: ResponsePayload) -> ResponsePayload:
+        broker: list[_Topic] = [t for t in getattr(response, field) if topic_key(t) in sent]
         rejected = {
             (topic_key(t), int(p.partition_index)): p
             for t in broker
             for p in t.partitions
             if p.error_code in REJECTED_BEFORE_COORDINATOR
         }
-        built: dict[TopicKey, list[Any]] = {}
+        built: dict[TopicKey, list[Entity]] = {}
         placed: set[tuple[TopicKey, int]] = set()
         for key, indexes in requested:
             for index in indexes:
@@ -78,7 +91,7 @@ def builder_merge(
                 elif (key, index) in rejected and (key, index) not in placed:
                     built.setdefault(key, []).append(rejected[(key, index)])
                     placed.add((key, index))
-        templates: dict[TopicKey, Any] = {}
+        templates: dict[TopicKey, _Topic] = {}
         for t in broker:
             key = topic_key(t)
             templates.setdefault(key, t)
@@ -99,18 +112,18 @@ def builder_merge(
 
 
 def errors_last(
-    request_topics: Sequence[Any],
-    denied_entries: dict[int, Any],
+    request_topics: Sequence[object],
+    denied_entries: dict[int, Entity],
     sent_keys: Iterable[TopicKey],
     *,
     field: str = "topics",
-) -> Callable[[Any], Any]:
+) -> EntityRewrite:
     """A rewrite of an OffsetFetch topic holder (response or group): the broker's topics for
     ``sent_keys`` first, then ``denied_entries`` (request position → entry) in request order."""
     sent = set(sent_keys)
     errors = tuple(denied_entries[i] for i in range(len(request_topics)) if i in denied_entries)
 
-    def merge(holder: Any) -> Any:
+    def merge(holder: _E) -> _E:
         broker = tuple(t for t in getattr(holder, field) if topic_key(t) in sent)
         return codec.replace(holder, **{field: broker + errors})
 

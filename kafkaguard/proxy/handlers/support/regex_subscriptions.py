@@ -41,15 +41,15 @@ client can observe of the difference.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypeVar, cast
 
 import re2
 
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode, RequestPayload
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload
 from kafkaguard.proxy.handlers.support.authz import filter_authorized
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
@@ -60,7 +60,49 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded, TopicIded
 from kafkaguard.proxy.handlers.support.responses import whole_error
+
+
+class Matcher(Protocol):
+    """A compiled RE2 pattern, as the proxy uses it (google-re2 ships no types)."""
+
+    def fullmatch(self, text: str) -> object | None: ...
+
+
+class HeartbeatBody(Entity, Protocol):
+    """What the proxy reads of a ``ConsumerGroupHeartbeatRequest`` (kio's, any version): the
+    regex field from v1 (checked by name)."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def member_epoch(self) -> int: ...
+    @property
+    def subscribed_topic_regex(self) -> str | None: ...
+    @property
+    def subscribed_topic_names(self) -> Sequence[str] | None: ...
+
+
+class _Answer(ErrorCoded, Entity, Protocol):
+    """A heartbeat's answer: its error code and message."""
+
+
+class _ListedTopic(TopicIded, Protocol):
+    """A topic of a Metadata answer: ``topic_id`` (v10+) read where it is."""
+
+    @property
+    def name(self) -> str | None: ...
+
+
+class _Listing(Protocol):
+    @property
+    def topics(self) -> Sequence[_ListedTopic]: ...
+
+
+_A = TypeVar("_A", bound=_Answer)
 
 METADATA = 3
 _ALL_TOPICS_SINCE = 1
@@ -126,7 +168,7 @@ def invalid_message(regex: str, description: str) -> str:
     return f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {description}."
 
 
-def compile_regex(regex: str) -> Any:
+def compile_regex(regex: str) -> Matcher | InvalidRegex:
     """``regex`` compiled with RE2 (``fullmatch`` is RE2/J's ``matches()``), or
     :class:`InvalidRegex` when RE2/J refuses it, with the description of the first error RE2/J
     meets (it parses left to right and stops there).
@@ -147,9 +189,10 @@ def compile_regex(regex: str) -> Any:
             description = _re2j_description(*before)
         return InvalidRegex(invalid_message(regex, description))
     try:
-        return re2.compile(pattern, _OPTIONS)
+        compiled: Matcher = re2.compile(pattern, _OPTIONS)
     except re2.error as exc:
         return InvalidRegex(invalid_message(regex, _re2j_description(*_code(exc))))
+    return compiled
 
 
 def _re2_error(pattern: str) -> tuple[str, str] | None:
@@ -289,7 +332,7 @@ class MemberRegex:
     """What the proxy knows of one member subscribed with a regex."""
 
     regex: str
-    matcher: Any
+    matcher: Matcher
     client_names: tuple[str, ...]
     """The names the client subscribed to itself (checked by the heartbeat's DESCRIBE gate)."""
     resolved: frozenset[str] = frozenset()
@@ -321,7 +364,7 @@ def _subscriptions(ctx: HandlerContext) -> RegexSubscriptions:
     return ctx.connection_state.get(RegexSubscriptions)
 
 
-def heartbeat_verdict(request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+def heartbeat_verdict(request: Request, body: HeartbeatBody, ctx: HandlerContext) -> Verdict:
     """The verdict for a ConsumerGroupHeartbeat that passed the group and topic-name checks."""
     if not hasattr(body, "subscribed_topic_regex"):  # v0: no regex field
         return FORWARD
@@ -347,7 +390,9 @@ def heartbeat_verdict(request: Request, body: Any, ctx: HandlerContext) -> Verdi
     return _resolve(request, body, ctx, MemberRegex(regex, compiled, names))
 
 
-def _known_member(request: Request, body: Any, ctx: HandlerContext, member: MemberRegex) -> Verdict:
+def _known_member(
+    request: Request, body: HeartbeatBody, ctx: HandlerContext, member: MemberRegex
+) -> Verdict:
     """A heartbeat of a regex member that did not resend its regex (unchanged)."""
     state = _subscriptions(ctx)
     member.client_names = _client_names(body, member)
@@ -356,7 +401,7 @@ def _known_member(request: Request, body: Any, ctx: HandlerContext, member: Memb
     return _forward(body, member, state, (str(body.group_id), str(body.member_id)))
 
 
-def _client_names(body: Any, member: MemberRegex | None) -> tuple[str, ...]:
+def _client_names(body: HeartbeatBody, member: MemberRegex | None) -> tuple[str, ...]:
     names = body.subscribed_topic_names
     if names is not None:
         return tuple(names)
@@ -367,7 +412,9 @@ def _due(state: RegexSubscriptions, member: MemberRegex) -> bool:
     return state.clock() - member.asked_at >= LIST_INTERVAL_S
 
 
-def _resolve(request: Request, body: Any, ctx: HandlerContext, member: MemberRegex) -> Verdict:
+def _resolve(
+    request: Request, body: HeartbeatBody, ctx: HandlerContext, member: MemberRegex
+) -> Verdict:
     """Ask the broker for every topic; resolve ``member``'s regex against them if they changed
     since its last resolution, or that was :data:`RESOLVE_INTERVAL_S` ago (or never)."""
     question = _all_topics_question(ctx)
@@ -382,7 +429,7 @@ def _resolve(request: Request, body: Any, ctx: HandlerContext, member: MemberReg
     state = _subscriptions(ctx)
     key = (str(body.group_id), str(body.member_id))
 
-    def answered(answer: Any) -> Verdict:
+    def answered(answer: _Listing) -> Verdict:
         topics = _topic_names(answer, ctx)
         listed = hash(frozenset(topics))
         now = member.asked_at = state.clock()
@@ -406,7 +453,7 @@ def _describable(request: Request, ctx: HandlerContext, matched: Iterable[str]) 
 
 
 def _forward(
-    body: Any, member: MemberRegex, state: RegexSubscriptions, key: tuple[str, str]
+    body: HeartbeatBody, member: MemberRegex, state: RegexSubscriptions, key: tuple[str, str]
 ) -> Verdict:
     """Forward with the member's names ∪ its resolution when the broker needs to hear it: the
     client sent a subscription (names or regex), or the union changed since the broker last
@@ -418,28 +465,26 @@ def _forward(
     if not client_sent and names == member.sent:
         return FORWARD
 
-    def accepted(response: Any) -> Any:
+    def accepted(response: _A) -> _A:
         if response.error_code == ErrorCode.none:
             member.sent = names
         return response
 
-    replaced: RequestPayload = codec.replace(
-        body, subscribed_topic_names=names, subscribed_topic_regex=None
-    )
-    return Forward(request=replaced, rewrite=accepted)
+    replaced = codec.replace(body, subscribed_topic_names=names, subscribed_topic_regex=None)
+    return Forward(request=cast(RequestPayload, replaced), rewrite=accepted)  # client's schema
 
 
-def _broker_decides_when(body: Any, message: str) -> Verdict:
+def _broker_decides_when(body: HeartbeatBody, message: str) -> Verdict:
     """An invalid regex: forwarded as :data:`INVALID_PLACEHOLDER` so the broker answers 128 (or
     the error Kafka checks first); the answer carries Kafka's message for the client's regex."""
 
-    def kafka_message(response: Any) -> Any:
+    def kafka_message(response: _A) -> _A:
         if response.error_code != ErrorCode.invalid_regular_expression:
             return response
         return codec.replace(response, error_message=message)
 
-    replaced: RequestPayload = codec.replace(body, subscribed_topic_regex=INVALID_PLACEHOLDER)
-    return Forward(request=replaced, rewrite=kafka_message)
+    replaced = codec.replace(body, subscribed_topic_regex=INVALID_PLACEHOLDER)
+    return Forward(request=cast(RequestPayload, replaced), rewrite=kafka_message)
 
 
 def _all_topics_question(ctx: HandlerContext) -> RequestPayload | None:
@@ -451,10 +496,10 @@ def _all_topics_question(ctx: HandlerContext) -> RequestPayload | None:
     return codec.make_entity(schema, topics=None, allow_auto_topic_creation=False)
 
 
-def _topic_names(answer: Any, ctx: HandlerContext) -> list[str]:
+def _topic_names(answer: _Listing, ctx: HandlerContext) -> list[str]:
     """The names of the topics the broker listed (the ids are learned on the way)."""
-    listed = [t for t in answer.topics if t.name]
+    listed = [(t, t.name) for t in answer.topics if t.name]
     ctx.learn_topic_names(
-        (t.topic_id, t.name) for t in listed if getattr(t, "topic_id", None) and t.topic_id.int
+        (t.topic_id, name) for t, name in listed if getattr(t, "topic_id", None) and t.topic_id.int
     )
-    return [t.name for t in listed]
+    return [name for _, name in listed]

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload, ResponsePayload
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.proxy.handlers.support.authz import TopicKey, topic_key
 from kafkaguard.proxy.handlers.support.base import Forward, Request, Respond, ResponseRewrite
@@ -55,10 +55,10 @@ ERROR_MESSAGES: Mapping[ErrorCode, str] = {
 }
 
 
-def convert(value: Any, target: type[_T]) -> _T:
+def convert(value: object, target: type[_T]) -> _T:
     """``value``, an entity of another version of the same schema, as ``target``: fields the
     target lacks are dropped, fields it adds take their defaults (nested entities alike)."""
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for f in dataclasses.fields(target):  # type: ignore[arg-type]
         if not hasattr(value, f.name):
             continue
@@ -69,8 +69,8 @@ def convert(value: Any, target: type[_T]) -> _T:
         elif dataclasses.is_dataclass(v) and not isinstance(v, type):
             v = convert(v, codec.nested_type(target, f.name))
         values[f.name] = v
-    code = values.pop("error_code", ErrorCode.none)
-    return entity(target, code, **values)
+    code = cast(ErrorCode, values.pop("error_code", ErrorCode.none))
+    return entity_from(target, code, values)
 
 
 def entity(
@@ -78,23 +78,32 @@ def entity(
     code: ErrorCode = ErrorCode.none,
     *,
     message: bool = False,
-    **values: Any,
+    **values: object,
 ) -> _T:
     """``codec.make_entity`` for any version of a schema: values for fields the version lacks
     (e.g. ``error_message`` before it existed) are dropped, so one call serves every version;
     ``message=True`` fills ``error_message`` with Kafka's default message for ``code``."""
+    return entity_from(entity_type, code, values, message=message)
+
+
+def entity_from(
+    entity_type: type[_T], code: ErrorCode, values: dict[str, object], *, message: bool = False
+) -> _T:
+    """:func:`entity`, its values as a mapping (of any keys: ``message`` or ``code`` too)."""
     if message and "error_message" not in values:
         values["error_message"] = ERROR_MESSAGES.get(code)
     known = entity_type.__dataclass_fields__  # type: ignore[attr-defined]
     return codec.make_entity(entity_type, code, **{k: v for k, v in values.items() if k in known})
 
 
-def response_type(request: Request) -> type[Any]:
+def response_type(request: Request) -> type[ResponsePayload]:
     """The response schema of ``request``'s API and version."""
     return codec.response_schema(request.header.api_key, request.header.api_version)
 
 
-def whole_error(request: Request, code: ErrorCode, *, message: bool = False, **values: Any) -> Any:
+def whole_error(
+    request: Request, code: ErrorCode, *, message: bool = False, **values: object
+) -> ResponsePayload:
     """``XxxRequest.getErrorResponse`` for a schema with a top-level error: the code (and,
     with ``message``, ``Errors.message()``) at the top, every list empty unless ``values``
     fills it."""
@@ -102,16 +111,29 @@ def whole_error(request: Request, code: ErrorCode, *, message: bool = False, **v
 
 
 def partition_errors(
-    topic_type: type[Any],
+    topic_type: type[Entity],
     partitions_field: str,
     indexes: Iterable[int],
     code: ErrorCode,
     *,
     index_field: str = "partition_index",
-    **partition_values: Any,
-) -> tuple[Any, ...]:
+    **partition_values: object,
+) -> tuple[Entity, ...]:
     """The ``partitions_field`` of a response topic: one entry per index, each with ``code``
     (and ``partition_values``), as Kafka's per-partition error responses are built."""
+    return partition_errors_from(
+        topic_type, partitions_field, indexes, code, index_field, partition_values
+    )
+
+
+def partition_errors_from(
+    topic_type: type[Entity],
+    partitions_field: str,
+    indexes: Iterable[int],
+    code: ErrorCode,
+    index_field: str,
+    partition_values: Mapping[str, object],
+) -> tuple[Entity, ...]:
     partition_type = codec.nested_type(topic_type, partitions_field)
     return tuple(
         codec.make_entity(partition_type, code, **{index_field: i}, **partition_values)
@@ -120,13 +142,13 @@ def partition_errors(
 
 
 def topic_entries(
-    topic_type: type[Any],
+    topic_type: type[Entity],
     partitions_field: str,
-    topics: Iterable[Any],
+    topics: Iterable[_T],
     codes: Mapping[TopicKey, ErrorCode],
-    partition_indexes: Callable[[Any], Iterable[int]],
-    **partition_values: Any,
-) -> dict[TopicKey, list[Any]]:
+    partition_indexes: Callable[[_T], Iterable[int]],
+    **partition_values: object,
+) -> dict[TopicKey, list[Entity]]:
     """One response topic per denied key (the partitions of every request entry naming it,
     like Kafka's ``Response.Builder.addPartitions``), each partition carrying the key's code."""
     key_field = next(
@@ -144,8 +166,13 @@ def topic_entries(
                 ErrorCode.none,
                 **{
                     key_field: key,
-                    partitions_field: partition_errors(
-                        topic_type, partitions_field, indexes, codes[key], **partition_values
+                    partitions_field: partition_errors_from(
+                        topic_type,
+                        partitions_field,
+                        indexes,
+                        codes[key],
+                        "partition_index",
+                        partition_values,
                     ),
                 },
             )
@@ -186,11 +213,11 @@ def merge_in_request_order(
 
 
 def merge_rewrite(
-    keys: Sequence[Any], entries: Mapping[Any, Sequence[Any]], field: str, key: Callable[[Any], Any]
+    keys: Sequence[K], entries: Mapping[K, Sequence[E]], field: str, key: Callable[[E], K]
 ) -> ResponseRewrite:
     """A rewrite merging synthesized ``entries`` into the broker's ``field`` in request order."""
 
-    def merge(response: Any) -> Any:
+    def merge(response: ResponsePayload) -> ResponsePayload:
         merged = merge_in_request_order(keys, entries, getattr(response, field), key)
         return codec.replace(response, **{field: merged})
 
@@ -205,7 +232,7 @@ def chain(*steps: ResponseRewrite | None) -> ResponseRewrite | None:
     if len(present) == 1:
         return present[0]
 
-    def run(response: Any) -> Any:
+    def run(response: ResponsePayload) -> ResponsePayload:
         for step in present:
             response = step(response)
         return response
@@ -216,12 +243,12 @@ def chain(*steps: ResponseRewrite | None) -> ResponseRewrite | None:
 def split(
     request: Request,
     field: str,
-    kept: Sequence[Any],
+    kept: Sequence[object],
     answer_field: str,
     merge: ResponseRewrite,
     *,
     rewrite: ResponseRewrite | None = None,
-    changes: Mapping[str, Any] | None = None,
+    changes: Mapping[str, object] | None = None,
 ) -> Forward | Respond:
     """The verdict for a request the proxy answers in part: forward the body with only
     ``kept`` in its ``field`` (and ``changes``), and ``merge`` the proxy's own entries into the
@@ -234,8 +261,8 @@ def split(
     item" would act on items nobody authorized (``docs/design.md#fail-closed``; the split itself is
     ``docs/design.md#forwarded-untouched``)."""
     if not kept:
-        empty: dict[str, Any] = {answer_field: ()}
-        return Respond(merge(entity(response_type(request), **empty)))
-    original: Any = request.body
+        empty: dict[str, object] = {answer_field: ()}
+        return Respond(merge(entity_from(response_type(request), ErrorCode.none, empty)))
+    original: RequestPayload = request.body
     body = codec.replace(original, **{field: tuple(kept)}, **(changes or {}))
     return Forward(request=body, rewrite=chain(rewrite, merge))
