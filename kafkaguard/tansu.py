@@ -22,17 +22,16 @@ from kafkaguard.proxy.net.cluster import fetch_api_versions
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free port below Linux's ephemeral range (32768+): a port the kernel hands out (bind to
+    0) may be taken by any outgoing connection's source port before the caller binds it."""
+    return free_base((0,), host)
 
 
 NODE_ID = 111
 """The node id the embedded Tansu broker gives itself."""
 
 
-def free_base(node_ids: Iterable[int] = (NODE_ID,)) -> int:
+def free_base(node_ids: Iterable[int] = (NODE_ID,), host: str = "127.0.0.1") -> int:
     """A base port such that ``base + id`` is free for every node id (checked by binding).
 
     Chosen below Linux's ephemeral range (32768+), so an outgoing connection of the test
@@ -45,7 +44,7 @@ def free_base(node_ids: Iterable[int] = (NODE_ID,)) -> int:
         try:
             for node_id in ids:
                 socks.append(socket.socket())
-                socks[-1].bind(("127.0.0.1", base + node_id))
+                socks[-1].bind((host, base + node_id))
             return base
         except OSError:
             continue

@@ -199,5 +199,5 @@ def test_alter_broker_configs_mixed_with_applied_changes(sides: list[Side]) -> N
         (TOPIC, topic): "none",
         (BROKER, "1"): "cluster_authorization_failed",
     }
-    value = differential(sides, lambda side: topic_config(side, topic, "retention.ms"))
+    value = differential(sides, lambda side: topic_config(side, topic, "retention.ms"), settle_s=10)
     assert value[0] == "7200000"

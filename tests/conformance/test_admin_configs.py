@@ -157,7 +157,7 @@ def test_alter_topic_configs(sides: list[Side]) -> None:
             )
             got = resource_codes(answer, "responses")
             assert [got[(TOPIC, n)] for n in names] == codes
-    differential(sides, lambda side: topic_config(side, topic, "retention.ms"))
+    differential(sides, lambda side: topic_config(side, topic, "retention.ms"), settle_s=10)
 
     # Invalid values: the broker's answer (40) for who may alter, 29 for who may not.
     for user, code in (("alice", "invalid_config"), ("bob", "topic_authorization_failed")):
@@ -172,16 +172,17 @@ def test_alter_topic_configs(sides: list[Side]) -> None:
     )
     assert resource_codes(answer, "responses") == {(TOPIC, topic): "none"}
     assert (
-        differential(sides, lambda side: topic_config(side, topic, "retention.ms"))[0] == "7200000"
+        differential(sides, lambda side: topic_config(side, topic, "retention.ms"), settle_s=10)[0]
+        == "7200000"
     )
     answer = differential(sides, alter("alice", 2, [(TOPIC, topic, {"cleanup.policy": "compact"})]))
     assert resource_codes(answer, "responses") == {(TOPIC, topic): "none"}
-    differential(sides, lambda side: topic_config(side, topic, "retention.ms"))
+    differential(sides, lambda side: topic_config(side, topic, "retention.ms"), settle_s=10)
     answer = differential(
         sides, incremental("alice", 0, [(TOPIC, topic, [("cleanup.policy", DELETE, None)])])
     )
     assert resource_codes(answer, "responses") == {(TOPIC, topic): "none"}
-    differential(sides, lambda side: topic_config(side, topic, "cleanup.policy"))
+    differential(sides, lambda side: topic_config(side, topic, "cleanup.policy"), settle_s=10)
 
     # AdminClient.incremental_alter_configs as bob (denied) and alice.
     for user in ("bob", "alice"):

@@ -29,7 +29,6 @@ import base64
 import ctypes
 import hashlib
 import os
-import random
 import re
 import signal
 import socket
@@ -42,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from kafkaguard.tansu import free_port
 
 KAFKA_VERSION = "4.3.1"
 """The newest 4.x whose every artifact is on Maven Central. 4.4.0 is listed there, but its
@@ -73,20 +74,6 @@ class KafkaUnavailable(RuntimeError):
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kafkaguard"
-
-
-def free_port() -> int:
-    """A free port below Linux's ephemeral range, so no outgoing connection can take it
-    between this check and the broker binding it."""
-    for _ in range(100):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
 
 
 def java_major() -> int | None:

@@ -163,10 +163,23 @@ def normalize(value: Any, blank: dict[str, Any] | None = None) -> Any:
 
 
 def differential(
-    sides: Sequence[Side], run: Callable[[Side], Any], *, blank: dict[str, Any] | None = None
+    sides: Sequence[Side],
+    run: Callable[[Side], Any],
+    *,
+    blank: dict[str, Any] | None = None,
+    settle_s: float = 0.0,
 ) -> Any:
-    """Run ``run`` on every side, assert the normalised results are equal, return the referee's."""
-    results = {side.name: normalize(run(side), blank) for side in sides}
+    """Run ``run`` on every side, assert the normalised results are equal, return the referee's.
+
+    ``settle_s``: a read that follows a change may be run again while the sides differ, for at
+    most this long: a KRaft broker applies a controller's change (a topic's configs) from its
+    metadata log a moment later, on each cluster at its own pace. A real difference stays."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        results = {side.name: normalize(run(side), blank) for side in sides}
+        if results["referee"] == results["kafkaguard"] or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
     referee, guard = results["referee"], results["kafkaguard"]
     assert guard == referee, (
         f"kafkaguard differs from Kafka:\n  kafka:      {referee}\n  kafkaguard: {guard}"
