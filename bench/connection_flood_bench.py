@@ -233,7 +233,8 @@ def idle_run(kind: str, count: int) -> tuple[int, float, float]:
 
 def idle(count: int) -> int:
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    print(f"{'kind':<6} {'connections':>11} {'RSS before':>11} {'RSS after':>10} {'per connection':>15}")
+    columns = ("connections", "RSS before", "RSS after", "per connection")
+    print(f"{'kind':<6} {columns[0]:>11} {columns[1]:>11} {columns[2]:>10} {columns[3]:>15}")
     for kind in IDLE_LISTENERS:
         wanted = min(count, (limit - 64) // 2) if kind == "plain" else count
         held, before, after = idle_run(kind, wanted)

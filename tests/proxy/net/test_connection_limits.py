@@ -434,7 +434,7 @@ async def test_ip_connection_creation_rate(caplog: pytest.LogCaptureFixture) -> 
         # The control address's own quota is far above: unaffected.
         control = await open_many(env, 20, CONTROL)
         await control[-1].roundtrip(METADATA, correlation_id=3)
-        assert not env.listener._throttled  # every held socket was closed
+        assert not env.listener.admission.throttled  # every held socket was closed
         await close_all([*admitted, *over, blocked, *control])
 
 
