@@ -5,6 +5,7 @@ Usage (from the repository root, with the test extras installed)::
     .venv/bin/python bench/connection_flood_bench.py            # ~1 min
     .venv/bin/python bench/connection_flood_bench.py --flood 2000
     .venv/bin/python bench/connection_flood_bench.py --idle 10000  # memory per idle connection
+    .venv/bin/python bench/connection_flood_bench.py --idle 10000 --kafkaguard-path /tmp/kg-old
 
 Starts Tansu and kafkaguard (``python -m kafkaguard run``, its own process) twice, once per
 configuration, both with ``max_connections: 500``:
@@ -21,7 +22,8 @@ logged. Loopback only; everything
 started is stopped.
 
 ``--idle N``: what an idle client connection costs the proxy's memory. Per kind, a fresh proxy
-process (Tansu upstream, the default limits but ``max_connections``) is sent one Metadata v1,
+process (Tansu upstream, the default limits but ``max_connections`` and
+``authentication_timeout_ms``, raised to hold them all) is sent one Metadata v1,
 its RSS read (``VmRSS``), then ``N`` connections are opened that send nothing, and once the
 proxy holds them all (its open file descriptors counted in ``/proc``) and has been quiet for a
 second, its RSS is read again: (after - before) / N is the figure. Kinds:
@@ -182,8 +184,9 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def idle_run(kind: str, count: int) -> tuple[int, float, float]:
-    """(connections held, RSS MB before, RSS MB after) of a fresh proxy process."""
+def idle_run(kind: str, count: int, path: str | None) -> tuple[int, float, float]:
+    """(connections held, RSS MB before, RSS MB after) of a fresh proxy process (``path``:
+    the kafkaguard checkout it runs, default this one)."""
     env = Env()
     socks: list[socket.socket] = []
     try:
@@ -200,10 +203,16 @@ def idle_run(kind: str, count: int) -> tuple[int, float, float]:
             "logging:\n  level: WARNING\n"
             'authorizer:\n  super_users: "User:ANONYMOUS"\n'
             f"limits:\n  max_connections: {count + 100}\n"
+            # held unauthenticated (sasl) for as long as the run takes
+            "  authentication_timeout_ms: 3600000\n"
         )
+        variables = dict(os.environ)
+        if path is not None:
+            variables["PYTHONPATH"] = path + os.pathsep + variables.get("PYTHONPATH", "")
         proc = subprocess.Popen(
             [sys.executable, "-m", "kafkaguard", "run", "--config", str(config)],
             cwd=directory,
+            env=variables,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -231,13 +240,13 @@ def idle_run(kind: str, count: int) -> tuple[int, float, float]:
         env.close()
 
 
-def idle(count: int) -> int:
+def idle(count: int, path: str | None) -> int:
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     columns = ("connections", "RSS before", "RSS after", "per connection")
     print(f"{'kind':<6} {columns[0]:>11} {columns[1]:>11} {columns[2]:>10} {columns[3]:>15}")
     for kind in IDLE_LISTENERS:
         wanted = min(count, (limit - 64) // 2) if kind == "plain" else count
-        held, before, after = idle_run(kind, wanted)
+        held, before, after = idle_run(kind, wanted, path)
         print(
             f"{kind:<6} {held:>11,} {before:>8.1f} MB {after:>7.1f} MB "
             f"{(after - before) * 1024 * 1024 / max(held, 1) / 1000:>12.2f} kB"
@@ -252,9 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle", type=int, metavar="N", help="instead: proxy memory per idle connection, N held"
     )
+    parser.add_argument(
+        "--kafkaguard-path",
+        metavar="DIR",
+        help="--idle: the proxy from this checkout (an A/B against an older commit)",
+    )
     args = parser.parse_args(argv)
     if args.idle:
-        return idle(args.idle)
+        return idle(args.idle, args.kafkaguard_path)
     print(
         f"{'config':<10} {'probes answered (median ms)':>44}   attacker conns held   "
         "RSS MB  log lines\n"

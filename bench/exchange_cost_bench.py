@@ -71,8 +71,7 @@ from kafkaguard.proxy.handlers import REGISTRY  # noqa: E402
 from kafkaguard.proxy.handlers.support.ask import _verdict  # noqa: E402
 from kafkaguard.proxy.handlers.support.authz import topic  # noqa: E402
 from kafkaguard.proxy.handlers.support.base import Request  # noqa: E402
-from kafkaguard.proxy.net.connection import ClientConnection  # noqa: E402
-from kafkaguard.proxy.net.upstream import UpstreamConnection  # noqa: E402
+from kafkaguard.proxy.net.connection import ClientConnection, UpstreamConnection  # noqa: E402
 from tests.support.entities import req, resp  # noqa: E402
 from tests.support.exchange_driver import Driver  # noqa: E402
 from tests.support.handler_harness import acl  # noqa: E402

@@ -6,9 +6,10 @@ sockets report and carries out the commands it returns (docs/design.md#request-p
 stays here is what needs the event loop: the client side's ``asyncio.Protocol`` (no stream
 wrappers: fewer copies and tasks on the hot path), running awaited answers
 (:class:`~kafkaguard.proxy.handlers.support.base.RespondLater`) as tasks, and closing. The
-broker side (:class:`~kafkaguard.proxy.net.upstream.UpstreamConnection`, with the proxy's own
-SASL handshake towards the broker, ``upstream.sasl``) comes from the listener's broker
-connection factory (kafkaguard/proxy/net/upstream.py), and the exchange from the listener
+broker side (:class:`UpstreamConnection`, which also carries the proxy's own SASL handshake
+towards the broker, ``upstream.sasl``) is here too, so that a request's bytes pass one module
+of the shell each way; it is opened by the listener's broker connection factory
+(kafkaguard/proxy/net/upstream.py), and the exchange comes from the listener
 (:class:`ConnectionOwner`).
 
 The broker connection is opened when the exchange says so: at once on PLAINTEXT/SSL listeners,
@@ -23,9 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from kafkaguard.protocol.errors import ProtocolError
+from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.core.commands import (
     Await,
     CloseCause,
@@ -37,14 +41,36 @@ from kafkaguard.proxy.core.commands import (
     SendBroker,
     SendClient,
 )
-from kafkaguard.proxy.net.upstream import ConnectFailed
+from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSaslExchange
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from kafkaguard.policy.authorizer import IPAddress
+    from kafkaguard.proxy.config import HostPort
     from kafkaguard.proxy.core.exchange import Exchange
-    from kafkaguard.proxy.net.upstream import BrokerConnector, UpstreamConnection
+
+_SASL_MAX_FRAME = 1 << 20
+"""Largest broker response accepted during the proxy's own SASL exchange (a challenge)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectFailed:
+    """No broker connection: the client connection is closed with this reason."""
+
+    reason: str
+    level: int = logging.WARNING
+
+
+class BrokerFactory(Protocol):
+    """Opens a client connection's broker connection
+    (:class:`~kafkaguard.proxy.net.upstream.BrokerConnector`)."""
+
+    async def connect(
+        self, client: ClientConnection, node_id: int | None
+    ) -> UpstreamConnection | ConnectFailed | None:
+        """Connected (and authenticated with ``upstream.sasl``); None: the client left."""
+        ...
 
 
 class ConnectionOwner(Protocol):
@@ -61,7 +87,7 @@ class ConnectionOwner(Protocol):
         ...
 
     @property
-    def brokers(self) -> BrokerConnector:
+    def brokers(self) -> BrokerFactory:
         """Opens the connection's broker connection (kafkaguard/proxy/net/upstream.py)."""
         ...
 
@@ -308,6 +334,118 @@ class ClientConnection(asyncio.Protocol):
     def broker_write_full(self, full: bool) -> None:
         if self.exchange is not None:
             self._run(self.exchange.broker_write_full(full))
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """The broker side of one client connection."""
+
+    __slots__ = (
+        "_auth",
+        "_auth_done",
+        "_auth_frames",
+        "_auth_ok",
+        "_client",
+        "_reading_paused",
+        "_target",
+        "_transport",
+    )
+
+    def __init__(self, client: ClientConnection, target: HostPort) -> None:
+        self._client = client
+        self._target = target
+        self._transport: asyncio.Transport | None = None
+        self._reading_paused = False
+        self._auth: UpstreamSaslExchange | None = None
+        """The proxy's own SASL exchange with the broker, while it runs (upstream.sasl)."""
+        self._auth_frames: FrameBuffer | None = None
+        self._auth_done: asyncio.Future[None] | None = None
+        self._auth_ok = False
+        """Authenticated: only then is this connection the client's (and its loss theirs)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def send(self, frames: list[Frame]) -> None:
+        if self._transport is not None:
+            self._transport.writelines(frames)
+
+    # -- upstream SASL (kafkaguard/proxy/sasl/client.py) -------------------------------------
+    def authenticate(self, exchange: UpstreamSaslExchange) -> asyncio.Future[None]:
+        """Run ``exchange`` on this connection before anything else is sent on it; the
+        future completes when the broker accepted the proxy's credentials, or fails with
+        :class:`UpstreamAuthenticationError` (refused) / ``OSError`` (connection lost)."""
+        self._auth = exchange
+        self._auth_frames = FrameBuffer(_SASL_MAX_FRAME)
+        self._auth_done = asyncio.get_running_loop().create_future()
+        self.send([exchange.start()])
+        return self._auth_done
+
+    def _auth_failed(self, exc: BaseException) -> None:
+        self._auth = None
+        if self._auth_done is not None and not self._auth_done.done():
+            self._auth_done.set_exception(exc)
+
+    def _auth_received(self, data: bytes) -> None:
+        exchange = self._auth
+        frames = self._auth_frames
+        assert exchange is not None and frames is not None
+        try:
+            for frame in frames.feed(data):
+                if exchange.done:
+                    raise UpstreamAuthenticationError("unexpected response after SASL")
+                request = exchange.receive(frame)
+                if request is not None:
+                    self.send([request])
+        except UpstreamAuthenticationError as exc:
+            self._auth_failed(exc)
+            return
+        except ProtocolError as exc:
+            self._auth_failed(UpstreamAuthenticationError(f"bad response from the broker: {exc}"))
+            return
+        if exchange.done and not frames.pending_bytes:
+            self._auth = None
+            self._auth_frames = None
+            self._auth_ok = True
+            if self._auth_done is not None and not self._auth_done.done():
+                self._auth_done.set_result(None)
+
+    # -- relaying ----------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self._auth is not None:
+            self._auth_received(data)
+        else:
+            self._client.broker_data(data)
+
+    def pause_writing(self) -> None:
+        self._client.broker_write_full(True)
+
+    def resume_writing(self) -> None:
+        self._client.broker_write_full(False)
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._auth_done is not None and not self._auth_ok:  # SASL never completed on it
+            self._auth_failed(
+                OSError(f"the broker closed the connection during SASL authentication: {exc}")
+                if exc
+                else OSError("the broker closed the connection during SASL authentication")
+            )
+            return
+        self._client.upstream_lost(exc)
 
 
 _CARRY_OUT: dict[type[Command], Callable[[ClientConnection, Any], None]] = {

@@ -4,53 +4,25 @@
 bootstrap servers, or the node the client connected to), ``upstream.ssl``, the connect timeout
 and the proxy's own SASL handshake towards the broker (``upstream.sasl``,
 kafkaguard/proxy/sasl/client.py) before any client request is written, and the listener's
-``upstream_connect_errors`` counter. :class:`UpstreamConnection` is the broker side's
-``asyncio.Protocol``; what it reports goes to the :class:`BrokerClient` it serves (the client
-connection, kafkaguard/proxy/net/connection.py), which this module does not import.
+``upstream_connect_errors`` counter. The broker side's ``asyncio.Protocol``
+(:class:`~kafkaguard.proxy.net.connection.UpstreamConnection`) stays in the shell beside the
+client side's: a request's bytes pass one module of the shell each way (docs/design.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING
 
-from kafkaguard.protocol.errors import ProtocolError
-from kafkaguard.protocol.framing import Frame, FrameBuffer
-from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSaslExchange
+from kafkaguard.proxy.net.connection import ClientConnection, ConnectFailed, UpstreamConnection
+from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError
 
 if TYPE_CHECKING:
     from kafkaguard.proxy.config import HostPort
     from kafkaguard.proxy.core.stats import ListenerStats
     from kafkaguard.proxy.net.cluster import UpstreamCluster
-
-_SASL_MAX_FRAME = 1 << 20
-"""Largest broker response accepted during the proxy's own SASL exchange (a challenge)."""
-
-
-class BrokerClient(Protocol):
-    """What the broker side reports to the client connection it serves."""
-
-    @property
-    def closed(self) -> bool:
-        """The client connection closed (a broker connection opened meanwhile is dropped)."""
-        ...
-
-    def broker_data(self, data: bytes) -> None: ...
-
-    def broker_write_full(self, full: bool) -> None: ...
-
-    def upstream_lost(self, exc: Exception | None) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectFailed:
-    """No broker connection: the client connection is closed with this reason."""
-
-    reason: str
-    level: int = logging.WARNING
 
 
 class BrokerConnector:
@@ -63,7 +35,7 @@ class BrokerConnector:
         self._stats = stats
 
     async def connect(
-        self, client: BrokerClient, node_id: int | None
+        self, client: ClientConnection, node_id: int | None
     ) -> UpstreamConnection | ConnectFailed | None:
         """A connected (and, with ``upstream.sasl``, authenticated) broker connection for
         ``client``: to node ``node_id``, or to the first bootstrap server that answers (None:
@@ -110,7 +82,7 @@ class BrokerConnector:
         return ConnectFailed(f"cannot connect upstream ({', '.join(map(str, targets))}): {error}")
 
     async def _authenticate(
-        self, client: BrokerClient, upstream: UpstreamConnection, target: HostPort
+        self, client: ClientConnection, upstream: UpstreamConnection, target: HostPort
     ) -> tuple[ConnectFailed | None, BaseException | None]:
         """The proxy's SASL exchange on a new broker connection. Returns (refused: the client
         connection is closed with it; a connection error: try the next target)."""
@@ -135,115 +107,3 @@ class BrokerConnector:
             upstream.close()
             return None, exc if str(exc) else TimeoutError("SASL authentication timed out")
         return None, None
-
-
-class UpstreamConnection(asyncio.Protocol):
-    """The broker side of one client connection."""
-
-    __slots__ = (
-        "_auth",
-        "_auth_done",
-        "_auth_frames",
-        "_auth_ok",
-        "_client",
-        "_reading_paused",
-        "_target",
-        "_transport",
-    )
-
-    def __init__(self, client: BrokerClient, target: HostPort) -> None:
-        self._client = client
-        self._target = target
-        self._transport: asyncio.Transport | None = None
-        self._reading_paused = False
-        self._auth: UpstreamSaslExchange | None = None
-        """The proxy's own SASL exchange with the broker, while it runs (upstream.sasl)."""
-        self._auth_frames: FrameBuffer | None = None
-        self._auth_done: asyncio.Future[None] | None = None
-        self._auth_ok = False
-        """Authenticated: only then is this connection the client's (and its loss theirs)."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement the interface without subclassing asyncio.Transport.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def send(self, frames: list[Frame]) -> None:
-        if self._transport is not None:
-            self._transport.writelines(frames)
-
-    # -- upstream SASL (kafkaguard/proxy/sasl/client.py) -------------------------------------
-    def authenticate(self, exchange: UpstreamSaslExchange) -> asyncio.Future[None]:
-        """Run ``exchange`` on this connection before anything else is sent on it; the
-        future completes when the broker accepted the proxy's credentials, or fails with
-        :class:`UpstreamAuthenticationError` (refused) / ``OSError`` (connection lost)."""
-        self._auth = exchange
-        self._auth_frames = FrameBuffer(_SASL_MAX_FRAME)
-        self._auth_done = asyncio.get_running_loop().create_future()
-        self.send([exchange.start()])
-        return self._auth_done
-
-    def _auth_failed(self, exc: BaseException) -> None:
-        self._auth = None
-        if self._auth_done is not None and not self._auth_done.done():
-            self._auth_done.set_exception(exc)
-
-    def _auth_received(self, data: bytes) -> None:
-        exchange = self._auth
-        frames = self._auth_frames
-        assert exchange is not None and frames is not None
-        try:
-            for frame in frames.feed(data):
-                if exchange.done:
-                    raise UpstreamAuthenticationError("unexpected response after SASL")
-                request = exchange.receive(frame)
-                if request is not None:
-                    self.send([request])
-        except UpstreamAuthenticationError as exc:
-            self._auth_failed(exc)
-            return
-        except ProtocolError as exc:
-            self._auth_failed(UpstreamAuthenticationError(f"bad response from the broker: {exc}"))
-            return
-        if exchange.done and not frames.pending_bytes:
-            self._auth = None
-            self._auth_frames = None
-            self._auth_ok = True
-            if self._auth_done is not None and not self._auth_done.done():
-                self._auth_done.set_result(None)
-
-    # -- relaying ----------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        if self._auth is not None:
-            self._auth_received(data)
-        else:
-            self._client.broker_data(data)
-
-    def pause_writing(self) -> None:
-        self._client.broker_write_full(True)
-
-    def resume_writing(self) -> None:
-        self._client.broker_write_full(False)
-
-    def pause_reading(self) -> None:
-        if self._transport is not None and not self._reading_paused:
-            self._reading_paused = True
-            self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._transport is not None and self._reading_paused:
-            self._reading_paused = False
-            self._transport.resume_reading()
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._auth_done is not None and not self._auth_ok:  # SASL never completed on it
-            self._auth_failed(
-                OSError(f"the broker closed the connection during SASL authentication: {exc}")
-                if exc
-                else OSError("the broker closed the connection during SASL authentication")
-            )
-            return
-        self._client.upstream_lost(exc)

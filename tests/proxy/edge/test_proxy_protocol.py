@@ -823,7 +823,9 @@ def test_bad_headers_are_closed_and_counted(
     running = start("any", limits=LimitsConfig(authentication_timeout_ms=1000))
     listener = running.server.listeners[0]
     # One line per case: without the once-a-second limit (set before any connection exists).
-    listener.admission.rate_log = RateLimitedLog(logging.getLogger("kafkaguard.proxy"), interval_s=0.0)
+    listener.admission.rate_log = RateLimitedLog(
+        logging.getLogger("kafkaguard.proxy"), interval_s=0.0
+    )
     caplog.set_level(logging.WARNING, logger="kafkaguard.proxy")
     for count, (what, data, message) in enumerate(BAD_HEADERS, 1):
         with socket.create_connection(_bootstrap(running), timeout=5) as sock:
