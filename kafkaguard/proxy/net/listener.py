@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -86,7 +87,7 @@ class ListenerRuntime:
         self.node_ports = NodePortMap(config, cluster, self.acceptor)
         self.brokers = BrokerConnector(cluster, self.stats)
         """The broker connection factory of the listener's connections."""
-        self._unserved: Any = None
+        self._unserved: socket.socket | None = None
         """The bootstrap socket between :meth:`open` and :meth:`accept`."""
         self.draining = False
         """Shutdown: accepting stopped, connections close once their requests are answered."""
