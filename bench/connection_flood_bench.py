@@ -4,6 +4,8 @@ Usage (from the repository root, with the test extras installed)::
 
     .venv/bin/python bench/connection_flood_bench.py            # ~1 min
     .venv/bin/python bench/connection_flood_bench.py --flood 2000
+    .venv/bin/python bench/connection_flood_bench.py --idle 10000  # memory per idle connection
+    .venv/bin/python bench/connection_flood_bench.py --idle 10000 --kafkaguard-path /tmp/kg-old
 
 Starts Tansu and kafkaguard (``python -m kafkaguard run``, its own process) twice, once per
 configuration, both with ``max_connections: 500``:
@@ -18,11 +20,25 @@ the idle time has passed. Printed: probes answered and their connect-to-answer t
 attacker connections the proxy still holds open, the proxy's RSS, and how many lines it
 logged. Loopback only; everything
 started is stopped.
+
+``--idle N``: what an idle client connection costs the proxy's memory. Per kind, a fresh proxy
+process (Tansu upstream, the default limits but ``max_connections`` and
+``authentication_timeout_ms``, raised to hold them all) is sent one Metadata v1,
+its RSS read (``VmRSS``), then ``N`` connections are opened that send nothing, and once the
+proxy holds them all (its open file descriptors counted in ``/proc``) and has been quiet for a
+second, its RSS is read again: (after - before) / N is the figure. Kinds:
+
+* ``plain`` — PLAINTEXT: each connection also costs its broker connection, opened at once (two
+  file descriptors in the proxy, so at most (``RLIMIT_NOFILE`` - 64) / 2 of them: the count
+  is lowered to that, and printed);
+* ``sasl`` — SASL_PLAINTEXT: no broker connection before the client authenticates.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import select
 import socket
 import statistics
@@ -155,11 +171,104 @@ def run_config(name: str, limits: str, flood: int, count: int) -> dict[str, obje
         env.close()
 
 
+IDLE_LISTENERS = {
+    "plain": "    security_protocol: PLAINTEXT\n",
+    "sasl": (
+        "    security_protocol: SASL_PLAINTEXT\n"
+        "    sasl:\n      enabled_mechanisms: [PLAIN]\n      credentials_file: users.yaml\n"
+    ),
+}
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def idle_run(kind: str, count: int, path: str | None) -> tuple[int, float, float]:
+    """(connections held, RSS MB before, RSS MB after) of a fresh proxy process (``path``:
+    the kafkaguard checkout it runs, default this one)."""
+    env = Env()
+    socks: list[socket.socket] = []
+    try:
+        broker = env.start_broker()
+        port = free_port()
+        directory = Path(env.tmp.name)
+        (directory / "users.yaml").write_text("users: {}\n")
+        config = directory / f"idle-{kind}.yaml"
+        config.write_text(
+            f"listeners:\n  - name: {kind.upper()}\n    bind_host: 127.0.0.1\n"
+            f"    port: {port}\n    broker_ports: {{base: {free_base()}}}\n"
+            + IDLE_LISTENERS[kind]
+            + f"upstream:\n  bootstrap_servers: ['{broker.address}']\n"
+            "logging:\n  level: WARNING\n"
+            'authorizer:\n  super_users: "User:ANONYMOUS"\n'
+            f"limits:\n  max_connections: {count + 100}\n"
+            # held unauthenticated (sasl) for as long as the run takes
+            "  authentication_timeout_ms: 3600000\n"
+        )
+        variables = dict(os.environ)
+        if path is not None:
+            variables["PYTHONPATH"] = path + os.pathsep + variables.get("PYTHONPATH", "")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kafkaguard", "run", "--config", str(config)],
+            cwd=directory,
+            env=variables,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        env.processes.append(proc)
+        wait_port(port)
+        if kind == "plain":  # the first connection's Metadata: node ports bound, caches warm
+            metadata_probe(port)
+        time.sleep(1.0)
+        base_fds, before = open_fds(proc.pid), rss_mb(proc.pid)
+        per_connection = 2 if kind == "plain" else 1
+        for _ in range(count):
+            socks.append(socket.create_connection(("127.0.0.1", port), 5.0))
+        deadline = time.monotonic() + 60
+        while open_fds(proc.pid) < base_fds + per_connection * count:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)
+        held = (open_fds(proc.pid) - base_fds) // per_connection
+        return held, before, rss_mb(proc.pid)
+    finally:
+        for sock in socks:
+            sock.close()
+        env.close()
+
+
+def idle(count: int, path: str | None) -> int:
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    columns = ("connections", "RSS before", "RSS after", "per connection")
+    print(f"{'kind':<6} {columns[0]:>11} {columns[1]:>11} {columns[2]:>10} {columns[3]:>15}")
+    for kind in IDLE_LISTENERS:
+        wanted = min(count, (limit - 64) // 2) if kind == "plain" else count
+        held, before, after = idle_run(kind, wanted, path)
+        print(
+            f"{kind:<6} {held:>11,} {before:>8.1f} MB {after:>7.1f} MB "
+            f"{(after - before) * 1024 * 1024 / max(held, 1) / 1000:>12.2f} kB"
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--flood", type=int, default=600, help="silent attacker connections")
     parser.add_argument("--probes", type=int, default=20, help="control probes per phase")
+    parser.add_argument(
+        "--idle", type=int, metavar="N", help="instead: proxy memory per idle connection, N held"
+    )
+    parser.add_argument(
+        "--kafkaguard-path",
+        metavar="DIR",
+        help="--idle: the proxy from this checkout (an A/B against an older commit)",
+    )
     args = parser.parse_args(argv)
+    if args.idle:
+        return idle(args.idle, args.kafkaguard_path)
     print(
         f"{'config':<10} {'probes answered (median ms)':>44}   attacker conns held   "
         "RSS MB  log lines\n"

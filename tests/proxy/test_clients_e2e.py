@@ -39,7 +39,7 @@ def _records(tag: str) -> list[tuple[bytes, bytes]]:
 
 
 def _proxy_node_address(server: ProxyServer) -> tuple[str, int]:
-    address = server.listeners[0].advertised_node(NODE_ID)
+    address = server.listeners[0].node_ports.advertised_node(NODE_ID)
     assert address is not None, "the proxy never learned Tansu's node"
     return address
 

@@ -42,7 +42,7 @@ def kcat(*args: str, stdin: str | None = None, timeout: float = 20) -> str:
 
 def test_kcat_lists_metadata_with_proxy_addresses_only(proxy: RunningProxy) -> None:
     metadata = json.loads(kcat("-b", proxy.bootstrap, "-L", "-J", "-m", "10"))
-    node = proxy.server.listeners[0].advertised_node(111)
+    node = proxy.server.listeners[0].node_ports.advertised_node(111)
     assert node is not None
     assert [(b["id"], b["name"]) for b in metadata["brokers"]] == [(111, f"{node[0]}:{node[1]}")]
 

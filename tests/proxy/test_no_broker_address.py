@@ -94,7 +94,7 @@ def hidden_proxy(hidden_tansu: TansuBroker) -> Iterator[RunningProxy]:
 def _proxy_ports(proxy: RunningProxy) -> set[int]:
     listener = proxy.server.listeners[0]
     ports = {listener.bootstrap_port}
-    node = listener.advertised_node(NODE_ID)
+    node = listener.node_ports.advertised_node(NODE_ID)
     if node is not None:
         ports.add(node[1])
     return ports
@@ -387,7 +387,7 @@ def test_every_decoded_response_carries_only_proxy_addresses(
             frame, response = bootstrap.request(request)
             carried += _assert_no_leak(frame, response, hidden_proxy, hidden_tansu)
 
-        node = hidden_proxy.server.listeners[0].advertised_node(NODE_ID)
+        node = hidden_proxy.server.listeners[0].node_ports.advertised_node(NODE_ID)
         assert node is not None
         # The same sweep on the node's own proxy port.
         with RawKafkaClient(node[0], node[1]) as on_node:

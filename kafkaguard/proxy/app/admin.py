@@ -57,7 +57,7 @@ from kafkaguard.proxy.app.metrics import (
 )
 from kafkaguard.proxy.config import AdminConfig, HostPort, is_loopback
 from kafkaguard.proxy.log_limit import RateLimitedLog
-from kafkaguard.proxy.net.listener import BindError
+from kafkaguard.proxy.net.accept import BindError
 
 log = logging.getLogger("kafkaguard.admin")
 _errors = RateLimitedLog(log)

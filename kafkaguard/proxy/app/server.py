@@ -46,8 +46,9 @@ from kafkaguard.proxy.config import (
     load_config,
 )
 from kafkaguard.proxy.log_limit import RateLimitedLog
+from kafkaguard.proxy.net.accept import BindError
 from kafkaguard.proxy.net.cluster import UpstreamCluster
-from kafkaguard.proxy.net.listener import BindError, ListenerRuntime
+from kafkaguard.proxy.net.listener import ListenerRuntime
 from kafkaguard.proxy.sasl.client import read_password
 from kafkaguard.proxy.sasl.executor import executor_for
 

@@ -1,12 +1,16 @@
-"""One client connection and its broker connection: the thin asyncio shell.
+"""One client connection: the thin asyncio shell.
 
 Everything the proxy decides about a connection's bytes is decided by its
 :class:`~kafkaguard.proxy.core.exchange.Exchange`, which does no I/O: this module feeds it what the
 sockets report and carries out the commands it returns (docs/design.md#request-path). What
-stays here is what needs the event loop: the two ``asyncio.Protocol`` objects (no stream
-wrappers: fewer copies and tasks on the hot path), opening the broker connection (with the
-proxy's own SASL handshake towards the broker, ``upstream.sasl``), running awaited answers
-(:class:`~kafkaguard.proxy.handlers.support.base.RespondLater`) as tasks, and closing.
+stays here is what needs the event loop: the client side's ``asyncio.Protocol`` (no stream
+wrappers: fewer copies and tasks on the hot path), running awaited answers
+(:class:`~kafkaguard.proxy.handlers.support.base.RespondLater`) as tasks, and closing. The
+broker side (:class:`UpstreamConnection`, which also carries the proxy's own SASL handshake
+towards the broker, ``upstream.sasl``) is here too, so that a request's bytes pass one module
+of the shell each way; it is opened by the listener's broker connection factory
+(kafkaguard/proxy/net/upstream.py), and the exchange comes from the listener
+(:class:`ConnectionOwner`).
 
 The broker connection is opened when the exchange says so: at once on PLAINTEXT/SSL listeners,
 and on SASL listeners only after the client authenticated (before, the proxy answers
@@ -20,14 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from kafkaguard.policy.authorizer import IPAddress
-from kafkaguard.policy.principal_mapping import NoMatchingRuleError
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
-from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.core.commands import (
     Await,
     CloseCause,
@@ -39,56 +41,61 @@ from kafkaguard.proxy.core.commands import (
     SendBroker,
     SendClient,
 )
-from kafkaguard.proxy.core.context import ConnectionContext, Enforcement, NodePorts
-from kafkaguard.proxy.core.exchange import Exchange
-from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError, UpstreamSaslExchange
-from kafkaguard.proxy.session import Session, peer_address
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from kafkaguard.certs.tls import ServerTls
-    from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
-    from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
-    from kafkaguard.proxy.core.stats import ListenerStats
-    from kafkaguard.proxy.log_limit import RateLimitedLog
-    from kafkaguard.proxy.net.cluster import UpstreamCluster
-    from kafkaguard.proxy.sasl.authenticator import SaslServer
-
-log = logging.getLogger("kafkaguard.proxy")
+    from kafkaguard.policy.authorizer import IPAddress
+    from kafkaguard.proxy.config import HostPort
+    from kafkaguard.proxy.core.exchange import Exchange
 
 _SASL_MAX_FRAME = 1 << 20
 """Largest broker response accepted during the proxy's own SASL exchange (a challenge)."""
 
 
-class ConnectionOwner(NodePorts, Enforcement, Protocol):
-    """What a connection uses of the listener that accepted it
-    (:class:`~kafkaguard.proxy.net.listener.ListenerRuntime`): its settings, node ports and
-    enforcement mode, a place for its tasks, and the bookkeeping when it closes. Named here so
-    that the connection does not import the listener that creates it."""
+@dataclass(frozen=True, slots=True)
+class ConnectFailed:
+    """No broker connection: the client connection is closed with this reason."""
+
+    reason: str
+    level: int = logging.WARNING
+
+
+class BrokerFactory(Protocol):
+    """Opens a client connection's broker connection
+    (:class:`~kafkaguard.proxy.net.upstream.BrokerConnector`)."""
+
+    async def connect(
+        self, client: ClientConnection, node_id: int | None
+    ) -> UpstreamConnection | ConnectFailed | None:
+        """Connected (and authenticated with ``upstream.sasl``); None: the client left."""
+        ...
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs of the listener that accepted it
+    (:class:`~kafkaguard.proxy.net.listener.ListenerRuntime`): its exchange once the transport
+    is up, its broker connection, a place for its tasks, and the bookkeeping when it closes.
+    The listener's settings, authorizer and node ports reach the connection only through the
+    exchange the listener builds. Named here so that the connection does not import the
+    listener that creates it."""
 
     @property
-    def config(self) -> ListenerConfig: ...
+    def name(self) -> str:
+        """The listener's name, for log lines."""
+        ...
+
     @property
-    def security_protocol(self) -> SecurityProtocol: ...
-    @property
-    def authorizer(self) -> Authorizer: ...
-    @property
-    def cluster(self) -> UpstreamCluster: ...
-    @property
-    def limits(self) -> LimitsConfig: ...
-    @property
-    def tls(self) -> ServerTls | None: ...
-    @property
-    def sasl(self) -> SaslServer | None: ...
-    @property
-    def stats(self) -> ListenerStats: ...
-    @property
-    def rate_log(self) -> RateLimitedLog: ...
-    @property
-    def connections(self) -> set[ClientConnection]:
-        """Connections past their TLS handshake and not yet closed."""
+    def brokers(self) -> BrokerFactory:
+        """Opens the connection's broker connection (kafkaguard/proxy/net/upstream.py)."""
+        ...
+
+    def start_exchange(
+        self, connection: ClientConnection, transport: asyncio.BaseTransport
+    ) -> Exchange | None:
+        """The exchange of a connection whose transport is up (after any TLS handshake);
+        None once the connection is closed (a client certificate no mapping rule matches)."""
         ...
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -103,7 +110,27 @@ class ConnectionOwner(NodePorts, Enforcement, Protocol):
 
 
 class ClientConnection(asyncio.Protocol):
-    """The client side: feeds its :class:`Exchange`, carries out its commands."""
+    """The client side: feeds its :class:`Exchange`, carries out its commands.
+
+    Slotted, with no per-connection table or empty set: an idle connection's memory is these
+    objects (bench/connection_flood_bench.py --idle, bench/RESULTS.md)."""
+
+    __slots__ = (
+        "_abandon",
+        "_accepted_at",
+        "_closed",
+        "_closing",
+        "_listener",
+        "_transport",
+        "_upstream",
+        "authority",
+        "client_address",
+        "connection_id",
+        "exchange",
+        "node_id",
+        "peer",
+        "quota_host",
+    )
 
     def __init__(self, listener: ConnectionOwner, node_id: int | None, accepted_at: float) -> None:
         self._listener = listener
@@ -119,9 +146,9 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         self._closing: tuple[CloseConnection, asyncio.TimerHandle] | None = None
         """A close the exchange asked to delay (the client reads its last answer first)."""
-        self._abandon: set[asyncio.Task[None]] = set()
+        self._abandon: set[asyncio.Task[None]] | None = None
         """Pending answers abandoned with the connection (SASL steps: a password hash still
-        waiting for the executor never runs for a client that left)."""
+        waiting for the executor never runs for a client that left); created by the first."""
         self.peer = "?"
         """``host:port`` of the client (set by the listener), for log lines."""
         self.connection_id = "?"
@@ -133,16 +160,15 @@ class ClientConnection(asyncio.Protocol):
         socket's peer is the client."""
         self.authority: str | None = None
         """The PROXY protocol v2 AUTHORITY (the client's SNI at the balancer), if any."""
-        self._carry_out: dict[type[Command], Callable[[Any], None]] = {
-            SendBroker: self._send_broker,
-            SendClient: self._send_client,
-            PauseClient: self._pause_client,
-            ResumeClient: self._resume_client,
-            Await: self._await,
-            OpenBroker: self._open_broker,
-            CloseConnection: self._close_as,
-        }
-        """How each command of the exchange is carried out."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def accepted_at(self) -> float:
+        """Loop time of the accept: the start of the authentication deadline."""
+        return self._accepted_at
 
     # -- what the listener reads -------------------------------------------------------------
     @property
@@ -158,7 +184,7 @@ class ClientConnection(asyncio.Protocol):
         if self.exchange is not None:
             return self.exchange.context.log_fields()
         return {
-            "listener": self._listener.config.name,
+            "listener": self._listener.name,
             "connection_id": self.connection_id,
             "client_address": self.peer,
         }
@@ -170,39 +196,9 @@ class ClientConnection(asyncio.Protocol):
             return
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
-        listener = self._listener
-        session = Session(
-            listener.config.name,
-            listener.security_protocol,
-            self.client_address or peer_address(transport.get_extra_info("peername")),
-            authority=self.authority,
-        )
-        listener.connections.add(self)
-        tls = listener.tls
-        if tls is not None and listener.config.security_protocol == "SSL":
-            try:  # the principal of the client certificate (kafkaguard/certs)
-                session.principal = tls.authenticate(transport.get_extra_info("ssl_object"))
-            except NoMatchingRuleError as exc:
-                self.close(
-                    f"SSL authentication failed: {exc}", cause=CloseCause.AUTHENTICATION_FAILED
-                )
-                return
-            log.debug("%s: authenticated as %s", self.peer, session.principal)
-        context = ConnectionContext(
-            listener.config.name,
-            session,
-            listener.authorizer,
-            listener.cluster,
-            listener,
-            enforcement=listener,
-            sasl=SaslAuthenticator(listener.sasl, session) if listener.sasl is not None else None,
-            peer=self.peer,
-            connection_id=self.connection_id,
-        )
-        self.exchange = Exchange(
-            context, listener.limits, listener.rate_log, self._accepted_at, stats=listener.stats
-        )
-        self._run(self.exchange.client_connected())
+        self.exchange = self._listener.start_exchange(self, transport)
+        if self.exchange is not None:
+            self._run(self.exchange.client_connected())
 
     def data_received(self, data: bytes) -> None:
         if self.exchange is not None:
@@ -232,7 +228,7 @@ class ClientConnection(asyncio.Protocol):
         for command in commands:
             if self._closed:
                 return
-            self._carry_out[type(command)](command)
+            _CARRY_OUT[type(command)](self, command)
 
     def _send_broker(self, command: SendBroker) -> None:
         if self._upstream is not None:
@@ -256,6 +252,8 @@ class ClientConnection(asyncio.Protocol):
     def _await(self, command: Await) -> None:
         task = self._listener.spawn(self._answer(command))
         if command.cancel_on_close:
+            if self._abandon is None:
+                self._abandon = set()
             self._abandon.add(task)
             task.add_done_callback(self._abandon.discard)
 
@@ -315,91 +313,19 @@ class ClientConnection(asyncio.Protocol):
             self._transport.close()
         if self._upstream is not None:
             self._upstream.close()
-        for task in self._abandon:
+        for task in self._abandon or ():
             task.cancel()
         self._listener.connection_closed(self, cause, reason, level)
 
-    # -- the broker side ---------------------------------------------------------------------
+    # -- the broker side (kafkaguard/proxy/net/upstream.py) ----------------------------------
     async def _connect_upstream(self) -> None:
-        loop = asyncio.get_running_loop()
-        cluster = self._listener.cluster
-        if self.node_id is None:
-            targets = list(cluster.bootstrap_servers)
-        else:
-            address = await cluster.find_node(self.node_id)
-            targets = [address] if address is not None else []
-        if not targets:
-            self.close(
-                f"no known address for upstream node {self.node_id}", cause=CloseCause.UPSTREAM
-            )
-            return
-        error: BaseException | None = None
-        tls = cluster.ssl_context  # upstream.ssl
-        for target in targets:
-            try:
-                _, upstream = await asyncio.wait_for(
-                    loop.create_connection(
-                        partial(UpstreamConnection, self, target),
-                        target.host,
-                        target.port,
-                        ssl=tls,
-                        server_hostname=target.host if tls is not None else None,
-                    ),
-                    timeout=cluster.connect_timeout_s,
-                )
-            except (OSError, TimeoutError) as exc:
-                error = exc
-                self._listener.stats.upstream_connect_errors += 1
-                continue
-            if self._closed:
-                upstream.close()
-                return
-            if cluster.sasl is not None:  # authenticate before any client request is written
-                refused, error = await self._authenticate_upstream(upstream, target)
-                if refused:
-                    return
-                if error is not None:
-                    self._listener.stats.upstream_connect_errors += 1
-                    continue
-            self._upstream = upstream
+        outcome = await self._listener.brokers.connect(self, self.node_id)
+        if isinstance(outcome, ConnectFailed):
+            self.close(outcome.reason, cause=CloseCause.UPSTREAM, level=outcome.level)
+        elif outcome is not None:
+            self._upstream = outcome
             assert self.exchange is not None
             self._run(self.exchange.broker_connected())
-            return
-        self.close(
-            f"cannot connect upstream ({', '.join(map(str, targets))}): {error}",
-            cause=CloseCause.UPSTREAM,
-        )
-
-    async def _authenticate_upstream(
-        self, upstream: UpstreamConnection, target: HostPort
-    ) -> tuple[bool, BaseException | None]:
-        """The proxy's SASL exchange on a new broker connection. Returns (refused: the
-        connection must not be used and this client connection is closed, or the client left
-        meanwhile; a connection error: try the next target)."""
-        cluster = self._listener.cluster
-        assert cluster.sasl is not None
-        try:
-            exchange = cluster.sasl_exchange()
-            assert exchange is not None
-            await asyncio.wait_for(
-                upstream.authenticate(exchange), timeout=cluster.connect_timeout_s
-            )
-        except UpstreamAuthenticationError as exc:
-            upstream.close()
-            self.close(
-                f"upstream {target} refused the proxy's SASL authentication "
-                f"({cluster.sasl.describe()}): {exc}",
-                cause=CloseCause.UPSTREAM,
-                level=logging.ERROR,
-            )
-            return True, None
-        except (OSError, TimeoutError) as exc:
-            upstream.close()
-            return False, exc if str(exc) else TimeoutError("SASL authentication timed out")
-        if self._closed:
-            upstream.close()
-            return True, None
-        return False, None
 
     def broker_data(self, data: bytes) -> None:
         if self.exchange is not None:
@@ -412,6 +338,17 @@ class ClientConnection(asyncio.Protocol):
 
 class UpstreamConnection(asyncio.Protocol):
     """The broker side of one client connection."""
+
+    __slots__ = (
+        "_auth",
+        "_auth_done",
+        "_auth_frames",
+        "_auth_ok",
+        "_client",
+        "_reading_paused",
+        "_target",
+        "_transport",
+    )
 
     def __init__(self, client: ClientConnection, target: HostPort) -> None:
         self._client = client
@@ -468,6 +405,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if exchange.done and not frames.pending_bytes:
             self._auth = None
+            self._auth_frames = None
             self._auth_ok = True
             if self._auth_done is not None and not self._auth_done.done():
                 self._auth_done.set_result(None)
@@ -508,3 +446,16 @@ class UpstreamConnection(asyncio.Protocol):
             )
             return
         self._client.upstream_lost(exc)
+
+
+_CARRY_OUT: dict[type[Command], Callable[[ClientConnection, Any], None]] = {
+    SendBroker: ClientConnection._send_broker,
+    SendClient: ClientConnection._send_client,
+    PauseClient: ClientConnection._pause_client,
+    ResumeClient: ClientConnection._resume_client,
+    Await: ClientConnection._await,
+    OpenBroker: ClientConnection._open_broker,
+    CloseConnection: ClientConnection._close_as,
+}
+"""How each command of the exchange is carried out (one table for every connection: a
+table of bound methods per connection cost ~800 B of each idle one)."""

@@ -14,7 +14,7 @@ from kafkaguard.cli import main
 from kafkaguard.proxy.app import server as server_module
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import HostPort
-from kafkaguard.proxy.net.listener import BindError
+from kafkaguard.proxy.net.accept import BindError
 from tests.support.fake_broker import FakeBroker
 from tests.support.ports import taken_port
 from tests.support.proxy_fixture import proxy_config

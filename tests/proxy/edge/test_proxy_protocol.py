@@ -823,7 +823,9 @@ def test_bad_headers_are_closed_and_counted(
     running = start("any", limits=LimitsConfig(authentication_timeout_ms=1000))
     listener = running.server.listeners[0]
     # One line per case: without the once-a-second limit (set before any connection exists).
-    listener.rate_log = RateLimitedLog(logging.getLogger("kafkaguard.proxy"), interval_s=0.0)
+    listener.admission.rate_log = RateLimitedLog(
+        logging.getLogger("kafkaguard.proxy"), interval_s=0.0
+    )
     caplog.set_level(logging.WARNING, logger="kafkaguard.proxy")
     for count, (what, data, message) in enumerate(BAD_HEADERS, 1):
         with socket.create_connection(_bootstrap(running), timeout=5) as sock:
@@ -874,7 +876,9 @@ def test_connections_awaiting_their_header_count_against_max_connections(
     running = start("v2", limits=LimitsConfig(max_connections=2, authentication_timeout_ms=30000))
     silent = [socket.create_connection(_bootstrap(running), timeout=5) for _ in range(2)]
     try:
-        _wait_for(lambda: running.server.listeners[0]._awaiting_header == 2, "both accepted")
+        _wait_for(
+            lambda: running.server.listeners[0].acceptor.awaiting_header == 2, "both accepted"
+        )
         with socket.create_connection(_bootstrap(running), timeout=5) as third:
             third.sendall(v2())
             _closed_without_answer(third)

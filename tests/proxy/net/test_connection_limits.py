@@ -15,6 +15,7 @@ import inspect
 import logging
 import socket
 import ssl
+import tracemalloc
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+import kafkaguard
 from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig
 from kafkaguard.protocol import codec
@@ -434,7 +436,7 @@ async def test_ip_connection_creation_rate(caplog: pytest.LogCaptureFixture) -> 
         # The control address's own quota is far above: unaffected.
         control = await open_many(env, 20, CONTROL)
         await control[-1].roundtrip(METADATA, correlation_id=3)
-        assert not env.listener._throttled  # every held socket was closed
+        assert not env.listener.admission.throttled  # every held socket was closed
         await close_all([*admitted, *over, blocked, *control])
 
 
@@ -735,3 +737,41 @@ def test_process_limits_and_config_errors(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match="connection_creation_rate"):
         load("limits: {connection_creation_rate: -1}\nlisteners: [{name: A, port: 9192}]\n")
+
+
+IDLE_CONNECTIONS = 200
+IDLE_BYTES = 4_500
+"""What kafkaguard's own code may keep allocated for one idle PLAINTEXT connection, its broker
+connection included (measured: ~3.1 kB on either loop). Before issue 39 it kept ~3 kB more:
+three empty deques (an empty deque holds a 64-item block), a table of seven bound methods and
+two empty sets per connection."""
+
+
+@on_each_loop
+async def test_an_idle_connection_costs_little_memory(caplog: pytest.LogCaptureFixture) -> None:
+    """Python memory allocated in kafkaguard's code (traced by tracemalloc, any frame of the
+    allocation's stack in the package) and still held per idle connection, measured over
+    connections opened once the listener is warm; bench/connection_flood_bench.py --idle
+    measures the whole process's RSS for 10,000 (bench/RESULTS.md)."""
+    package = f"{Path(kafkaguard.__file__).parent}/"
+    async with environment(caplog, LimitsConfig()) as env:
+        caplog.set_level(logging.WARNING, logger=LOGGER)
+        warm = await open_many(env, 5, CONTROL)
+        await wait_until(lambda: env.fake.open_connections == 5)
+        tracemalloc.start(25)  # from here: only what these connections allocate is traced
+        try:
+            clients = await open_many(env, IDLE_CONNECTIONS, CONTROL)
+            await wait_until(lambda: env.fake.open_connections == 5 + IDLE_CONNECTIONS)
+            await asyncio.sleep(0.2)  # nothing left to set up
+            traces = tracemalloc.take_snapshot().traces
+        finally:
+            tracemalloc.stop()
+        assert len(env.listener.connections) == 5 + IDLE_CONNECTIONS
+        ours = sum(
+            trace.size
+            for trace in traces
+            if any(frame.filename.startswith(package) for frame in trace.traceback)
+        )
+        per_connection = ours / IDLE_CONNECTIONS
+        assert 500 < per_connection <= IDLE_BYTES, per_connection
+        await close_all(clients + warm)

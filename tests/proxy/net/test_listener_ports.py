@@ -108,13 +108,13 @@ def test_base_plus_node_id(tansu: TansuBroker, proxy_factory: list[RunningProxy]
     assert proxy.bootstrap == f"127.0.0.1:{listener.config.port}"  # the listener's own port
 
     # bound when the node first appears, not before
-    assert listener.advertised_node(NODE_ID) is None
+    assert listener.node_ports.advertised_node(NODE_ID) is None
     assert _refuses(node_port)
 
     with _bootstrap_client(proxy) as client:
         brokers = _metadata_brokers(client)
     assert brokers == [(NODE_ID, "127.0.0.1", base + NODE_ID)]
-    assert listener.advertised_node(NODE_ID) == ("127.0.0.1", base + NODE_ID)
+    assert listener.node_ports.advertised_node(NODE_ID) == ("127.0.0.1", base + NODE_ID)
 
     # the node port reaches Tansu (its cluster id and node id come back through it)
     with RawKafkaClient("127.0.0.1", node_port) as on_node:
@@ -201,7 +201,7 @@ def test_node_missing_from_explicit_map_closes_instead_of_leaking(
     closing = [r for r in caplog.records if "closing connection" in r.getMessage()]
     assert closing, [r.getMessage() for r in caplog.records]
     assert closing[0].levelno >= logging.WARNING
-    assert proxy.server.listeners[0].advertised_node(NODE_ID) is None
+    assert proxy.server.listeners[0].node_ports.advertised_node(NODE_ID) is None
     assert _refuses(other)  # no port was opened for the node that is in the map either
 
 

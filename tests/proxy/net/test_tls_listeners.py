@@ -416,7 +416,7 @@ def test_node_ports_serve_tls_too(tls_proxy: StartTlsProxy, pki: Pki, topic: str
     running = tls_proxy([_topic_acl(topic, "User:alice", AclOperation.WRITE)])
     assert _confluent_produce(running.bootstrap, _confluent_ssl(pki, pki.alice), topic) == []
     listener = running.server.listeners[0]
-    (node_port,) = listener._node_ports.values()
+    (node_port,) = listener.node_ports.ports.values()
     with socket.create_connection(("127.0.0.1", node_port), timeout=5) as raw:
         raw.sendall(b"\x00\x00\x00\x0a" + b"\x00" * 10)  # plaintext Kafka bytes: not TLS
         raw.settimeout(5)
