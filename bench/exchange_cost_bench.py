@@ -66,9 +66,8 @@ from kafkaguard.protocol.framing import FrameBuffer  # noqa: E402
 from kafkaguard.protocol.header import peek_correlation_id, peek_request_header  # noqa: E402
 from kafkaguard.proxy.config import HostPort  # noqa: E402
 from kafkaguard.proxy.core.commands import SendBroker, SendClient  # noqa: E402
-from kafkaguard.proxy.core.dispatch import handle_request  # noqa: E402
+from kafkaguard.proxy.core.dispatch import _verdict, handle_request  # noqa: E402
 from kafkaguard.proxy.handlers import REGISTRY  # noqa: E402
-from kafkaguard.proxy.handlers.support.ask import _verdict  # noqa: E402
 from kafkaguard.proxy.handlers.support.authz import topic  # noqa: E402
 from kafkaguard.proxy.handlers.support.base import Request  # noqa: E402
 from kafkaguard.proxy.net.connection import ClientConnection, UpstreamConnection  # noqa: E402

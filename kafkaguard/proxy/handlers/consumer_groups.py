@@ -7,29 +7,32 @@ DESCRIBE TOPIC or the entry is replaced by a 29 entry without members).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
 from kafkaguard.proxy.handlers.support.authz import (
+    allowed_names,
     authorized_operations_rewrite,
     filter_authorized,
     first_seen,
-    group,
-    is_allowed,
+    group_checks,
+    name_actions,
 )
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    Authorize,
     Forward,
     HandlerContext,
     Request,
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.regex_subscriptions import heartbeat_verdict
 from kafkaguard.proxy.handlers.support.responses import chain, response_type, split, whole_error
 
@@ -43,15 +46,23 @@ class SubscribedTopicsGateHandler(GroupGateHandler):
     names, so a subscription naming a topic twice passes when the topic is allowed.
     """
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict | Authorize:
         names = body.subscribed_topic_names
         if names:
-            allowed = filter_authorized(
-                ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, set(names)
-            )
-            if len(allowed) < len(set(names)):
-                return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
+            actions = name_actions(AclOperation.DESCRIBE, ResourceType.TOPIC, set(names))
+            return Authorize(actions, actions)
         return self.after_topics(request, body, ctx)
+
+    def after_checks(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: list[Action],
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        if len(allowed_names(state, results)) < len(state):  # one action per distinct name
+            return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
+        return self.after_topics(request, request.body, ctx)
 
     def after_topics(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
         return FORWARD
@@ -94,13 +105,23 @@ class DescribedGroupsHandler(ApiHandler):
     def topics_of(self, described: Any) -> Iterable[str]:
         raise NotImplementedError
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request, ctx: HandlerContext) -> Authorize:
+        body: Any = request.body
+        return Authorize(group_checks(AclOperation.DESCRIBE, body.group_ids), None)
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: None,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
         body: Any = request.body
         ids = list(body.group_ids)
         group_type = codec.nested_type(response_type(request), "groups")
         denied: dict[str, list[Any]] = {}
-        for g in ids:
-            if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g)):
+        for g, result in zip(ids, results, strict=True):
+            if result is not AuthorizationResult.ALLOWED:
                 denied.setdefault(g, []).append(
                     codec.make_entity(group_type, ErrorCode.group_authorization_failed, group_id=g)
                 )

@@ -1,37 +1,41 @@
 """Classic group APIs: FindCoordinator, Join/Heartbeat/Leave/SyncGroup, Describe/List/DeleteGroups.
 
-Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, api keys 10–16 and 42). The
-module also holds :class:`GroupGateHandler`, the whole-request group gate the other group
-families build on.
+Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, api keys 10–16 and 42). Join,
+Heartbeat, Leave and SyncGroup are the group gate alone (``support/group_gate.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.support.addresses import coordinators_rewrite
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
+    allowed_names,
     authorized_operations_rewrite,
-    filter_authorized,
     first_seen,
     group,
+    group_checks,
     is_allowed,
+    name_actions,
     transactional_id,
 )
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    Authorize,
     Forward,
     HandlerContext,
     Request,
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.responses import (
     entity,
     merge_rewrite,
@@ -39,32 +43,6 @@ from kafkaguard.proxy.handlers.support.responses import (
     split,
     whole_error,
 )
-
-
-class GroupGateHandler(ApiHandler):
-    """One group check for the whole request (``READ GROUP`` unless told otherwise); denied →
-    the API's error response built like ``getErrorResponse(GROUP_AUTHORIZATION_FAILED)``."""
-
-    decode_request = True
-    group_operation: ClassVar[AclOperation] = AclOperation.READ
-
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
-        early = self.before_group(request, body)
-        if early is not None:
-            return early
-        if not is_allowed(ctx, request, self.group_operation, group(body.group_id)):
-            return Respond(self.group_denied(request, body))
-        return self.after_group(request, body, ctx)
-
-    def before_group(self, request: Request, body: Any) -> Verdict | None:
-        return None
-
-    def group_denied(self, request: Request, body: Any) -> Any:
-        return whole_error(request, ErrorCode.group_authorization_failed)
-
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        return FORWARD
 
 
 class JoinGroupHandler(GroupGateHandler):
@@ -120,12 +98,11 @@ class FindCoordinatorHandler(ApiHandler):
     api_key = 10
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
         body: Any = request.body
         version = request.header.api_version
         key_type = int(getattr(body, "key_type", _GROUP))
-        batched = version >= _FIRST_BATCHED
-        keys: Sequence[str] = body.coordinator_keys if batched else (body.key,)
+        keys = self._keys(request)
         if key_type not in (_GROUP, _TRANSACTION, _SHARE):
             return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
         if not keys:  # Kafka maps over no keys: no check at all
@@ -133,21 +110,45 @@ class FindCoordinatorHandler(ApiHandler):
         if key_type == _SHARE:
             if version < _FIRST_SHARE:
                 return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
-            if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
+            return Authorize((Action(AclOperation.CLUSTER_ACTION, CLUSTER, 1, True, True),), _SHARE)
+        resource = group if key_type == _GROUP else transactional_id
+        return Authorize(
+            [Action(AclOperation.DESCRIBE, resource(k), 1, True, True) for k in keys], key_type
+        )
+
+    @staticmethod
+    def _keys(request: Request) -> Sequence[str]:
+        body: Any = request.body
+        return (
+            body.coordinator_keys if request.header.api_version >= _FIRST_BATCHED else (body.key,)
+        )
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: int,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        keys = self._keys(request)
+        if state == _SHARE:
+            if results[0] is not AuthorizationResult.ALLOWED:
                 return Respond(
                     self._all_failed(request, keys, ErrorCode.cluster_authorization_failed)
                 )
             return Forward(rewrite=coordinators_rewrite(ctx))
-        if key_type == _GROUP:
-            resource, code = group, ErrorCode.group_authorization_failed
+        if state == _GROUP:
+            code = ErrorCode.group_authorization_failed
         else:
-            resource, code = transactional_id, ErrorCode.transactional_id_authorization_failed
+            code = ErrorCode.transactional_id_authorization_failed
         denied = [
-            k for k in keys if not is_allowed(ctx, request, AclOperation.DESCRIBE, resource(k))
+            k
+            for k, result in zip(keys, results, strict=True)
+            if result is not AuthorizationResult.ALLOWED
         ]
         if not denied:
             return Forward(rewrite=coordinators_rewrite(ctx))
-        if not batched:
+        if request.header.api_version < _FIRST_BATCHED:
             return Respond(self._all_failed(request, keys, code))
         coordinator_type = codec.nested_type(response_type(request), "coordinators")
         entries: dict[str, list[Any]] = {}
@@ -210,11 +211,25 @@ class DescribeGroupsHandler(ApiHandler):
     api_key = 15
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request, ctx: HandlerContext) -> Authorize:
+        body: Any = request.body
+        return Authorize(group_checks(AclOperation.DESCRIBE, body.groups), None)
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: None,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
         body: Any = request.body
         ids: Sequence[str] = body.groups
         include_ops = bool(getattr(body, "include_authorized_operations", False))
-        denied = [g for g in ids if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g))]
+        denied = [
+            g
+            for g, result in zip(ids, results, strict=True)
+            if result is not AuthorizationResult.ALLOWED
+        ]
         fill = authorized_operations_rewrite(request, ctx) if include_ops else None
         if not denied:
             return FORWARD if fill is None else Forward(rewrite=fill)
@@ -274,10 +289,22 @@ class DeleteGroupsHandler(ApiHandler):
     api_key = 42
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request, ctx: HandlerContext) -> Authorize:
         body: Any = request.body
-        distinct = first_seen(body.groups_names)
-        allowed = filter_authorized(ctx, request, AclOperation.DELETE, ResourceType.GROUP, distinct)
+        actions = name_actions(
+            AclOperation.DELETE, ResourceType.GROUP, first_seen(body.groups_names)
+        )
+        return Authorize(actions, actions)
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: list[Action],
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        distinct = [action.resource_pattern.name for action in state]
+        allowed = allowed_names(state, results)
         if len(allowed) == len(distinct):
             return FORWARD
         result_type = codec.nested_type(response_type(request), "results")

@@ -6,23 +6,23 @@ topics), then the topics, as in ``KafkaApis.handleOffsetCommitRequest``,
 ``handleOffsetDeleteRequest``.
 
 Topic ids (OffsetCommit/OffsetFetch v10) are resolved from the proxy's id cache, ids it has not
-seen by asking the broker first (``ask.py``); an id the broker does not know either is
+seen by asking the broker first (``questions.py``); an id the broker does not know either is
 UNKNOWN_TOPIC_ID (100) and never forwarded. In an all-topics OffsetFetch v10 answer, a
 topic id the proxy cannot name cannot be authorized and is dropped (fail closed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
+from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
-from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import (
+    TopicChecks,
     TopicKey,
     authorize_topics,
     drop_denied_topics,
@@ -33,13 +33,16 @@ from kafkaguard.proxy.handlers.support.authz import (
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    Authorize,
     Forward,
     HandlerContext,
     Request,
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.offset_merge import builder_merge, errors_last
+from kafkaguard.proxy.handlers.support.questions import listed_topic_ids
 from kafkaguard.proxy.handlers.support.responses import (
     BrokerMismatch,
     entity,
@@ -54,6 +57,14 @@ from kafkaguard.proxy.handlers.support.responses import (
 
 def _partition_indexes(entry: Any) -> list[int]:
     return [p.partition_index for p in entry.partitions]
+
+
+def read_topics(ctx: HandlerContext, body: Any) -> Authorize:
+    """The step after the group gate of the one-group offset APIs: READ TOPIC on every topic
+    of ``body.topics`` (``filterByAuthorized``, one reference per entry; an id the proxy cannot
+    name gets no action and reads as 100). Its state reads the results."""
+    checks = TopicChecks(ctx, AclOperation.READ, [topic_key(t) for t in body.topics])
+    return Authorize(checks.actions, checks)
 
 
 class GroupTopicsHandler(GroupGateHandler):
@@ -75,12 +86,22 @@ class GroupTopicsHandler(GroupGateHandler):
     ) -> dict[TopicKey, list[Any]]:
         raise NotImplementedError
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Authorize:
+        return read_topics(ctx, body)
+
+    def after_checks(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: TopicChecks,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        body: Any = request.body
+        denied = state.denied(results)
         if not denied:
             return FORWARD
         entries = self.denied_topics(request, body, denied)
+        keys = [topic_key(t) for t in body.topics]
         merge = merge_rewrite(keys, entries, self.response_topics, topic_key)
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
 
@@ -259,9 +280,18 @@ class OffsetCommitHandler(GroupGateHandler):
         )
         return codec.make_entity(schema, topics=topics)
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Authorize:
+        return read_topics(ctx, body)
+
+    def after_checks(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: TopicChecks,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        body: Any = request.body
+        denied = state.denied(results)
         if not denied:
             return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")
@@ -289,9 +319,18 @@ class OffsetDeleteHandler(GroupGateHandler):
     api_key = 47
     group_operation = AclOperation.DELETE
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Authorize:
+        return read_topics(ctx, body)
+
+    def after_checks(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: TopicChecks,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict:
+        body: Any = request.body
+        denied = state.denied(results)
         if not denied:
             return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")

@@ -50,9 +50,7 @@ from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
 from kafkaguard.proxy.handlers.partitions import topic_name_error
-from kafkaguard.proxy.handlers.support.ask import ask_which_exist
 from kafkaguard.proxy.handlers.support.authz import INTERNAL_TOPICS, filter_authorized, first_seen
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
@@ -62,6 +60,8 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
+from kafkaguard.proxy.handlers.support.questions import ask_which_exist
 from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
 MISSING_INTERNAL_TOPICS: Final = 3

@@ -11,7 +11,7 @@ from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_request_header
-from kafkaguard.proxy.handlers.support.ask import decide
+from kafkaguard.proxy.core.dispatch import decide
 from kafkaguard.proxy.handlers.support.authz import topic
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,

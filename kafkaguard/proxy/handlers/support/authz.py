@@ -60,6 +60,12 @@ def is_allowed(
     return ctx.authorize(request, [action])[0] is AuthorizationResult.ALLOWED
 
 
+def group_checks(operation: AclOperation, group_ids: Iterable[str]) -> list[Action]:
+    """One ``operation`` GROUP action per entry of ``group_ids``, duplicates included (Kafka's
+    per-group loops call ``authorize`` once per entry), for an ``Authorize`` step."""
+    return [Action(operation, group(g), 1, True, True) for g in group_ids]
+
+
 def filter_authorized(
     ctx: HandlerContext,
     request: Request,
@@ -72,16 +78,34 @@ def filter_authorized(
 ) -> set[str]:
     """``AuthHelper.filterByAuthorized``: one action per distinct name, whose reference count
     is how many request items named it; returns the allowed names."""
-    counts = Counter(names)
-    if not counts:
+    actions = name_actions(
+        operation, resource_type, names, log_if_allowed=log_if_allowed, log_if_denied=log_if_denied
+    )
+    if not actions:
         return set()
-    actions = [
+    return allowed_names(actions, ctx.authorize(request, actions))
+
+
+def name_actions(
+    operation: AclOperation,
+    resource_type: ResourceType,
+    names: Iterable[str],
+    *,
+    log_if_allowed: bool = True,
+    log_if_denied: bool = True,
+) -> list[Action]:
+    """The actions of ``filterByAuthorized`` over ``names``, for an ``Authorize`` step: one per
+    distinct name, in first-seen order, its reference count how many items named it."""
+    return [
         Action(
             operation, ResourcePattern(resource_type, name), count, log_if_allowed, log_if_denied
         )
-        for name, count in counts.items()
+        for name, count in Counter(names).items()
     ]
-    results = ctx.authorize(request, actions)
+
+
+def allowed_names(actions: Sequence[Action], results: Sequence[AuthorizationResult]) -> set[str]:
+    """The names of ``actions`` whose result is ALLOWED (``filterByAuthorized``'s answer)."""
     return {
         action.resource_pattern.name
         for action, result in zip(actions, results, strict=True)
@@ -163,11 +187,7 @@ class TopicChecks:
             if results[0] is AuthorizationResult.ALLOWED:
                 return {}
             return {key: ErrorCode.topic_authorization_failed}
-        allowed = {
-            action.resource_pattern.name
-            for action, result in zip(self.actions, results, strict=True)
-            if result is AuthorizationResult.ALLOWED
-        }
+        allowed = allowed_names(self.actions, results)
         denied: dict[TopicKey, ErrorCode] = {}
         for key, name in names.items():
             if name is None:

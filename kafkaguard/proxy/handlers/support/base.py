@@ -8,7 +8,8 @@ A handler turns one decoded request into a :data:`Verdict`, synchronously and wi
   pass it through the function (an unchanged object returned means the broker's bytes are
   forwarded as they were).
 * :class:`Respond` — the proxy answers; nothing reaches the broker.
-* :class:`AskFirst` — ask the broker something first (``ask.py``), then decide on its answer.
+* :class:`AskFirst` — ask the broker something first (``questions.py``), then decide on its
+  answer.
 * :class:`Close` — drop the connection (e.g. a denied ``acks=0`` Produce, which has no response).
 
 Handlers are stateless singletons; what a connection knows lives in :class:`HandlerContext`,
@@ -18,7 +19,7 @@ mirrors) in its :class:`ConnectionState`.
 The hot keys (Produce, Fetch) decide in two phases instead of asking the context for each
 check (docs/design.md#two-phase-handlers): ``on_request`` returns :class:`Authorize`, the
 actions to authorize and what the handler needs to read their results; the dispatcher
-(``ask.decide``) makes one ``authorize`` call for all of them and hands the results to
+(``core/dispatch.py``) makes one ``authorize`` call for all of them and hands the results to
 :meth:`ApiHandler.on_authorized`, which builds the verdict — or returns a further
 :class:`Authorize` when Kafka makes a check only once an earlier one passed (a transactional
 Produce's topics, after WRITE on its transactional id).
@@ -26,8 +27,9 @@ Produce's topics, after WRITE on its transactional id).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 from uuid import UUID
 
@@ -121,8 +123,8 @@ class AskFirst:
     """Send ``question`` (the proxy's own request, e.g. Metadata) to the broker on this client's
     connection; ``then`` gets the broker's decoded answer and returns the verdict for the
     client's request. The answer never reaches the client. Later requests of the connection
-    wait until the verdict is applied, so answers keep their order: for rare cases (``ask.py``),
-    not the data path's normal flow."""
+    wait until the verdict is applied, so answers keep their order: for rare cases
+    (``questions.py``), not the data path's normal flow."""
 
     question: RequestPayload
     then: Callable[[ResponsePayload], Verdict]
@@ -268,8 +270,15 @@ class HandlerContext(Protocol):
         version's if seen, else a newer one's, else an older one's); None before any."""
         ...
 
+    @property
+    def broker_versions(self) -> Mapping[int, range] | None:
+        """The broker's version range of each API key (its latest ApiVersions answer); None
+        before any. The dispatcher's version gate reads it as data."""
+        ...
+
     def supported_versions(self, api_key: int) -> range:
-        """What the proxy advertises: handler ∩ codec ∩ broker."""
+        """What the proxy advertises: handler ∩ codec ∩ broker
+        (``handlers.supported_versions``)."""
         ...
 
     @property
@@ -291,8 +300,10 @@ class ApiHandler:
     """True for APIs the proxy answers itself (never forwarded): advertised whatever the
     broker supports."""
 
-    @property
+    @cached_property
     def versions(self) -> range:
+        """handler ∩ kio, computed once per handler: the dispatcher's version gate reads it on
+        every request."""
         known = codec_versions(self.api_key)
         if self.max_version is None:
             return known
@@ -321,7 +332,7 @@ class ApiHandler:
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         """The topic ids the request names (id-keyed versions). Ids the proxy has not seen yet
-        are resolved with the broker before :meth:`on_request` runs (``ask.decide``)."""
+        are resolved with the broker before :meth:`on_request` runs (``core/dispatch.decide``)."""
         return ()
 
     def unsupported_version(self, header: RequestHeaderInfo, ctx: HandlerContext) -> Verdict:
