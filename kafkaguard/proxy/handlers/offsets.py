@@ -13,32 +13,32 @@ topic id the proxy cannot name cannot be authorized and is dropped (fail closed)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
-from kafkaguard.policy.authorizer import AuthorizationResult
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.support.authz import (
     TopicChecks,
     TopicKey,
-    authorize_topics,
     drop_denied_topics,
-    group,
-    is_allowed,
+    group_checks,
     topic_key,
 )
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Authorize,
+    Checks,
     Forward,
     HandlerContext,
     Request,
     Respond,
     Verdict,
+    advance,
 )
 from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.offset_merge import builder_merge, errors_last
@@ -57,6 +57,15 @@ from kafkaguard.proxy.handlers.support.responses import (
 
 def _partition_indexes(entry: Any) -> list[int]:
     return [p.partition_index for p in entry.partitions]
+
+
+def describe_topics(
+    ctx: HandlerContext, keys: list[TopicKey]
+) -> Generator[Sequence[Action], Sequence[AuthorizationResult], dict[TopicKey, ErrorCode]]:
+    """The DESCRIBE TOPIC step of the offset reads (``filterByAuthorized`` over ``keys``):
+    yields its actions, returns the denied keys (29, or 100 for an id the proxy cannot name)."""
+    checks = TopicChecks(ctx, AclOperation.DESCRIBE, keys)
+    return checks.denied((yield checks.actions))
 
 
 def read_topics(ctx: HandlerContext, body: Any) -> Authorize:
@@ -120,7 +129,7 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
     group_message: bool = False,
     fetch_order: bool = False,
     **partition_values: Any,
-) -> Verdict:
+) -> Checks:
     """Batched offset reads (OffsetFetch v8+, DescribeShareGroupOffsets): per group DESCRIBE
     GROUP (a 30 group entry, with Kafka's message when ``group_message``), then DESCRIBE TOPIC
     per named topic (29 on each partition, with ``partition_values``). ``topics == null``
@@ -144,7 +153,10 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
     ``null`` means all, ``OffsetFetchRequest.requestAllOffsets``), and whatever the broker
     answers for it is dropped all the same: only topics that were sent get through.
     A group sent with an empty list is forwarded as it is, and its answer reduced to the (no)
-    topics it named."""
+    topics it named.
+
+    The checks are made group after group, each group's topics only once the group is allowed,
+    as Kafka makes them: the decision is a generator of :class:`Authorize` steps (``advance``)."""
     body: Any = request.body
     schema = response_type(request)
     group_type = codec.nested_type(schema, "groups")
@@ -157,7 +169,8 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
     changed = False
     needs_rewrite = False
     for position, g in enumerate(body.groups):
-        if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g.group_id)):
+        (allowed,) = yield group_checks(AclOperation.DESCRIBE, (g.group_id,))
+        if allowed is not AuthorizationResult.ALLOWED:
             code = ErrorCode.group_authorization_failed
             local[position] = entity(group_type, code, message=group_message, group_id=g.group_id)
             continue
@@ -167,7 +180,7 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
             needs_rewrite = True
             continue
         keys = [topic_key(t) for t in g.topics]
-        denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
+        denied = (yield from describe_topics(ctx, keys)) if keys else {}
         if fetch_order:
             errors = {
                 i: _error_topic(topic_type, t, denied[key], partition_indexes, partition_values)
@@ -373,18 +386,30 @@ class OffsetFetchHandler(ApiHandler):
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         return listed_topic_ids(request.body, "groups", "topics")
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
         if request.header.api_version >= _FIRST_BATCHED:
-            return authorize_group_offsets(
-                request, ctx, _requested_indexes, fetch_order=True, **_UNKNOWN_OFFSET
+            return advance(
+                authorize_group_offsets(
+                    request, ctx, _requested_indexes, fetch_order=True, **_UNKNOWN_OFFSET
+                )
             )
-        return self._single(request, request.body, ctx)
+        return advance(self._single(request, request.body, ctx))
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: Checks,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict | Authorize:
+        return advance(state, results)
 
     # v1–7: one group, top-level topics
-    def _single(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+    def _single(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
         version = request.header.api_version
         topic_type = codec.nested_type(response_type(request), "topics")
-        if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(body.group_id)):
+        (allowed,) = yield group_checks(AclOperation.DESCRIBE, (body.group_id,))
+        if allowed is not AuthorizationResult.ALLOWED:
             code = ErrorCode.group_authorization_failed
             if version >= 2:
                 return Respond(whole_error(request, code))
@@ -396,7 +421,7 @@ class OffsetFetchHandler(ApiHandler):
         if body.topics is None:
             return Forward(rewrite=drop_denied_topics(ctx, request, AclOperation.DESCRIBE))
         keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
+        denied = (yield from describe_topics(ctx, keys)) if keys else {}
         if not denied and keys:
             return FORWARD
         errors = {

@@ -10,9 +10,10 @@ ShareFetch, so those handlers keep a per-connection mirror of each share session
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -22,7 +23,15 @@ from kafkaguard.proxy.handlers.consumer_groups import (
 )
 from kafkaguard.proxy.handlers.offsets import GroupTopicsHandler, authorize_group_offsets
 from kafkaguard.proxy.handlers.support.authz import TopicKey
-from kafkaguard.proxy.handlers.support.base import ApiHandler, HandlerContext, Request, Verdict
+from kafkaguard.proxy.handlers.support.base import (
+    ApiHandler,
+    Authorize,
+    Checks,
+    HandlerContext,
+    Request,
+    Verdict,
+    advance,
+)
 from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
@@ -62,15 +71,26 @@ class DescribeShareGroupOffsetsHandler(ApiHandler):
     api_key = 90
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        return authorize_group_offsets(
-            request,
-            ctx,
-            lambda t: t.partitions,
-            group_message=True,
-            start_offset=-1,
-            error_message=ERROR_MESSAGES[_TOPIC_DENIED],
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+        return advance(
+            authorize_group_offsets(
+                request,
+                ctx,
+                lambda t: t.partitions,
+                group_message=True,
+                start_offset=-1,
+                error_message=ERROR_MESSAGES[_TOPIC_DENIED],
+            )
         )
+
+    def on_authorized(
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        state: Checks,
+        results: Sequence[AuthorizationResult],
+    ) -> Verdict | Authorize:
+        return advance(state, results)
 
 
 class _ShareOffsetsChangeHandler(GroupTopicsHandler):

@@ -27,7 +27,7 @@ Produce's topics, after WRITE on its transactional id).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
@@ -149,6 +149,27 @@ class Authorize:
         self.actions = actions
         self.state = state
         """What the handler needs to read the results (its own type)."""
+
+
+Checks = Generator[Sequence[Action], Sequence[AuthorizationResult], Verdict]
+"""A decision that makes its checks one after another, in Kafka's order, where each depends on
+the last (a group, then its topics, group after group): a generator that yields each step's
+actions, is sent their results, and returns the verdict. :func:`advance` turns it into
+:class:`Authorize` steps, so the dispatcher still makes every ``authorize`` call."""
+
+
+def advance(
+    checks: Checks, results: Sequence[AuthorizationResult] | None = None
+) -> Verdict | Authorize:
+    """The next step of ``checks`` (its first when ``results`` is None; after a step, the
+    results of its actions): an :class:`Authorize` whose state is ``checks``, or the verdict.
+    A handler's ``on_authorized`` returns ``advance(state, results)``."""
+    try:
+        actions = next(checks) if results is None else checks.send(results)
+    except StopIteration as done:
+        verdict: Verdict = done.value
+        return verdict
+    return Authorize(actions, checks)
 
 
 FORWARD = Forward()
