@@ -7,10 +7,10 @@ DESCRIBE TOPIC or the entry is replaced by a 29 entry without members).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from kafkaguard.policy.authorizer import Action, AuthorizationResult
+from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -25,11 +25,12 @@ from kafkaguard.proxy.handlers.support.authz import (
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
-    Authorize,
+    Checks,
     Forward,
     HandlerContext,
     Request,
     Respond,
+    StepwiseHandler,
     Verdict,
 )
 from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
@@ -46,23 +47,13 @@ class SubscribedTopicsGateHandler(GroupGateHandler):
     names, so a subscription naming a topic twice passes when the topic is allowed.
     """
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict | Authorize:
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
         names = body.subscribed_topic_names
         if names:
             actions = name_actions(AclOperation.DESCRIBE, ResourceType.TOPIC, set(names))
-            return Authorize(actions, actions)
+            if len(allowed_names(actions, (yield actions))) < len(actions):
+                return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
         return self.after_topics(request, body, ctx)
-
-    def after_checks(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: list[Action],
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
-        if len(allowed_names(state, results)) < len(state):  # one action per distinct name
-            return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
-        return self.after_topics(request, request.body, ctx)
 
     def after_topics(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
         return FORWARD
@@ -86,7 +77,7 @@ class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler):
         return heartbeat_verdict(request, body, ctx)
 
 
-class DescribedGroupsHandler(ApiHandler):
+class DescribedGroupsHandler(StepwiseHandler):
     """``handleConsumerGroupDescribe`` and its share/streams siblings.
 
     1. DESCRIBE GROUP per requested id, in order; denied → ``(groupId, 30)``, not forwarded;
@@ -105,19 +96,10 @@ class DescribedGroupsHandler(ApiHandler):
     def topics_of(self, described: Any) -> Iterable[str]:
         raise NotImplementedError
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Authorize:
-        body: Any = request.body
-        return Authorize(group_checks(AclOperation.DESCRIBE, body.group_ids), None)
-
-    def on_authorized(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: None,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
         ids = list(body.group_ids)
+        results = yield group_checks(AclOperation.DESCRIBE, ids)
         group_type = codec.nested_type(response_type(request), "groups")
         denied: dict[str, list[Any]] = {}
         for g, result in zip(ids, results, strict=True):

@@ -1,7 +1,8 @@
 """Classic group APIs: FindCoordinator, Join/Heartbeat/Leave/SyncGroup, Describe/List/DeleteGroups.
 
-Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, api keys 10–16 and 42). Join,
-Heartbeat, Leave and SyncGroup are the group gate alone (``support/group_gate.py``).
+Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, api keys 10–16 and 42), its
+checks yielded to the dispatcher (``StepwiseHandler``). Join, Heartbeat, Leave and SyncGroup
+are the group gate alone (``support/group_gate.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from kafkaguard.proxy.handlers.support.authz import (
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
-    Authorize,
+    Checks,
     Forward,
     HandlerContext,
     Request,
     Respond,
+    StepwiseHandler,
     Verdict,
 )
 from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
@@ -84,7 +86,7 @@ _FIRST_BATCHED = 4
 _FIRST_SHARE = 6
 
 
-class FindCoordinatorHandler(ApiHandler):
+class FindCoordinatorHandler(StepwiseHandler):
     """``handleFindCoordinatorRequest`` / ``getCoordinator``, keeping the address rewrite.
 
     GROUP keys need DESCRIBE GROUP (30), TRANSACTION keys DESCRIBE TRANSACTIONAL_ID (53), checked
@@ -98,11 +100,12 @@ class FindCoordinatorHandler(ApiHandler):
     api_key = 10
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
         version = request.header.api_version
         key_type = int(getattr(body, "key_type", _GROUP))
-        keys = self._keys(request)
+        batched = version >= _FIRST_BATCHED
+        keys: Sequence[str] = body.coordinator_keys if batched else (body.key,)
         if key_type not in (_GROUP, _TRANSACTION, _SHARE):
             return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
         if not keys:  # Kafka maps over no keys: no check at all
@@ -110,37 +113,17 @@ class FindCoordinatorHandler(ApiHandler):
         if key_type == _SHARE:
             if version < _FIRST_SHARE:
                 return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
-            return Authorize((Action(AclOperation.CLUSTER_ACTION, CLUSTER, 1, True, True),), _SHARE)
-        resource = group if key_type == _GROUP else transactional_id
-        return Authorize(
-            [Action(AclOperation.DESCRIBE, resource(k), 1, True, True) for k in keys], key_type
-        )
-
-    @staticmethod
-    def _keys(request: Request) -> Sequence[str]:
-        body: Any = request.body
-        return (
-            body.coordinator_keys if request.header.api_version >= _FIRST_BATCHED else (body.key,)
-        )
-
-    def on_authorized(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: int,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
-        keys = self._keys(request)
-        if state == _SHARE:
-            if results[0] is not AuthorizationResult.ALLOWED:
+            (result,) = yield (Action(AclOperation.CLUSTER_ACTION, CLUSTER, 1, True, True),)
+            if result is not AuthorizationResult.ALLOWED:
                 return Respond(
                     self._all_failed(request, keys, ErrorCode.cluster_authorization_failed)
                 )
             return Forward(rewrite=coordinators_rewrite(ctx))
-        if state == _GROUP:
-            code = ErrorCode.group_authorization_failed
+        if key_type == _GROUP:
+            resource, code = group, ErrorCode.group_authorization_failed
         else:
-            code = ErrorCode.transactional_id_authorization_failed
+            resource, code = transactional_id, ErrorCode.transactional_id_authorization_failed
+        results = yield [Action(AclOperation.DESCRIBE, resource(k), 1, True, True) for k in keys]
         denied = [
             k
             for k, result in zip(keys, results, strict=True)
@@ -148,7 +131,7 @@ class FindCoordinatorHandler(ApiHandler):
         ]
         if not denied:
             return Forward(rewrite=coordinators_rewrite(ctx))
-        if request.header.api_version < _FIRST_BATCHED:
+        if not batched:
             return Respond(self._all_failed(request, keys, code))
         coordinator_type = codec.nested_type(response_type(request), "coordinators")
         entries: dict[str, list[Any]] = {}
@@ -201,7 +184,7 @@ def _coordinator_key(entry: Any) -> str:
 # -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------------
 
 
-class DescribeGroupsHandler(ApiHandler):
+class DescribeGroupsHandler(StepwiseHandler):
     """``handleDescribeGroupsRequest``: DESCRIBE GROUP per requested group (one check per
     occurrence, as Kafka loops), denied → ``DescribeGroupsResponse.groupError(id, 30)``; the rest
     is forwarded. KIP-430 operations (v3+, if requested) are computed by the proxy for groups
@@ -211,20 +194,11 @@ class DescribeGroupsHandler(ApiHandler):
     api_key = 15
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Authorize:
-        body: Any = request.body
-        return Authorize(group_checks(AclOperation.DESCRIBE, body.groups), None)
-
-    def on_authorized(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: None,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
         ids: Sequence[str] = body.groups
         include_ops = bool(getattr(body, "include_authorized_operations", False))
+        results = yield group_checks(AclOperation.DESCRIBE, ids)
         denied = [
             g
             for g, result in zip(ids, results, strict=True)
@@ -254,18 +228,21 @@ def _group_key(entry: Any) -> str:
     return str(entry.group_id)
 
 
-class ListGroupsHandler(ApiHandler):
+class ListGroupsHandler(StepwiseHandler):
     """``handleListGroupsRequest``: DESCRIBE CLUSTER (logIfDenied=false) lists every group;
     otherwise each returned group is kept only with DESCRIBE GROUP (logIfDenied=false). Never
     an authorization error (``testListGroupApiWithAndWithoutListGroupAcls``)."""
 
     api_key = 16
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        if is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER, log_if_denied=False):
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
+        (result,) = yield (Action(AclOperation.DESCRIBE, CLUSTER, 1, True, False),)
+        if result is AuthorizationResult.ALLOWED:
             return FORWARD
 
         def keep_describable(response: Any) -> Any:
+            # Checked on the broker's answer, the only place the groups are known: these
+            # checks are the context's to make, not the dispatcher's.
             groups = tuple(
                 g
                 for g in response.groups
@@ -280,7 +257,7 @@ class ListGroupsHandler(ApiHandler):
         return Forward(rewrite=keep_describable)
 
 
-class DeleteGroupsHandler(ApiHandler):
+class DeleteGroupsHandler(StepwiseHandler):
     """``handleDeleteGroupsRequest``: DELETE GROUP per *distinct* group
     (``partitionSeqByAuthorized`` over ``groupsNames.distinct``); one 30 result per denied
     group, after the coordinator's results (as Kafka appends them), the authorized ones
@@ -289,22 +266,11 @@ class DeleteGroupsHandler(ApiHandler):
     api_key = 42
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Authorize:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
-        actions = name_actions(
-            AclOperation.DELETE, ResourceType.GROUP, first_seen(body.groups_names)
-        )
-        return Authorize(actions, actions)
-
-    def on_authorized(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: list[Action],
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
-        distinct = [action.resource_pattern.name for action in state]
-        allowed = allowed_names(state, results)
+        distinct = first_seen(body.groups_names)
+        actions = name_actions(AclOperation.DELETE, ResourceType.GROUP, distinct)
+        allowed = allowed_names(actions, (yield actions))
         if len(allowed) == len(distinct):
             return FORWARD
         result_type = codec.nested_type(response_type(request), "results")

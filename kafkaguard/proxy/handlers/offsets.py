@@ -31,14 +31,12 @@ from kafkaguard.proxy.handlers.support.authz import (
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
-    Authorize,
     Checks,
     Forward,
     HandlerContext,
     Request,
     Respond,
-    Verdict,
-    advance,
+    StepwiseHandler,
 )
 from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.offset_merge import builder_merge, errors_last
@@ -59,21 +57,17 @@ def _partition_indexes(entry: Any) -> list[int]:
     return [p.partition_index for p in entry.partitions]
 
 
-def describe_topics(
-    ctx: HandlerContext, keys: list[TopicKey]
+def topics_checked(
+    ctx: HandlerContext, operation: AclOperation, topics: Iterable[Any]
 ) -> Generator[Sequence[Action], Sequence[AuthorizationResult], dict[TopicKey, ErrorCode]]:
-    """The DESCRIBE TOPIC step of the offset reads (``filterByAuthorized`` over ``keys``):
-    yields its actions, returns the denied keys (29, or 100 for an id the proxy cannot name)."""
-    checks = TopicChecks(ctx, AclOperation.DESCRIBE, keys)
+    """``operation`` on every request topic of ``topics`` (``filterByAuthorized``, one
+    reference per entry; an id the proxy cannot name gets no action), as one step: the denied
+    keys, 29, or 100 for an id the proxy cannot name. No topic: no step, nothing denied."""
+    keys = [topic_key(t) for t in topics]
+    if not keys:
+        return {}
+    checks = TopicChecks(ctx, operation, keys)
     return checks.denied((yield checks.actions))
-
-
-def read_topics(ctx: HandlerContext, body: Any) -> Authorize:
-    """The step after the group gate of the one-group offset APIs: READ TOPIC on every topic
-    of ``body.topics`` (``filterByAuthorized``, one reference per entry; an id the proxy cannot
-    name gets no action and reads as 100). Its state reads the results."""
-    checks = TopicChecks(ctx, AclOperation.READ, [topic_key(t) for t in body.topics])
-    return Authorize(checks.actions, checks)
 
 
 class GroupTopicsHandler(GroupGateHandler):
@@ -95,18 +89,8 @@ class GroupTopicsHandler(GroupGateHandler):
     ) -> dict[TopicKey, list[Any]]:
         raise NotImplementedError
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Authorize:
-        return read_topics(ctx, body)
-
-    def after_checks(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: TopicChecks,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
-        body: Any = request.body
-        denied = state.denied(results)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+        denied = yield from topics_checked(ctx, AclOperation.READ, body.topics)
         if not denied:
             return FORWARD
         entries = self.denied_topics(request, body, denied)
@@ -156,7 +140,7 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
     topics it named.
 
     The checks are made group after group, each group's topics only once the group is allowed,
-    as Kafka makes them: the decision is a generator of :class:`Authorize` steps (``advance``)."""
+    as Kafka makes them: each is a step yielded to the dispatcher (``base.Checks``)."""
     body: Any = request.body
     schema = response_type(request)
     group_type = codec.nested_type(schema, "groups")
@@ -180,7 +164,7 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
             needs_rewrite = True
             continue
         keys = [topic_key(t) for t in g.topics]
-        denied = (yield from describe_topics(ctx, keys)) if keys else {}
+        denied = yield from topics_checked(ctx, AclOperation.DESCRIBE, g.topics)
         if fetch_order:
             errors = {
                 i: _error_topic(topic_type, t, denied[key], partition_indexes, partition_values)
@@ -293,18 +277,8 @@ class OffsetCommitHandler(GroupGateHandler):
         )
         return codec.make_entity(schema, topics=topics)
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Authorize:
-        return read_topics(ctx, body)
-
-    def after_checks(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: TopicChecks,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
-        body: Any = request.body
-        denied = state.denied(results)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+        denied = yield from topics_checked(ctx, AclOperation.READ, body.topics)
         if not denied:
             return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")
@@ -332,18 +306,8 @@ class OffsetDeleteHandler(GroupGateHandler):
     api_key = 47
     group_operation = AclOperation.DELETE
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Authorize:
-        return read_topics(ctx, body)
-
-    def after_checks(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: TopicChecks,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict:
-        body: Any = request.body
-        denied = state.denied(results)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+        denied = yield from topics_checked(ctx, AclOperation.READ, body.topics)
         if not denied:
             return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")
@@ -370,7 +334,7 @@ def _requested_indexes(entry: Any) -> Any:
     return entry.partition_indexes
 
 
-class OffsetFetchHandler(ApiHandler):
+class OffsetFetchHandler(StepwiseHandler):
     """Per group DESCRIBE GROUP (30: v8+ on the group entry, v2–7 top-level, v1 on every
     requested partition), then DESCRIBE TOPIC per topic (29 per partition, committed offset −1,
     leader epoch −1, metadata ""). ``topics == null`` asks for every offset: the broker's
@@ -386,23 +350,12 @@ class OffsetFetchHandler(ApiHandler):
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         return listed_topic_ids(request.body, "groups", "topics")
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         if request.header.api_version >= _FIRST_BATCHED:
-            return advance(
-                authorize_group_offsets(
-                    request, ctx, _requested_indexes, fetch_order=True, **_UNKNOWN_OFFSET
-                )
+            return authorize_group_offsets(
+                request, ctx, _requested_indexes, fetch_order=True, **_UNKNOWN_OFFSET
             )
-        return advance(self._single(request, request.body, ctx))
-
-    def on_authorized(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: Checks,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict | Authorize:
-        return advance(state, results)
+        return self._single(request, request.body, ctx)
 
     # v1–7: one group, top-level topics
     def _single(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
@@ -421,7 +374,7 @@ class OffsetFetchHandler(ApiHandler):
         if body.topics is None:
             return Forward(rewrite=drop_denied_topics(ctx, request, AclOperation.DESCRIBE))
         keys = [topic_key(t) for t in body.topics]
-        denied = (yield from describe_topics(ctx, keys)) if keys else {}
+        denied = yield from topics_checked(ctx, AclOperation.DESCRIBE, body.topics)
         if not denied and keys:
             return FORWARD
         errors = {

@@ -10,10 +10,9 @@ ShareFetch, so those handlers keep a per-connection mirror of each share session
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
@@ -25,12 +24,10 @@ from kafkaguard.proxy.handlers.offsets import GroupTopicsHandler, authorize_grou
 from kafkaguard.proxy.handlers.support.authz import TopicKey
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
-    Authorize,
     Checks,
     HandlerContext,
     Request,
-    Verdict,
-    advance,
+    StepwiseHandler,
 )
 from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
@@ -61,7 +58,7 @@ class ShareGroupDescribeHandler(DescribedGroupsHandler):
                 yield tp.topic_name
 
 
-class DescribeShareGroupOffsetsHandler(ApiHandler):
+class DescribeShareGroupOffsetsHandler(StepwiseHandler):
     """Per group DESCRIBE GROUP (group entry 30 with message); then DESCRIBE TOPIC per named
     topic (29 per partition, start offset −1, zero topic id). ``topics == null``: the broker's
     answer is filtered silently. Groups whose topics are all denied are answered by the proxy
@@ -71,26 +68,15 @@ class DescribeShareGroupOffsetsHandler(ApiHandler):
     api_key = 90
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
-        return advance(
-            authorize_group_offsets(
-                request,
-                ctx,
-                lambda t: t.partitions,
-                group_message=True,
-                start_offset=-1,
-                error_message=ERROR_MESSAGES[_TOPIC_DENIED],
-            )
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
+        return authorize_group_offsets(
+            request,
+            ctx,
+            lambda t: t.partitions,
+            group_message=True,
+            start_offset=-1,
+            error_message=ERROR_MESSAGES[_TOPIC_DENIED],
         )
-
-    def on_authorized(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: Checks,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict | Authorize:
-        return advance(state, results)
 
 
 class _ShareOffsetsChangeHandler(GroupTopicsHandler):

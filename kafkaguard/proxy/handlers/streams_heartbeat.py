@@ -61,13 +61,11 @@ from kafkaguard.proxy.handlers.support.authz import (
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
-    Authorize,
     Checks,
     HandlerContext,
     Request,
     Respond,
     Verdict,
-    advance,
 )
 from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.questions import ask_which_exist
@@ -132,21 +130,9 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
 
     api_key = 88
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict | Authorize:
-        return advance(self._checks(request, body, ctx))
-
-    def after_checks(
-        self,
-        request: Request,
-        ctx: HandlerContext,
-        state: Checks,
-        results: Sequence[AuthorizationResult],
-    ) -> Verdict | Authorize:
-        return advance(state, results)
-
-    def _checks(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
         """Everything after the group check, up to asking the broker which internal topics
-        are missing (each check an ``Authorize`` step)."""
+        are missing, each check a step of the dispatcher's."""
         key = (body.group_id, body.member_id)
         state = ctx.connection_state.get(StreamsTopologies)
         if body.topology is not None:

@@ -163,7 +163,7 @@ def advance(
 ) -> Verdict | Authorize:
     """The next step of ``checks`` (its first when ``results`` is None; after a step, the
     results of its actions): an :class:`Authorize` whose state is ``checks``, or the verdict.
-    A handler's ``on_authorized`` returns ``advance(state, results)``."""
+    :class:`StepwiseHandler` starts it; ``ApiHandler.on_authorized`` resumes it."""
     try:
         actions = next(checks) if results is None else checks.send(results)
     except StopIteration as done:
@@ -348,7 +348,10 @@ class ApiHandler:
         results: Sequence[AuthorizationResult],
     ) -> Verdict | Authorize:
         """Phase two: the verdict once the actions of :class:`Authorize` are decided
-        (``results`` in their order). Only handlers that return :class:`Authorize` get here."""
+        (``results`` in their order). Only handlers that return :class:`Authorize` get here;
+        a step of :data:`Checks` (:class:`StepwiseHandler`) is resumed with its results."""
+        if isinstance(state, Generator):
+            return advance(state, results)
         return Close(f"{type(self).__name__} asked for authorization it does not read")
 
     def topic_ids(self, request: Request) -> Iterable[UUID]:
@@ -366,3 +369,16 @@ class ApiHandler:
                 )
             )
         return Close(f"unsupported version {header.api_version} of api key {self.api_key}")
+
+
+class StepwiseHandler(ApiHandler):
+    """A handler whose decision is one generator, :meth:`checks`: it reads as the
+    ``KafkaApis.handleXxx`` it mirrors, each ``authorize`` call a ``yield`` of the actions that
+    receives their results, and returns the verdict. The dispatcher makes the calls
+    (:func:`advance` turns each ``yield`` into an :class:`Authorize` step)."""
+
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
+        raise NotImplementedError
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+        return advance(self.checks(request, ctx))
