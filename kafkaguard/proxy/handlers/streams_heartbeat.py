@@ -182,13 +182,7 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
         if (yield _create_cluster(log=False))[0] is AuthorizationResult.ALLOWED:
             return True
         names = set(topics)
-        actions = name_actions(
-            AclOperation.CREATE,
-            ResourceType.TOPIC,
-            names,
-            log_if_allowed=False,
-            log_if_denied=False,
-        )
+        actions = name_actions(AclOperation.CREATE, ResourceType.TOPIC, names, logged=False)
         return allowed_names(actions, (yield actions)) == names
 
     def _ask_missing(

@@ -78,29 +78,28 @@ def filter_authorized(
 ) -> set[str]:
     """``AuthHelper.filterByAuthorized``: one action per distinct name, whose reference count
     is how many request items named it; returns the allowed names."""
-    actions = name_actions(
-        operation, resource_type, names, log_if_allowed=log_if_allowed, log_if_denied=log_if_denied
-    )
-    if not actions:
+    counts = Counter(names)
+    if not counts:
         return set()
+    actions = [
+        Action(
+            operation, ResourcePattern(resource_type, name), count, log_if_allowed, log_if_denied
+        )
+        for name, count in counts.items()
+    ]
     return allowed_names(actions, ctx.authorize(request, actions))
 
 
 def name_actions(
-    operation: AclOperation,
-    resource_type: ResourceType,
-    names: Iterable[str],
-    *,
-    log_if_allowed: bool = True,
-    log_if_denied: bool = True,
+    operation: AclOperation, kind: ResourceType, names: Iterable[str], *, logged: bool = True
 ) -> list[Action]:
-    """The actions of ``filterByAuthorized`` over ``names``, for an ``Authorize`` step: one per
-    distinct name, in first-seen order, its reference count how many items named it."""
+    """The actions of ``filterByAuthorized`` over ``names``, for a step the dispatcher decides:
+    one per distinct name, in first-seen order, its reference count how many items named it;
+    audited unless ``logged`` is False (neither an allowed nor a denied result logged)."""
+    pattern = ResourcePattern
     return [
-        Action(
-            operation, ResourcePattern(resource_type, name), count, log_if_allowed, log_if_denied
-        )
-        for name, count in Counter(names).items()
+        Action(operation, pattern(kind, n), count, logged, logged)
+        for n, count in Counter(names).items()
     ]
 
 
