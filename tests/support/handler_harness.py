@@ -45,11 +45,11 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.answer_memo import AnswerMemo
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
 from kafkaguard.proxy.core.dispatch import handle_request, response_transform
 from kafkaguard.proxy.handlers import REGISTRY, supported_versions
-from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
 from kafkaguard.proxy.handlers.support.base import (
     AskFirst,
     ConnectionState,
@@ -191,7 +191,6 @@ class HandlerHarness:
     def latest_api_versions(self, version: int) -> Any:
         return self.api_versions_response
 
-    @property
     def broker_versions(self) -> Mapping[int, range] | None:
         """The broker's ranges the harness was given (or learned), every API key not among
         them at the handler's own range: a harness broker narrows only what a test names."""
@@ -200,7 +199,7 @@ class HandlerHarness:
         return {k: h.versions for k, h in REGISTRY.items()} | self.broker_api_versions
 
     def supported_versions(self, api_key: int) -> range:
-        return supported_versions(api_key, self.broker_versions)
+        return supported_versions(api_key, self.broker_versions())
 
     # -- driving ---------------------------------------------------------------------------
     def send(

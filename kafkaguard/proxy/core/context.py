@@ -39,10 +39,10 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from kafkaguard.protocol.answer_memo import AnswerMemo
 from kafkaguard.protocol.codec import ResponsePayload
 from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.proxy.handlers import supported_versions
-from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
 from kafkaguard.proxy.handlers.support.base import ConnectionState, Request
 
 if TYPE_CHECKING:
@@ -238,7 +238,6 @@ class ConnectionContext:
     def latest_api_versions(self, version: int) -> ResponsePayload | None:
         return self._cluster.latest_api_versions(version)
 
-    @property
     def broker_versions(self) -> Mapping[int, range] | None:
         return self._cluster.broker_versions
 

@@ -17,11 +17,11 @@ from uuid import UUID
 
 from kafkaguard.certs.tls import UpstreamTlsConfig, build_client_context
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.answer_memo import AnswerMemo
 from kafkaguard.protocol.codec import ErrorCode, codec_versions
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.config import HostPort
-from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
 from kafkaguard.proxy.sasl.authenticator import API_VERSIONS
 from kafkaguard.proxy.sasl.client import (
     SASL_AUTHENTICATE,

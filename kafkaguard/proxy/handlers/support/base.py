@@ -59,7 +59,7 @@ from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.protocol.inflight import ResponseTransform
 
 if TYPE_CHECKING:
-    from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
+    from kafkaguard.protocol.answer_memo import AnswerMemo
     from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
     from kafkaguard.proxy.session import Session
 
@@ -291,7 +291,6 @@ class HandlerContext(Protocol):
         version's if seen, else a newer one's, else an older one's); None before any."""
         ...
 
-    @property
     def broker_versions(self) -> Mapping[int, range] | None:
         """The broker's version range of each API key (its latest ApiVersions answer); None
         before any. The dispatcher's version gate reads it as data."""
