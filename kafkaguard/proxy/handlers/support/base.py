@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 from uuid import UUID
 
@@ -320,14 +319,14 @@ class ApiHandler:
     """True for APIs the proxy answers itself (never forwarded): advertised whatever the
     broker supports."""
 
-    @cached_property
-    def versions(self) -> range:
-        """handler ∩ kio, computed once per handler: the dispatcher's version gate reads it on
-        every request."""
+    def __init__(self) -> None:
         known = codec_versions(self.api_key)
-        if self.max_version is None:
-            return known
-        return range(known.start, min(known.stop, self.max_version + 1))
+        cap = self.max_version
+        self.versions: range = (
+            known if cap is None else range(known.start, min(known.stop, cap + 1))
+        )
+        """handler ∩ kio, computed once per handler: the dispatcher's version gate reads it on
+        every request (an instance attribute: a cheaper read than any property)."""
 
     def read_request(self, header: RequestHeaderInfo, frame: Frame) -> Any:
         """The body :meth:`on_request` reads: kio's decode when ``decode_request``, else
