@@ -68,17 +68,11 @@ def test_an_api_the_proxy_answers_itself_is_served_whatever_the_broker_lists() -
     assert REGISTRY[DESCRIBE_ACLS].answered_by_proxy
     versions = supported_versions(DESCRIBE_ACLS, driver.cluster.broker_versions)
     assert versions == REGISTRY[DESCRIBE_ACLS].versions
+    any_code = ("resource_type_filter", "pattern_type_filter", "operation", "permission_type")
+    no_name = ("resource_name_filter", "principal_filter", "host_filter")
     body = req(
-        DESCRIBE_ACLS,
-        versions[-1],
-        resource_type_filter=1,  # ANY
-        resource_name_filter=None,
-        pattern_type_filter=1,
-        principal_filter=None,
-        host_filter=None,
-        operation=1,
-        permission_type=1,
-    )
+        DESCRIBE_ACLS, versions[-1], **dict.fromkeys(any_code, 1), **dict.fromkeys(no_name)
+    )  # every ACL: ANY (1) of each code, no name
     commands = driver.client(request(body, 1))
     assert not to_broker(commands)
     (answer,) = split_frames(to_client(commands))
