@@ -37,7 +37,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import glob
 import operator
 import os
@@ -66,12 +65,13 @@ from kafkaguard.protocol.framing import FrameBuffer  # noqa: E402
 from kafkaguard.protocol.header import peek_correlation_id, peek_request_header  # noqa: E402
 from kafkaguard.proxy.config import HostPort  # noqa: E402
 from kafkaguard.proxy.core.commands import SendBroker, SendClient  # noqa: E402
-from kafkaguard.proxy.core.dispatch import handle_request  # noqa: E402
+from kafkaguard.proxy.core.dispatch import _verdict, handle_request  # noqa: E402
 from kafkaguard.proxy.handlers import REGISTRY  # noqa: E402
-from kafkaguard.proxy.handlers.support.ask import _verdict  # noqa: E402
 from kafkaguard.proxy.handlers.support.authz import topic  # noqa: E402
 from kafkaguard.proxy.handlers.support.base import Request  # noqa: E402
 from kafkaguard.proxy.net.connection import ClientConnection, UpstreamConnection  # noqa: E402
+from tests.support import data_path  # noqa: E402
+from tests.support.data_path import nested  # noqa: E402
 from tests.support.entities import req, resp  # noqa: E402
 from tests.support.exchange_driver import Driver  # noqa: E402
 from tests.support.handler_harness import acl  # noqa: E402
@@ -90,98 +90,12 @@ costs time)."""
 # Inputs
 
 
-def record_batch(size: int) -> bytes:
-    """A v2 record batch header (attributes 0: not transactional) and ``size`` bytes after it:
-    the proxy reads the header only (``has_transactional_batches``)."""
-    body = bytes(size)
-    length = 49 + len(body)  # from leaderEpoch to the end
-    return (
-        (0).to_bytes(8, "big")
-        + length.to_bytes(4, "big")
-        + (-1).to_bytes(4, "big", signed=True)
-        + b"\x02"
-        + bytes(4)  # crc (not checked by the proxy)
-        + bytes(2)  # attributes
-        + bytes(40)
-        + body
-    )
-
-
-def nested(schema: Any, *path: str) -> Any:
-    for name in path:
-        schema = codec.nested_type(schema, name)
-    return schema
-
-
 def produce_frames(correlation_id: int) -> tuple[bytes, bytes]:
-    schema = codec.request_schema(0, PRODUCE_VERSION)
-    partition = codec.make_entity(
-        nested(schema, "topic_data", "partition_data"), index=0, records=record_batch(1024)
-    )
-    topic_data = codec.make_entity(
-        nested(schema, "topic_data"), name=TOPIC, partition_data=(partition,)
-    )
-    request = codec.encode_request(
-        req(
-            0,
-            PRODUCE_VERSION,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=30),
-            topic_data=(topic_data,),
-        ),
-        correlation_id,
-        CLIENT_ID,
-    )
-    rschema = codec.response_schema(0, PRODUCE_VERSION)
-    rpartition = codec.make_entity(
-        nested(rschema, "responses", "partition_responses"), index=0, base_offset=42
-    )
-    rtopic = codec.make_entity(
-        nested(rschema, "responses"), name=TOPIC, partition_responses=(rpartition,)
-    )
-    response = codec.encode_response(resp(0, PRODUCE_VERSION, responses=(rtopic,)), correlation_id)
-    return request, response
+    return data_path.produce_frames(correlation_id, PRODUCE_VERSION, (TOPIC,), (TOPIC,))
 
 
 def fetch_frames(correlation_id: int) -> tuple[bytes, bytes]:
-    schema = codec.request_schema(1, FETCH_VERSION)
-    partition = codec.make_entity(
-        nested(schema, "topics", "partitions"),
-        partition=0,
-        fetch_offset=1000,
-        partition_max_bytes=1 << 20,
-    )
-    topic_entry = codec.make_entity(
-        nested(schema, "topics"), topic_id=TOPIC_ID, partitions=(partition,)
-    )
-    request = codec.encode_request(
-        req(
-            1,
-            FETCH_VERSION,
-            max_wait=datetime.timedelta(milliseconds=500),
-            min_bytes=1,
-            max_bytes=50 << 20,
-            session_id=0,
-            session_epoch=-1,
-            topics=(topic_entry,),
-        ),
-        correlation_id,
-        CLIENT_ID,
-    )
-    rschema = codec.response_schema(1, FETCH_VERSION)
-    rpartition = codec.make_entity(
-        nested(rschema, "responses", "partitions"),
-        partition_index=0,
-        high_watermark=2000,
-        last_stable_offset=2000,
-        log_start_offset=0,
-        records=record_batch(1024),
-    )
-    rtopic = codec.make_entity(
-        nested(rschema, "responses"), topic_id=TOPIC_ID, partitions=(rpartition,)
-    )
-    response = codec.encode_response(resp(1, FETCH_VERSION, responses=(rtopic,)), correlation_id)
-    return request, response
+    return data_path.fetch_frames(correlation_id, FETCH_VERSION, TOPIC_ID)
 
 
 API_VERSIONS_VERSION = 3

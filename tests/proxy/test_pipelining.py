@@ -23,6 +23,7 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import LimitsConfig
+from kafkaguard.proxy.handlers import supported_versions
 from tests.support.fake_broker import FakeBroker, RawClient, proxy_in_front, request
 from tests.support.proxy_fixture import unique_name
 
@@ -221,8 +222,9 @@ async def test_inflight_cap_with_one_burst_still_completes_in_order(fake: FakeBr
 
 async def test_pipeline_against_tansu(async_proxy: ProxyServer) -> None:
     """A real broker behind the proxy: same order guarantees, local answers interleaved."""
-    supported = async_proxy.cluster.supported_versions
-    assert 2 not in supported(60)  # Tansu stops at DescribeCluster v1: v2 is answered locally
+    assert 2 not in supported_versions(
+        60, async_proxy.cluster.broker_versions
+    )  # Tansu stops at DescribeCluster v1: v2 is answered locally
     pattern = [
         Req(3, 12, {"topics": None}),
         Req(18, 3, {"client_software_name": "raw", "client_software_version": "1"}),

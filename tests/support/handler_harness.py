@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import typing
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import NoneType, UnionType
 from typing import Any
@@ -45,11 +45,11 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.answer_memo import AnswerMemo
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
 from kafkaguard.proxy.core.dispatch import handle_request, response_transform
-from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
+from kafkaguard.proxy.handlers import REGISTRY, supported_versions
 from kafkaguard.proxy.handlers.support.base import (
     AskFirst,
     ConnectionState,
@@ -191,13 +191,15 @@ class HandlerHarness:
     def latest_api_versions(self, version: int) -> Any:
         return self.api_versions_response
 
+    def broker_versions(self) -> Mapping[int, range] | None:
+        """The broker's ranges the harness was given (or learned), every API key not among
+        them at the handler's own range: a harness broker narrows only what a test names."""
+        if self.broker_api_versions is None:
+            return None
+        return {k: h.versions for k, h in REGISTRY.items()} | self.broker_api_versions
+
     def supported_versions(self, api_key: int) -> range:
-        handler = REGISTRY.get(api_key)
-        versions = handler.versions if handler is not None else range(0)
-        broker = (self.broker_api_versions or {}).get(api_key)
-        if broker is None:
-            return versions
-        return range(max(versions.start, broker.start), min(versions.stop, broker.stop))
+        return supported_versions(api_key, self.broker_versions())
 
     # -- driving ---------------------------------------------------------------------------
     def send(

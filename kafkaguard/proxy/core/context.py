@@ -16,7 +16,7 @@ memory (docs/design.md#request-path).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
@@ -39,9 +39,10 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from kafkaguard.protocol.answer_memo import AnswerMemo
 from kafkaguard.protocol.codec import ResponsePayload
 from kafkaguard.protocol.header import RequestHeaderInfo
-from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
+from kafkaguard.proxy.handlers import supported_versions
 from kafkaguard.proxy.handlers.support.base import ConnectionState, Request
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ class ClusterView(Protocol):
 
     def latest_api_versions(self, version: int) -> ResponsePayload | None: ...
 
-    def supported_versions(self, api_key: int) -> range: ...
+    @property
+    def broker_versions(self) -> Mapping[int, range] | None: ...
 
     @property
     def api_versions_answers(self) -> AnswerMemo: ...
@@ -236,8 +238,11 @@ class ConnectionContext:
     def latest_api_versions(self, version: int) -> ResponsePayload | None:
         return self._cluster.latest_api_versions(version)
 
+    def broker_versions(self) -> Mapping[int, range] | None:
+        return self._cluster.broker_versions
+
     def supported_versions(self, api_key: int) -> range:
-        return self._cluster.supported_versions(api_key)
+        return supported_versions(api_key, self._cluster.broker_versions)
 
     @property
     def api_versions_answers(self) -> AnswerMemo:

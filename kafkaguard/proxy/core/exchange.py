@@ -10,14 +10,15 @@ carries out the commands each call returns (:mod:`kafkaguard.proxy.core.commands
 :class:`CloseConnection`. The exchange never calls back into the shell, so tests drive it in
 memory (``tests/proxy/core/test_exchange.py``). See docs/design.md#request-path.
 
-Request path: bytes → :class:`FrameBuffer` (the listener's ``max_frame_bytes``) → header peek
-→ SASL gate (nothing but ApiVersions and SASL before authentication, ``SaslServerAuthenticator``)
-→ registry lookup and version gate → the handler's verdict, synchronous (``ask.decide``) → the
-original frame (or a rewritten one) goes to the broker; every frame completed by one read
-leaves in one :class:`SendBroker`. A handler that must ask the broker first (:class:`AskFirst`)
-has its question sent instead, and later requests are held until the answer has been turned
-into the verdict, so nothing overtakes it; a SASL token being evaluated holds later requests the
-same way (Kafka reads the next request only once a token is handled).
+Request path: bytes → :class:`FrameBuffer` (the listener's ``max_frame_bytes``) → header peek →
+SASL gate (nothing but ApiVersions and SASL before authentication, ``SaslServerAuthenticator``)
+→ the request's decision, synchronous (``dispatch.handle_request``: registry, version gate, the
+handler's checks and verdict) → the original frame (or a rewritten one) goes to the broker;
+every frame completed by one read leaves in one :class:`SendBroker`. A handler that must ask
+the broker first (:class:`AskFirst`) has its question sent instead, and later requests are held
+until the answer has been turned into the verdict, so nothing overtakes it; a SASL token being
+evaluated holds later requests the same way (Kafka reads the next request only once a token is
+handled).
 
 Response path: each broker frame claims the oldest upstream slot of the :class:`InflightQueue`
 (correlation ids must match); the slot's transform runs only when the handler asked to rewrite;

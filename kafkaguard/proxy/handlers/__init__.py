@@ -94,3 +94,18 @@ def _build() -> Mapping[int, ApiHandler]:
 
 
 REGISTRY: Final[Mapping[int, ApiHandler]] = _build()
+
+
+def supported_versions(api_key: int, broker: Mapping[int, range] | None) -> range:
+    """What the proxy advertises for ``api_key``: handler ∩ kio ∩ ``broker`` (the broker's
+    ranges, once known; an API the proxy answers itself is advertised whatever the broker
+    supports). The dispatcher's gate checks the same membership without building the range."""
+    handler = REGISTRY.get(api_key)
+    if handler is None:
+        return range(0)
+    result = handler.versions
+    if broker is None or handler.answered_by_proxy:
+        return result
+    theirs = broker.get(api_key, range(0))
+    result = range(max(result.start, theirs.start), min(result.stop, theirs.stop))
+    return result if result.start < result.stop else range(0)

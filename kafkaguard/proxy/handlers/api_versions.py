@@ -17,7 +17,7 @@ An ApiVersions request of a version the proxy does not know is answered, as Kafk
 lists the supported versions, so the client can retry with one it shares.
 
 Every client connection starts with ApiVersions, and the broker's answer is the same for all
-of them until the broker changes: the cluster's ``AnswerMemo`` (``support/answer_memo.py``)
+of them until the broker changes: the cluster's ``AnswerMemo`` (``protocol/answer_memo.py``)
 keeps the client's answer to the last few distinct broker answers, so a byte-identical one is
 not decoded and re-encoded again. The broker is still asked every time; only the rewrite is
 reused.

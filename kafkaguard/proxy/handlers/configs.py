@@ -291,7 +291,7 @@ class _AlterConfigsHandler(ApiHandler[_AlterConfigsBody]):
     ``validate_only`` — nothing changes — and their result becomes 31 unless the broker
     rejected them with 42. When the request is validate-only anyway, or nothing else in it is
     forwarded, that is the request itself; when it also carries authorized changes to apply,
-    the BROKER resources are validated in a question of their own first (``ask.py``) and the
+    the BROKER resources are validated in a question of their own first (``questions.py``) and the
     changes forwarded after. Address configs are never sent for validation (below).
     """
 

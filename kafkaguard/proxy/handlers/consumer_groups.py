@@ -10,26 +10,30 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
 from kafkaguard.proxy.handlers.support.authz import (
+    allowed_names,
     authorized_operations_rewrite,
     filter_authorized,
     first_seen,
-    group,
-    is_allowed,
+    group_checks,
+    name_actions,
 )
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    Checks,
     Forward,
     HandlerContext,
     Request,
     Respond,
+    StepwiseHandler,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.regex_subscriptions import heartbeat_verdict
 from kafkaguard.proxy.handlers.support.responses import chain, response_type, split, whole_error
 
@@ -43,13 +47,11 @@ class SubscribedTopicsGateHandler(GroupGateHandler):
     names, so a subscription naming a topic twice passes when the topic is allowed.
     """
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
         names = body.subscribed_topic_names
         if names:
-            allowed = filter_authorized(
-                ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, set(names)
-            )
-            if len(allowed) < len(set(names)):
+            actions = name_actions(AclOperation.DESCRIBE, ResourceType.TOPIC, set(names))
+            if len(allowed_names(actions, (yield actions))) < len(actions):
                 return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
         return self.after_topics(request, body, ctx)
 
@@ -75,7 +77,7 @@ class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler):
         return heartbeat_verdict(request, body, ctx)
 
 
-class DescribedGroupsHandler(ApiHandler):
+class DescribedGroupsHandler(StepwiseHandler):
     """``handleConsumerGroupDescribe`` and its share/streams siblings.
 
     1. DESCRIBE GROUP per requested id, in order; denied → ``(groupId, 30)``, not forwarded;
@@ -94,13 +96,14 @@ class DescribedGroupsHandler(ApiHandler):
     def topics_of(self, described: Any) -> Iterable[str]:
         raise NotImplementedError
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
         ids = list(body.group_ids)
+        results = yield group_checks(AclOperation.DESCRIBE, ids)
         group_type = codec.nested_type(response_type(request), "groups")
         denied: dict[str, list[Any]] = {}
-        for g in ids:
-            if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g)):
+        for g, result in zip(ids, results, strict=True):
+            if result is not AuthorizationResult.ALLOWED:
                 denied.setdefault(g, []).append(
                     codec.make_entity(group_type, ErrorCode.group_authorization_failed, group_id=g)
                 )

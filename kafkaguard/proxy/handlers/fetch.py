@@ -7,7 +7,7 @@ full fetch, the whole session for an incremental one):
   cluster; denied → TOPIC_AUTHORIZATION_FAILED (29) on every partition (not 31);
 * consumer: READ TOPIC per topic (``filterByAuthorized``, reference count = partitions);
 * v13+ topic ids: resolved before authorization, as Kafka does — ids the proxy has not seen
-  in a broker answer are looked up with the broker first (``ask.py``); an id the broker does
+  in a broker answer are looked up with the broker first (``questions.py``); an id the broker does
   not know either → UNKNOWN_TOPIC_ID (100) per partition, never forwarded.
 
 Denied partitions are stripped from the forwarded request and answered with Kafka's
@@ -86,7 +86,6 @@ from kafkaguard.proxy.handlers.support.addresses import (
     node_endpoints_rewrite,
     node_endpoints_transform,
 )
-from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import CLUSTER, TopicChecks, TopicKey
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
@@ -100,6 +99,7 @@ from kafkaguard.proxy.handlers.support.base import (
     remember_newest,
 )
 from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed
+from kafkaguard.proxy.handlers.support.questions import listed_topic_ids
 from kafkaguard.proxy.handlers.support.responses import chain, split
 
 INITIAL_EPOCH: Final = 0

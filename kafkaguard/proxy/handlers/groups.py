@@ -1,37 +1,43 @@
 """Classic group APIs: FindCoordinator, Join/Heartbeat/Leave/SyncGroup, Describe/List/DeleteGroups.
 
-Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, api keys 10–16 and 42). The
-module also holds :class:`GroupGateHandler`, the whole-request group gate the other group
-families build on.
+Each handler mirrors its ``KafkaApis.handleXxx`` (Kafka 4.x, api keys 10–16 and 42), its
+checks yielded to the dispatcher (``StepwiseHandler``). Join, Heartbeat, Leave and SyncGroup
+are the group gate alone (``support/group_gate.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.handlers.support.addresses import coordinators_rewrite
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
+    allowed_names,
     authorized_operations_rewrite,
-    filter_authorized,
     first_seen,
     group,
+    group_checks,
     is_allowed,
+    name_actions,
     transactional_id,
 )
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    Checks,
     Forward,
     HandlerContext,
     Request,
     Respond,
+    StepwiseHandler,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.responses import (
     entity,
     merge_rewrite,
@@ -39,32 +45,6 @@ from kafkaguard.proxy.handlers.support.responses import (
     split,
     whole_error,
 )
-
-
-class GroupGateHandler(ApiHandler):
-    """One group check for the whole request (``READ GROUP`` unless told otherwise); denied →
-    the API's error response built like ``getErrorResponse(GROUP_AUTHORIZATION_FAILED)``."""
-
-    decode_request = True
-    group_operation: ClassVar[AclOperation] = AclOperation.READ
-
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        body: Any = request.body
-        early = self.before_group(request, body)
-        if early is not None:
-            return early
-        if not is_allowed(ctx, request, self.group_operation, group(body.group_id)):
-            return Respond(self.group_denied(request, body))
-        return self.after_group(request, body, ctx)
-
-    def before_group(self, request: Request, body: Any) -> Verdict | None:
-        return None
-
-    def group_denied(self, request: Request, body: Any) -> Any:
-        return whole_error(request, ErrorCode.group_authorization_failed)
-
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        return FORWARD
 
 
 class JoinGroupHandler(GroupGateHandler):
@@ -106,7 +86,7 @@ _FIRST_BATCHED = 4
 _FIRST_SHARE = 6
 
 
-class FindCoordinatorHandler(ApiHandler):
+class FindCoordinatorHandler(StepwiseHandler):
     """``handleFindCoordinatorRequest`` / ``getCoordinator``, keeping the address rewrite.
 
     GROUP keys need DESCRIBE GROUP (30), TRANSACTION keys DESCRIBE TRANSACTIONAL_ID (53), checked
@@ -120,7 +100,7 @@ class FindCoordinatorHandler(ApiHandler):
     api_key = 10
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
         version = request.header.api_version
         key_type = int(getattr(body, "key_type", _GROUP))
@@ -133,7 +113,8 @@ class FindCoordinatorHandler(ApiHandler):
         if key_type == _SHARE:
             if version < _FIRST_SHARE:
                 return Respond(self._all_failed(request, keys, ErrorCode.invalid_request))
-            if not is_allowed(ctx, request, AclOperation.CLUSTER_ACTION, CLUSTER):
+            (result,) = yield (Action(AclOperation.CLUSTER_ACTION, CLUSTER, 1, True, True),)
+            if result is not AuthorizationResult.ALLOWED:
                 return Respond(
                     self._all_failed(request, keys, ErrorCode.cluster_authorization_failed)
                 )
@@ -142,8 +123,11 @@ class FindCoordinatorHandler(ApiHandler):
             resource, code = group, ErrorCode.group_authorization_failed
         else:
             resource, code = transactional_id, ErrorCode.transactional_id_authorization_failed
+        results = yield [Action(AclOperation.DESCRIBE, resource(k), 1, True, True) for k in keys]
         denied = [
-            k for k in keys if not is_allowed(ctx, request, AclOperation.DESCRIBE, resource(k))
+            k
+            for k, result in zip(keys, results, strict=True)
+            if result is not AuthorizationResult.ALLOWED
         ]
         if not denied:
             return Forward(rewrite=coordinators_rewrite(ctx))
@@ -200,7 +184,7 @@ def _coordinator_key(entry: Any) -> str:
 # -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------------
 
 
-class DescribeGroupsHandler(ApiHandler):
+class DescribeGroupsHandler(StepwiseHandler):
     """``handleDescribeGroupsRequest``: DESCRIBE GROUP per requested group (one check per
     occurrence, as Kafka loops), denied → ``DescribeGroupsResponse.groupError(id, 30)``; the rest
     is forwarded. KIP-430 operations (v3+, if requested) are computed by the proxy for groups
@@ -210,11 +194,16 @@ class DescribeGroupsHandler(ApiHandler):
     api_key = 15
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
         ids: Sequence[str] = body.groups
         include_ops = bool(getattr(body, "include_authorized_operations", False))
-        denied = [g for g in ids if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g))]
+        results = yield group_checks(AclOperation.DESCRIBE, ids)
+        denied = [
+            g
+            for g, result in zip(ids, results, strict=True)
+            if result is not AuthorizationResult.ALLOWED
+        ]
         fill = authorized_operations_rewrite(request, ctx) if include_ops else None
         if not denied:
             return FORWARD if fill is None else Forward(rewrite=fill)
@@ -239,18 +228,21 @@ def _group_key(entry: Any) -> str:
     return str(entry.group_id)
 
 
-class ListGroupsHandler(ApiHandler):
+class ListGroupsHandler(StepwiseHandler):
     """``handleListGroupsRequest``: DESCRIBE CLUSTER (logIfDenied=false) lists every group;
     otherwise each returned group is kept only with DESCRIBE GROUP (logIfDenied=false). Never
     an authorization error (``testListGroupApiWithAndWithoutListGroupAcls``)."""
 
     api_key = 16
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
-        if is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER, log_if_denied=False):
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
+        (result,) = yield (Action(AclOperation.DESCRIBE, CLUSTER, 1, True, False),)
+        if result is AuthorizationResult.ALLOWED:
             return FORWARD
 
         def keep_describable(response: Any) -> Any:
+            # Checked on the broker's answer, the only place the groups are known: these
+            # checks are the context's to make, not the dispatcher's.
             groups = tuple(
                 g
                 for g in response.groups
@@ -265,7 +257,7 @@ class ListGroupsHandler(ApiHandler):
         return Forward(rewrite=keep_describable)
 
 
-class DeleteGroupsHandler(ApiHandler):
+class DeleteGroupsHandler(StepwiseHandler):
     """``handleDeleteGroupsRequest``: DELETE GROUP per *distinct* group
     (``partitionSeqByAuthorized`` over ``groupsNames.distinct``); one 30 result per denied
     group, after the coordinator's results (as Kafka appends them), the authorized ones
@@ -274,10 +266,11 @@ class DeleteGroupsHandler(ApiHandler):
     api_key = 42
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         body: Any = request.body
         distinct = first_seen(body.groups_names)
-        allowed = filter_authorized(ctx, request, AclOperation.DELETE, ResourceType.GROUP, distinct)
+        actions = name_actions(AclOperation.DELETE, ResourceType.GROUP, distinct)
+        allowed = allowed_names(actions, (yield actions))
         if len(allowed) == len(distinct):
             return FORWARD
         result_type = codec.nested_type(response_type(request), "results")

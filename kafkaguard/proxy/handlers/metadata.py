@@ -16,7 +16,7 @@ Metadata follows ``KafkaApis.handleTopicMetadataRequest``:
   invalid name) becomes Kafka's (29, name, zero id, isInternal(name)); existing ones are
   described. When the request also names topics the principal may create — or is v0–3, which
   cannot switch creation off — the names lacking CREATE are asked about in a question of their
-  own first (``ask.py``; v4 for v0–3) and the rest forwarded with creation as sent, so exactly
+  own first (``questions.py``; v4 for v0–3) and the rest forwarded with creation as sent, so exactly
   the creatable names are created. The CREATE checks also run for names that exist (the
   per-topic ones with ``logIfDenied=false`` so existing topics produce no "Denied" audit
   lines). A broker without Metadata v4 cannot be asked: on v0–3 names lacking CREATE are then

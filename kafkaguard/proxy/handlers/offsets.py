@@ -6,40 +6,41 @@ topics), then the topics, as in ``KafkaApis.handleOffsetCommitRequest``,
 ``handleOffsetDeleteRequest``.
 
 Topic ids (OffsetCommit/OffsetFetch v10) are resolved from the proxy's id cache, ids it has not
-seen by asking the broker first (``ask.py``); an id the broker does not know either is
+seen by asking the broker first (``questions.py``); an id the broker does not know either is
 UNKNOWN_TOPIC_ID (100) and never forwarded. In an all-topics OffsetFetch v10 answer, a
 topic id the proxy cannot name cannot be authorized and is dropped (fail closed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
-from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import (
+    TopicChecks,
     TopicKey,
-    authorize_topics,
     drop_denied_topics,
-    group,
-    is_allowed,
+    group_checks,
     topic_key,
 )
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    Checks,
     Forward,
     HandlerContext,
     Request,
     Respond,
-    Verdict,
+    StepwiseHandler,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
 from kafkaguard.proxy.handlers.support.offset_merge import builder_merge, errors_last
+from kafkaguard.proxy.handlers.support.questions import listed_topic_ids
 from kafkaguard.proxy.handlers.support.responses import (
     BrokerMismatch,
     entity,
@@ -54,6 +55,19 @@ from kafkaguard.proxy.handlers.support.responses import (
 
 def _partition_indexes(entry: Any) -> list[int]:
     return [p.partition_index for p in entry.partitions]
+
+
+def topics_checked(
+    ctx: HandlerContext, operation: AclOperation, topics: Iterable[Any]
+) -> Generator[Sequence[Action], Sequence[AuthorizationResult], dict[TopicKey, ErrorCode]]:
+    """``operation`` on every request topic of ``topics`` (``filterByAuthorized``, one
+    reference per entry; an id the proxy cannot name gets no action), as one step: the denied
+    keys, 29, or 100 for an id the proxy cannot name. No topic: no step, nothing denied."""
+    keys = [topic_key(t) for t in topics]
+    if not keys:
+        return {}
+    checks = TopicChecks(ctx, operation, keys)
+    return checks.denied((yield checks.actions))
 
 
 class GroupTopicsHandler(GroupGateHandler):
@@ -75,12 +89,12 @@ class GroupTopicsHandler(GroupGateHandler):
     ) -> dict[TopicKey, list[Any]]:
         raise NotImplementedError
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+        denied = yield from topics_checked(ctx, AclOperation.READ, body.topics)
         if not denied:
             return FORWARD
         entries = self.denied_topics(request, body, denied)
+        keys = [topic_key(t) for t in body.topics]
         merge = merge_rewrite(keys, entries, self.response_topics, topic_key)
         kept = tuple(t for t in body.topics if topic_key(t) not in denied)
 
@@ -99,7 +113,7 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
     group_message: bool = False,
     fetch_order: bool = False,
     **partition_values: Any,
-) -> Verdict:
+) -> Checks:
     """Batched offset reads (OffsetFetch v8+, DescribeShareGroupOffsets): per group DESCRIBE
     GROUP (a 30 group entry, with Kafka's message when ``group_message``), then DESCRIBE TOPIC
     per named topic (29 on each partition, with ``partition_values``). ``topics == null``
@@ -123,7 +137,10 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
     ``null`` means all, ``OffsetFetchRequest.requestAllOffsets``), and whatever the broker
     answers for it is dropped all the same: only topics that were sent get through.
     A group sent with an empty list is forwarded as it is, and its answer reduced to the (no)
-    topics it named."""
+    topics it named.
+
+    The checks are made group after group, each group's topics only once the group is allowed,
+    as Kafka makes them: each is a step yielded to the dispatcher (``base.Checks``)."""
     body: Any = request.body
     schema = response_type(request)
     group_type = codec.nested_type(schema, "groups")
@@ -136,7 +153,8 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
     changed = False
     needs_rewrite = False
     for position, g in enumerate(body.groups):
-        if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(g.group_id)):
+        (allowed,) = yield group_checks(AclOperation.DESCRIBE, (g.group_id,))
+        if allowed is not AuthorizationResult.ALLOWED:
             code = ErrorCode.group_authorization_failed
             local[position] = entity(group_type, code, message=group_message, group_id=g.group_id)
             continue
@@ -146,7 +164,7 @@ def authorize_group_offsets(  # noqa: C901 - KafkaApis' per-group, per-topic che
             needs_rewrite = True
             continue
         keys = [topic_key(t) for t in g.topics]
-        denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
+        denied = yield from topics_checked(ctx, AclOperation.DESCRIBE, g.topics)
         if fetch_order:
             errors = {
                 i: _error_topic(topic_type, t, denied[key], partition_indexes, partition_values)
@@ -259,9 +277,8 @@ class OffsetCommitHandler(GroupGateHandler):
         )
         return codec.make_entity(schema, topics=topics)
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+        denied = yield from topics_checked(ctx, AclOperation.READ, body.topics)
         if not denied:
             return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")
@@ -289,9 +306,8 @@ class OffsetDeleteHandler(GroupGateHandler):
     api_key = 47
     group_operation = AclOperation.DELETE
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
-        keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.READ, keys)
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+        denied = yield from topics_checked(ctx, AclOperation.READ, body.topics)
         if not denied:
             return FORWARD
         topic_type = codec.nested_type(response_type(request), "topics")
@@ -318,7 +334,7 @@ def _requested_indexes(entry: Any) -> Any:
     return entry.partition_indexes
 
 
-class OffsetFetchHandler(ApiHandler):
+class OffsetFetchHandler(StepwiseHandler):
     """Per group DESCRIBE GROUP (30: v8+ on the group entry, v2–7 top-level, v1 on every
     requested partition), then DESCRIBE TOPIC per topic (29 per partition, committed offset −1,
     leader epoch −1, metadata ""). ``topics == null`` asks for every offset: the broker's
@@ -334,7 +350,7 @@ class OffsetFetchHandler(ApiHandler):
     def topic_ids(self, request: Request) -> Iterable[UUID]:
         return listed_topic_ids(request.body, "groups", "topics")
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         if request.header.api_version >= _FIRST_BATCHED:
             return authorize_group_offsets(
                 request, ctx, _requested_indexes, fetch_order=True, **_UNKNOWN_OFFSET
@@ -342,10 +358,11 @@ class OffsetFetchHandler(ApiHandler):
         return self._single(request, request.body, ctx)
 
     # v1–7: one group, top-level topics
-    def _single(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+    def _single(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
         version = request.header.api_version
         topic_type = codec.nested_type(response_type(request), "topics")
-        if not is_allowed(ctx, request, AclOperation.DESCRIBE, group(body.group_id)):
+        (allowed,) = yield group_checks(AclOperation.DESCRIBE, (body.group_id,))
+        if allowed is not AuthorizationResult.ALLOWED:
             code = ErrorCode.group_authorization_failed
             if version >= 2:
                 return Respond(whole_error(request, code))
@@ -357,7 +374,7 @@ class OffsetFetchHandler(ApiHandler):
         if body.topics is None:
             return Forward(rewrite=drop_denied_topics(ctx, request, AclOperation.DESCRIBE))
         keys = [topic_key(t) for t in body.topics]
-        denied = authorize_topics(ctx, request, AclOperation.DESCRIBE, keys) if keys else {}
+        denied = yield from topics_checked(ctx, AclOperation.DESCRIBE, body.topics)
         if not denied and keys:
             return FORWARD
         errors = {

@@ -7,7 +7,7 @@ Checks, in Kafka's order:
 2. WRITE on each topic. Denied topics get TOPIC_AUTHORIZATION_FAILED (29) on each of their
    partitions; the rest is forwarded. Topic ids (v13) are resolved first, as the broker
    answers an unknown id before authorizing: ids the proxy has not seen are looked up with
-   the broker (``ask.py``); one the broker does not know either is UNKNOWN_TOPIC_ID (100)
+   the broker (``questions.py``); one the broker does not know either is UNKNOWN_TOPIC_ID (100)
    and never forwarded.
 
 ``acks=0`` requests have no response: any denial closes the connection, as Kafka closes it
@@ -35,7 +35,6 @@ from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.protocol.skim.produce import skim_produce_request
 from kafkaguard.proxy.handlers.support.addresses import allowed_forward, node_endpoints_rewrite
-from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import (
     TopicChecks,
     TopicKey,
@@ -52,6 +51,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.questions import listed_topic_ids
 from kafkaguard.proxy.handlers.support.responses import (
     merge_in_request_order,
     merge_rewrite,

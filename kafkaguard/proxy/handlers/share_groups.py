@@ -22,7 +22,13 @@ from kafkaguard.proxy.handlers.consumer_groups import (
 )
 from kafkaguard.proxy.handlers.offsets import GroupTopicsHandler, authorize_group_offsets
 from kafkaguard.proxy.handlers.support.authz import TopicKey
-from kafkaguard.proxy.handlers.support.base import ApiHandler, HandlerContext, Request, Verdict
+from kafkaguard.proxy.handlers.support.base import (
+    ApiHandler,
+    Checks,
+    HandlerContext,
+    Request,
+    StepwiseHandler,
+)
 from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
@@ -52,7 +58,7 @@ class ShareGroupDescribeHandler(DescribedGroupsHandler):
                 yield tp.topic_name
 
 
-class DescribeShareGroupOffsetsHandler(ApiHandler):
+class DescribeShareGroupOffsetsHandler(StepwiseHandler):
     """Per group DESCRIBE GROUP (group entry 30 with message); then DESCRIBE TOPIC per named
     topic (29 per partition, start offset −1, zero topic id). ``topics == null``: the broker's
     answer is filtered silently. Groups whose topics are all denied are answered by the proxy
@@ -62,7 +68,7 @@ class DescribeShareGroupOffsetsHandler(ApiHandler):
     api_key = 90
     decode_request = True
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict:
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
         return authorize_group_offsets(
             request,
             ctx,

@@ -81,7 +81,6 @@ from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.inflight import ResponseTransform
 from kafkaguard.protocol.skim.share import skim_share_response
 from kafkaguard.proxy.handlers.support.addresses import NodeAddress, rewrite_node_addresses
-from kafkaguard.proxy.handlers.support.ask import listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import authorize_topics, group, is_allowed
 from kafkaguard.proxy.handlers.support.base import (
     ApiHandler,
@@ -96,6 +95,7 @@ from kafkaguard.proxy.handlers.support.base import (
     remember_newest,
 )
 from kafkaguard.proxy.handlers.support.fields import ErrorCoded, PartitionIndexed, TopicIded
+from kafkaguard.proxy.handlers.support.questions import listed_topic_ids
 from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
 SharePartition = tuple[UUID, int]

@@ -41,7 +41,7 @@ nothing and are forwarded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, Final
 from uuid import UUID
@@ -50,18 +50,25 @@ from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
-from kafkaguard.proxy.handlers.groups import GroupGateHandler
 from kafkaguard.proxy.handlers.partitions import topic_name_error
-from kafkaguard.proxy.handlers.support.ask import ask_which_exist
-from kafkaguard.proxy.handlers.support.authz import INTERNAL_TOPICS, filter_authorized, first_seen
+from kafkaguard.proxy.handlers.support.authz import (
+    INTERNAL_TOPICS,
+    allowed_names,
+    filter_authorized,
+    first_seen,
+    name_actions,
+)
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
+    Checks,
     HandlerContext,
     Request,
     Respond,
     Verdict,
 )
+from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
+from kafkaguard.proxy.handlers.support.questions import ask_which_exist
 from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
 MISSING_INTERNAL_TOPICS: Final = 3
@@ -123,11 +130,13 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
 
     api_key = 88
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+        """Everything after the group check, up to asking the broker which internal topics
+        are missing, each check a step of the dispatcher's."""
         key = (body.group_id, body.member_id)
         state = ctx.connection_state.get(StreamsTopologies)
         if body.topology is not None:
-            invalid = self._topology_error(request, body.topology, ctx)
+            invalid = yield from self._topology_error(request, body.topology)
             if invalid is not None:
                 return invalid
             internal = internal_topics(body.topology)
@@ -136,17 +145,17 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
             return FORWARD
         elif key in state.internal:
             internal = state.internal[key]
-        elif self._may_create_cluster(request, ctx, log=False):
+        elif (yield _create_cluster(log=False))[0] is AuthorizationResult.ALLOWED:
             return FORWARD
         else:
             return Respond(whole_error(request, ErrorCode.fenced_member_epoch, message=True))
-        if not internal or self._may_create_all(request, ctx, internal):
+        if not internal or (yield from self._may_create_all(internal)):
             return FORWARD
         return self._ask_missing(request, body, ctx, internal)
 
     def _topology_error(
-        self, request: Request, topology: Any, ctx: HandlerContext
-    ) -> Verdict | None:
+        self, request: Request, topology: Any
+    ) -> Generator[Sequence[Action], Sequence[AuthorizationResult], Verdict | None]:
         topics = first_seen(topology_topics(topology))
         kafka_internal = [t for t in topics if t in INTERNAL_TOPICS]
         if kafka_internal:
@@ -159,34 +168,22 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
         if invalid:
             return _invalid(request, f"Topic names {', '.join(invalid)} are not valid topic names.")
         if topics:
-            allowed = filter_authorized(
-                ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, topics
-            )
-            if len(allowed) < len(topics):
+            actions = name_actions(AclOperation.DESCRIBE, ResourceType.TOPIC, topics)
+            if len(allowed_names(actions, (yield actions))) < len(topics):
                 return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
         return None
 
     @staticmethod
-    def _may_create_cluster(request: Request, ctx: HandlerContext, *, log: bool) -> bool:
-        action = Action(AclOperation.CREATE, _CLUSTER, 1, log, False)
-        return ctx.authorize(request, [action])[0] is AuthorizationResult.ALLOWED
-
-    def _may_create_all(self, request: Request, ctx: HandlerContext, topics: Iterable[str]) -> bool:
+    def _may_create_all(
+        topics: Iterable[str],
+    ) -> Generator[Sequence[Action], Sequence[AuthorizationResult], bool]:
         """The silent pre-check: Kafka checks CREATE only on topics found missing, so nothing
         is logged here; the logged checks run in :meth:`_ask_missing`."""
-        if self._may_create_cluster(request, ctx, log=False):
+        if (yield _create_cluster(log=False))[0] is AuthorizationResult.ALLOWED:
             return True
         names = set(topics)
-        allowed = filter_authorized(
-            ctx,
-            request,
-            AclOperation.CREATE,
-            ResourceType.TOPIC,
-            names,
-            log_if_allowed=False,
-            log_if_denied=False,
-        )
-        return allowed == names
+        actions = name_actions(AclOperation.CREATE, ResourceType.TOPIC, names, logged=False)
+        return allowed_names(actions, (yield actions)) == names
 
     def _ask_missing(
         self, request: Request, body: Any, ctx: HandlerContext, internal: tuple[str, ...]
@@ -201,8 +198,11 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
     def _decide(
         self, request: Request, body: Any, ctx: HandlerContext, missing: list[str]
     ) -> Verdict:
-        """KafkaApis' checks on ``creatableTopics``, logged as Kafka logs them."""
-        if not missing or self._may_create_cluster(request, ctx, log=True):
+        """KafkaApis' checks on ``creatableTopics``, logged as Kafka logs them. They follow the
+        broker's answer (an ``AskFirst``), so they are asked of the context here."""
+        if not missing or (
+            ctx.authorize(request, _create_cluster(log=True))[0] is AuthorizationResult.ALLOWED
+        ):
             return FORWARD
         allowed = filter_authorized(ctx, request, AclOperation.CREATE, ResourceType.TOPIC, missing)
         denied = [t for t in missing if t not in allowed]
@@ -242,6 +242,11 @@ def invalid_request(body: Any) -> str | None:
         if tasks is None or tasks:  # Utils.throwIfNotEmptyCollection: null is not empty
             return f"{name} must be empty when (re-)joining."
     return None
+
+
+def _create_cluster(*, log: bool) -> list[Action]:
+    """CREATE on the cluster, never logged when denied (``logIfDenied = false``)."""
+    return [Action(AclOperation.CREATE, _CLUSTER, 1, log, False)]
 
 
 def _invalid(request: Request, message: str) -> Respond:

@@ -16,7 +16,6 @@ from uuid import UUID
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import Entity, ErrorCode
-from kafkaguard.proxy.handlers.support.ask import ask_which_exist, listed_topic_ids
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     duplicates,
@@ -33,6 +32,7 @@ from kafkaguard.proxy.handlers.support.base import (
     Verdict,
 )
 from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, TopicIded
+from kafkaguard.proxy.handlers.support.questions import ask_which_exist, listed_topic_ids
 from kafkaguard.proxy.handlers.support.responses import (
     ERROR_MESSAGES,
     entity,
@@ -209,10 +209,10 @@ class DeleteTopicsHandler(ApiHandler[_DeleteTopicsBody]):
 
     By name: no DESCRIBE → 29 without existence check. DESCRIBE without DELETE: the controller
     looks the name up between the two checks (``findTopicIds``), so a missing topic gets 3 and
-    an existing one 29 — the proxy asks the broker which of those names exist (``ask.py``).
+    an existing one 29 — the proxy asks the broker which of those names exist (``questions.py``).
 
-    By id (v6): ids are resolved with the broker first (``ask.py``); with DELETE on the cluster
-    every id is forwarded (the broker answers an unknown one with 100); otherwise an id the
+    By id (v6): ids are resolved with the broker first (``questions.py``); with DELETE on the
+    cluster every id is forwarded (the broker answers an unknown one with 100); otherwise an id the
     broker does not know either → 100, a known id without DELETE → 29, with the name only if
     the principal may DESCRIBE it.
     ``delete.topic.enable=false`` (73/42) is the broker's to answer for what is forwarded;

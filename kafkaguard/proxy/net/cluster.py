@@ -17,12 +17,11 @@ from uuid import UUID
 
 from kafkaguard.certs.tls import UpstreamTlsConfig, build_client_context
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.answer_memo import AnswerMemo
 from kafkaguard.protocol.codec import ErrorCode, codec_versions
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.config import HostPort
-from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
 from kafkaguard.proxy.sasl.authenticator import API_VERSIONS
 from kafkaguard.proxy.sasl.client import (
     SASL_AUTHENTICATE,
@@ -64,8 +63,10 @@ class UpstreamCluster:
         """SASL towards the brokers (``upstream.sasl``); None: no authentication."""
         # --- end upstream security ---
         self._nodes: dict[int, HostPort] = {}
-        self._broker_versions: Mapping[int, range] | None = None
-        self._supported: dict[int, range] = {}
+        self.broker_versions: Mapping[int, range] | None = None
+        """The broker's version range of each API key, from its latest ApiVersions answer
+        (None before any): data the dispatcher's version gate reads; what the proxy serves is
+        intersected with it where the handlers are (``handlers.supported_versions``)."""
         self._api_versions: dict[int, Any] = {}
         """The broker's latest error-free ApiVersions response of each version seen."""
         self.api_versions_answers = AnswerMemo()
@@ -132,16 +133,15 @@ class UpstreamCluster:
 
     # -- versions --------------------------------------------------------------------------
     def record_broker_api_versions(self, response: Any) -> None:
-        """Keep an error-free ApiVersions response of the broker: its ranges bound
-        :meth:`supported_versions`; later clients may be answered from it
+        """Keep an error-free ApiVersions response of the broker: its ranges
+        (:attr:`broker_versions`) bound what the proxy serves; later clients may be answered from it
         (:meth:`latest_api_versions`)."""
         version = int(response.__version__)
         if self._api_versions.get(version) is response:
             return  # kept already, and every kept response has the current ranges
         versions = version_ranges(response)
-        if versions != self._broker_versions:
-            self._broker_versions = versions
-            self._supported.clear()
+        if versions != self.broker_versions:
+            self.broker_versions = versions
             self._api_versions.clear()  # the broker changed: answers of other versions are stale
         self._api_versions[version] = response
 
@@ -155,29 +155,12 @@ class UpstreamCluster:
         newer = [v for v in seen if v >= version]
         return seen[min(newer) if newer else max(seen)]
 
-    def supported_versions(self, api_key: int) -> range:
-        """handler ∩ kio ∩ broker (the broker part once known; kio ∩ handler before)."""
-        cached = self._supported.get(api_key)
-        if cached is not None:
-            return cached
-        handler = REGISTRY.get(api_key)
-        result = range(0)
-        if handler is not None:
-            result = handler.versions
-            if self._broker_versions is not None and not handler.answered_by_proxy:
-                broker = self._broker_versions.get(api_key, range(0))
-                result = range(max(result.start, broker.start), min(result.stop, broker.stop))
-                if result.start >= result.stop:
-                    result = range(0)
-        self._supported[api_key] = result
-        return result
-
     def sasl_exchange(self) -> UpstreamSaslExchange | None:
         """A fresh SASL exchange for a new upstream connection (None without ``upstream.sasl``).
         Raises :class:`UpstreamAuthenticationError` when the password file cannot be read."""
         if self.sasl is None:
             return None
-        broker = self._broker_versions
+        broker = self.broker_versions
         return self.sasl.exchange(broker.get(SASL_AUTHENTICATE) if broker is not None else None)
 
     async def probe(self) -> HostPort:
@@ -257,7 +240,7 @@ async def ask(
 async def fetch_brokers(server: HostPort, cluster: UpstreamCluster) -> list[tuple[int, str, int]]:
     """(node id, host, port) of every broker, from a Metadata request for no topics on a
     fresh connection to ``server`` (over the cluster's TLS, after its SASL exchange)."""
-    version = min(cluster.supported_versions(METADATA).stop - 1, METADATA_VERSION)
+    version = min(_newest_metadata(cluster.broker_versions), METADATA_VERSION)
     if version < 1:  # v0 cannot ask for no topics
         raise ProtocolError("the upstream answers no Metadata version the proxy can send")
     reader, writer = await open_connection(server, cluster.ssl_context)
@@ -273,6 +256,15 @@ async def fetch_brokers(server: HostPort, cluster: UpstreamCluster) -> list[tupl
         return [(b.node_id, b.host, b.port) for b in response.brokers]
     finally:
         writer.close()
+
+
+def _newest_metadata(broker: Mapping[int, range] | None) -> int:
+    """The newest Metadata version kio and the broker both speak (the proxy's own request)."""
+    ours = codec_versions(METADATA)
+    theirs = ours if broker is None else broker.get(METADATA, range(0))
+    if theirs.start >= ours.stop or ours.start >= theirs.stop:
+        return -1
+    return min(ours.stop, theirs.stop) - 1
 
 
 async def fetch_api_versions(

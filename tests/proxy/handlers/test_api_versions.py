@@ -16,7 +16,7 @@ import pytest
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_request_header
-from kafkaguard.proxy.handlers import REGISTRY
+from kafkaguard.proxy.handlers import REGISTRY, supported_versions
 from kafkaguard.proxy.handlers.support.base import Forward, HandlerContext, Request, Respond
 from kafkaguard.proxy.net.cluster import UpstreamCluster
 
@@ -41,7 +41,7 @@ class Context:
         return self.cluster.latest_api_versions(version)
 
     def supported_versions(self, api_key: int) -> range:
-        return self.cluster.supported_versions(api_key)
+        return supported_versions(api_key, self.cluster.broker_versions)
 
 
 def make(schema: type[Any], **values: Any) -> Any:

@@ -11,17 +11,19 @@ from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.protocol.header import peek_request_header
-from kafkaguard.proxy.handlers.support.ask import decide
+from kafkaguard.proxy.core.dispatch import decide
 from kafkaguard.proxy.handlers.support.authz import topic
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
     ApiHandler,
     Authorize,
+    Checks,
     Close,
     Forward,
     HandlerContext,
     Request,
     Respond,
+    StepwiseHandler,
     Verdict,
 )
 from tests.proxy.handlers.test_produce import WRITE_ORDERS, errors, produce
@@ -65,6 +67,23 @@ class TwoSteps(ApiHandler):
         if state == "first" and all(r is AuthorizationResult.ALLOWED for r in results):
             return Authorize(self.second, "second")
         return FORWARD if state == "second" else Close("denied")
+
+
+class Stepwise(StepwiseHandler):
+    """``first``, then, only when every one is allowed, ``second``: as :class:`TwoSteps`, but
+    written as one generator (the group family's handlers)."""
+
+    api_key = 3
+
+    def __init__(self, first: Sequence[Action], second: Sequence[Action]) -> None:
+        self.first, self.second = first, second
+
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
+        results = yield self.first
+        if not all(r is AuthorizationResult.ALLOWED for r in results):
+            return Close("denied")
+        yield self.second
+        return FORWARD
 
 
 def metadata_request() -> Request:
@@ -144,3 +163,23 @@ def test_the_shared_one_topic_action_carries_no_decision() -> None:
     assert {code for _, _, code in errors(denied.response)} == {
         ErrorCode.topic_authorization_failed
     }
+
+
+def test_a_stepwise_decision_makes_one_call_per_yield_and_stops_where_it_returns() -> None:
+    h = CountingHarness([WRITE_ORDERS, acl("User:alice", "WRITE", "TOPIC", "audit")])
+    assert decide(Stepwise([write("orders")], [write("audit")]), metadata_request(), h) is FORWARD
+    assert h.calls == 2
+    assert h.checked() == [
+        ("WRITE", "TOPIC", "orders", "ALLOWED"),
+        ("WRITE", "TOPIC", "audit", "ALLOWED"),
+    ]
+    h = CountingHarness([WRITE_ORDERS])
+    denied = decide(Stepwise([write("secret")], [write("audit")]), metadata_request(), h)
+    assert isinstance(denied, Close) and denied.reason == "denied"
+    assert h.calls == 1 and h.checked() == [("WRITE", "TOPIC", "secret", "DENIED")]
+
+
+def test_a_stepwise_step_without_actions_checks_nothing() -> None:
+    h = CountingHarness()
+    assert decide(Stepwise([], []), metadata_request(), h) is FORWARD
+    assert h.calls == 0 and h.checked() == []

@@ -35,8 +35,8 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import MalformedFrame, ProtocolError
 from kafkaguard.protocol.header import peek_correlation_id, peek_request_header
 from kafkaguard.protocol.skim.produce import IdTopicSkim, ProduceRequestSkim
+from kafkaguard.proxy.core.dispatch import decide
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.support.ask import decide
 from kafkaguard.proxy.handlers.support.base import Close, Request
 from tests.support.fuzz.frames import FrameGenerator, ResponseGenerator, plausible
 from tests.support.handler_harness import HandlerHarness, acl

@@ -68,6 +68,12 @@ def is_allowed(
     return ctx.authorize(request, [action])[0] is AuthorizationResult.ALLOWED
 
 
+def group_checks(operation: AclOperation, group_ids: Iterable[str]) -> list[Action]:
+    """One ``operation`` GROUP action per entry of ``group_ids``, duplicates included (Kafka's
+    per-group loops call ``authorize`` once per entry), for an ``Authorize`` step."""
+    return [Action(operation, group(g), 1, True, True) for g in group_ids]
+
+
 def filter_authorized(
     ctx: HandlerContext,
     request: Request,
@@ -89,7 +95,24 @@ def filter_authorized(
         )
         for name, count in counts.items()
     ]
-    results = ctx.authorize(request, actions)
+    return allowed_names(actions, ctx.authorize(request, actions))
+
+
+def name_actions(
+    operation: AclOperation, kind: ResourceType, names: Iterable[str], *, logged: bool = True
+) -> list[Action]:
+    """The actions of ``filterByAuthorized`` over ``names``, for a step the dispatcher decides:
+    one per distinct name, in first-seen order, its reference count how many items named it;
+    audited unless ``logged`` is False (neither an allowed nor a denied result logged)."""
+    pattern = ResourcePattern
+    return [
+        Action(operation, pattern(kind, n), count, logged, logged)
+        for n, count in Counter(names).items()
+    ]
+
+
+def allowed_names(actions: Sequence[Action], results: Sequence[AuthorizationResult]) -> set[str]:
+    """The names of ``actions`` whose result is ALLOWED (``filterByAuthorized``'s answer)."""
     return {
         action.resource_pattern.name
         for action, result in zip(actions, results, strict=True)
@@ -173,11 +196,7 @@ class TopicChecks:
             if results[0] is AuthorizationResult.ALLOWED:
                 return {}
             return {key: ErrorCode.topic_authorization_failed}
-        allowed = {
-            action.resource_pattern.name
-            for action, result in zip(self.actions, results, strict=True)
-            if result is AuthorizationResult.ALLOWED
-        }
+        allowed = allowed_names(self.actions, results)
         denied: dict[TopicKey, ErrorCode] = {}
         for key, name in names.items():
             if name is None:

@@ -8,7 +8,8 @@ A handler turns one decoded request into a :data:`Verdict`, synchronously and wi
   pass it through the function (an unchanged object returned means the broker's bytes are
   forwarded as they were).
 * :class:`Respond` — the proxy answers; nothing reaches the broker.
-* :class:`AskFirst` — ask the broker something first (``ask.py``), then decide on its answer.
+* :class:`AskFirst` — ask the broker something first (``questions.py``), then decide on its
+  answer.
 * :class:`Close` — drop the connection (e.g. a denied ``acks=0`` Produce, which has no response).
 
 Handlers are stateless singletons; what a connection knows lives in :class:`HandlerContext`,
@@ -18,7 +19,7 @@ mirrors) in its :class:`ConnectionState`.
 The hot keys (Produce, Fetch) decide in two phases instead of asking the context for each
 check (docs/design.md#two-phase-handlers): ``on_request`` returns :class:`Authorize`, the
 actions to authorize and what the handler needs to read their results; the dispatcher
-(``ask.decide``) makes one ``authorize`` call for all of them and hands the results to
+(``core/dispatch.py``) makes one ``authorize`` call for all of them and hands the results to
 :meth:`ApiHandler.on_authorized`, which builds the verdict — or returns a further
 :class:`Authorize` when Kafka makes a check only once an earlier one passed (a transactional
 Produce's topics, after WRITE on its transactional id).
@@ -26,7 +27,7 @@ Produce's topics, after WRITE on its transactional id).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, cast
 from uuid import UUID
@@ -59,7 +60,7 @@ from kafkaguard.protocol.header import RequestHeaderInfo
 from kafkaguard.protocol.inflight import ResponseTransform
 
 if TYPE_CHECKING:
-    from kafkaguard.proxy.handlers.support.answer_memo import AnswerMemo
+    from kafkaguard.protocol.answer_memo import AnswerMemo
     from kafkaguard.proxy.sasl.authenticator import SaslAuthenticator
     from kafkaguard.proxy.session import Session
 
@@ -140,8 +141,8 @@ class AskFirst:
     """Send ``question`` (the proxy's own request, e.g. Metadata) to the broker on this client's
     connection; ``then`` gets the broker's decoded answer and returns the verdict for the
     client's request. The answer never reaches the client. Later requests of the connection
-    wait until the verdict is applied, so answers keep their order: for rare cases (``ask.py``),
-    not the data path's normal flow."""
+    wait until the verdict is applied, so answers keep their order: for rare cases
+    (``questions.py``), not the data path's normal flow."""
 
     question: RequestPayload
     then: Callable[[Any], Verdict]  # Any: the answer to ``question``, as ResponseRewrite's
@@ -166,6 +167,27 @@ class Authorize(Generic[St]):
         self.actions = actions
         self.state = state
         """What the handler needs to read the results (its own type)."""
+
+
+Checks = Generator[Sequence[Action], Sequence[AuthorizationResult], Verdict]
+"""A decision that makes its checks one after another, in Kafka's order, where each depends on
+the last (a group, then its topics, group after group): a generator that yields each step's
+actions, is sent their results, and returns the verdict. :func:`advance` turns it into
+:class:`Authorize` steps, so the dispatcher still makes every ``authorize`` call."""
+
+
+def advance(
+    checks: Checks, results: Sequence[AuthorizationResult] | None = None
+) -> Verdict | Authorize:
+    """The next step of ``checks`` (its first when ``results`` is None; after a step, the
+    results of its actions): an :class:`Authorize` whose state is ``checks``, or the verdict.
+    :class:`StepwiseHandler` starts it; ``ApiHandler.on_authorized`` resumes it."""
+    try:
+        actions = next(checks) if results is None else checks.send(results)
+    except StopIteration as done:
+        verdict: Verdict = done.value
+        return verdict
+    return Authorize(actions, checks)
 
 
 FORWARD = Forward()
@@ -287,8 +309,14 @@ class HandlerContext(Protocol):
         version's if seen, else a newer one's, else an older one's); None before any."""
         ...
 
+    def broker_versions(self) -> Mapping[int, range] | None:
+        """The broker's version range of each API key (its latest ApiVersions answer); None
+        before any. The dispatcher's version gate reads it as data."""
+        ...
+
     def supported_versions(self, api_key: int) -> range:
-        """What the proxy advertises: handler ∩ codec ∩ broker."""
+        """What the proxy advertises: handler ∩ codec ∩ broker
+        (``handlers.supported_versions``)."""
         ...
 
     @property
@@ -310,12 +338,14 @@ class ApiHandler(Generic[B, St]):
     """True for APIs the proxy answers itself (never forwarded): advertised whatever the
     broker supports."""
 
-    @property
-    def versions(self) -> range:
+    def __init__(self) -> None:
         known = codec_versions(self.api_key)
-        if self.max_version is None:
-            return known
-        return range(known.start, min(known.stop, self.max_version + 1))
+        cap = self.max_version
+        self.versions: range = (
+            known if cap is None else range(known.start, min(known.stop, cap + 1))
+        )
+        """handler ∩ kio, computed once per handler: the dispatcher's version gate reads it on
+        every request (an instance attribute: a cheaper read than any property)."""
 
     def read_request(self, header: RequestHeaderInfo, frame: Frame) -> B:
         """The body :meth:`on_request` reads: kio's decode when ``decode_request``, else
@@ -339,12 +369,15 @@ class ApiHandler(Generic[B, St]):
         results: Sequence[AuthorizationResult],
     ) -> Verdict | Authorize[St]:
         """Phase two: the verdict once the actions of :class:`Authorize` are decided
-        (``results`` in their order). Only handlers that return :class:`Authorize` get here."""
+        (``results`` in their order). Only handlers that return :class:`Authorize` get here;
+        a step of :data:`Checks` (:class:`StepwiseHandler`) is resumed with its results."""
+        if isinstance(state, Generator):
+            return advance(state, results)
         return Close(f"{type(self).__name__} asked for authorization it does not read")
 
     def topic_ids(self, request: Request[B]) -> Iterable[UUID]:
         """The topic ids the request names (id-keyed versions). Ids the proxy has not seen yet
-        are resolved with the broker before :meth:`on_request` runs (``ask.decide``)."""
+        are resolved with the broker before :meth:`on_request` runs (``core/dispatch.decide``)."""
         return ()
 
     def unsupported_version(self, header: RequestHeaderInfo, ctx: HandlerContext) -> Verdict:
@@ -357,3 +390,16 @@ class ApiHandler(Generic[B, St]):
                 )
             )
         return Close(f"unsupported version {header.api_version} of api key {self.api_key}")
+
+
+class StepwiseHandler(ApiHandler):
+    """A handler whose decision is one generator, :meth:`checks`: it reads as the
+    ``KafkaApis.handleXxx`` it mirrors, each ``authorize`` call a ``yield`` of the actions that
+    receives their results, and returns the verdict. The dispatcher makes the calls
+    (:func:`advance` turns each ``yield`` into an :class:`Authorize` step)."""
+
+    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
+        raise NotImplementedError
+
+    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+        return advance(self.checks(request, ctx))

@@ -1,4 +1,4 @@
-"""Asking the broker before deciding.
+"""The proxy's own questions to the broker, asked before deciding (``AskFirst``).
 
 Kafka's broker looks things up between its ACL checks: it resolves a topic id to the name the
 checks need (``KafkaApis``/``ControllerApis`` resolve ids first), and ``deleteTopics`` asks the
@@ -9,11 +9,12 @@ forwarded to the client, never authorized: it is the proxy's own question) and d
 answer.
 
 Topic ids are resolved for every handler alike, before its ``on_request`` runs
-(:func:`decide`): a handler lists the ids its request names (``ApiHandler.topic_ids``), ids the
-proxy has not seen in any broker answer yet are looked up with one Metadata-by-id request, and
-the handler then decides with every name known — or, for an id the broker does not know
-either, answers UNKNOWN_TOPIC_ID (100) as Kafka does. A broker too old for Metadata by id
-(v12+) is not asked and those ids stay unknown (100, fail closed).
+(``core/dispatch.decide`` asks :func:`ask_topic_names`): a handler lists the ids its request
+names (``ApiHandler.topic_ids``), ids the proxy has not seen in any broker answer yet are
+looked up with one Metadata-by-id request, and the handler then decides with every name known —
+or, for an id the broker does not know either, answers UNKNOWN_TOPIC_ID (100) as Kafka does. A
+broker too old for Metadata by id (v12+) is not asked and those ids stay unknown (100, fail
+closed).
 """
 
 from __future__ import annotations
@@ -24,14 +25,7 @@ from uuid import UUID
 
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode, RequestPayload, ResponsePayload
-from kafkaguard.proxy.handlers.support.base import (
-    ApiHandler,
-    AskFirst,
-    Authorize,
-    HandlerContext,
-    Request,
-    Verdict,
-)
+from kafkaguard.proxy.handlers.support.base import AskFirst, HandlerContext, Verdict
 from kafkaguard.proxy.handlers.support.responses import entity
 
 METADATA = 3
@@ -99,33 +93,23 @@ def _described(answer: Any) -> dict[str, UUID | None]:
     }
 
 
-def decide(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verdict:
-    """``handler``'s verdict, once the names of the topic ids its request lists are known."""
-    unseen = [i for i in handler.topic_ids(request) if ctx.topic_name(i) is None]
-    if not unseen:  # every request of every API passes here: nothing more on this path
-        return _verdict(handler, request, ctx)
+def ask_topic_names(
+    ctx: HandlerContext, topic_ids: Iterable[UUID], then: Callable[[], Verdict]
+) -> Verdict | None:
+    """Ask the broker for the names of ``topic_ids`` (one Metadata-by-id request), learn them,
+    then decide with ``then``. ``None`` when the broker is too old to be asked (v12+): the ids
+    stay unknown, UNKNOWN_TOPIC_ID (100), fail closed."""
     question = _metadata_question(
-        ctx, _BY_ID_SINCE, [{"topic_id": i, "name": None} for i in dict.fromkeys(unseen)]
+        ctx, _BY_ID_SINCE, [{"topic_id": i, "name": None} for i in dict.fromkeys(topic_ids)]
     )
     if question is None:
-        return _verdict(handler, request, ctx)
+        return None
 
     def answered(answer: ResponsePayload) -> Verdict:
         ctx.learn_topic_names(_id_pairs(_described(answer)))
-        return _verdict(handler, request, ctx)
+        return then()
 
     return AskFirst(question, answered)
-
-
-def _verdict(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verdict:
-    """``on_request``, and for a two-phase handler each :class:`Authorize` step decided in one
-    ``authorize`` call (none for a step without actions: nothing is checked, nothing audited)."""
-    step = handler.on_request(request, ctx)
-    while isinstance(step, Authorize):
-        actions = step.actions
-        results = ctx.authorize(request, actions) if actions else []
-        step = handler.on_authorized(request, ctx, step.state, results)
-    return step
 
 
 def _id_pairs(described: dict[str, UUID | None]) -> Iterable[tuple[UUID, str]]:

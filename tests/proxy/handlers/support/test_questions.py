@@ -1,5 +1,6 @@
-"""Asking the broker first (``kafkaguard/proxy/handlers/support/ask.py``): every id-keyed request
-resolves the topic ids the proxy has not seen before its handler decides."""
+"""Asking the broker first (``kafkaguard/proxy/handlers/support/questions.py``, asked by
+``core/dispatch.decide``): every id-keyed request resolves the topic ids the proxy has not seen
+before its handler decides."""
 
 from __future__ import annotations
 
