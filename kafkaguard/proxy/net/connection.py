@@ -30,6 +30,7 @@ from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.proxy.core.commands import (
     Await,
+    AwaitDecisions,
     CloseCause,
     CloseConnection,
     Command,
@@ -139,6 +140,7 @@ class ClientConnection(asyncio.Protocol):
             PauseClient: self._pause_client,
             ResumeClient: self._resume_client,
             Await: self._await,
+            AwaitDecisions: self._await_decisions,
             OpenBroker: self._open_broker,
             CloseConnection: self._close_as,
         }
@@ -258,6 +260,16 @@ class ClientConnection(asyncio.Protocol):
         if command.cancel_on_close:
             self._abandon.add(task)
             task.add_done_callback(self._abandon.discard)
+
+    def _await_decisions(self, command: AwaitDecisions) -> None:
+        self._listener.spawn(self._decided(command))
+
+    async def _decided(self, command: AwaitDecisions) -> None:
+        """The authorizer turns a failed lookup into a decision (fail closed): ``ready``
+        reports nothing but the lookups being over."""
+        await command.ready
+        if self.exchange is not None and not self._closed:
+            self._run(self.exchange.decisions_ready())
 
     async def _answer(self, command: Await) -> None:
         exchange = self.exchange

@@ -19,9 +19,11 @@ either, answers UNKNOWN_TOPIC_ID (100) as Kafka does. A broker too old for Metad
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 from uuid import UUID
 
+from kafkaguard.policy.authorizer import DecisionPendingError
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode, RequestPayload, ResponsePayload
 from kafkaguard.proxy.handlers.support.base import (
@@ -120,10 +122,19 @@ def decide(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verdic
 def _verdict(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verdict:
     """``on_request``, and for a two-phase handler each :class:`Authorize` step decided in one
     ``authorize`` call (none for a step without actions: nothing is checked, nothing audited)."""
-    step = handler.on_request(request, ctx)
+    return _steps(handler, request, ctx, handler.on_request(request, ctx))
+
+
+def _steps(
+    handler: ApiHandler, request: Request, ctx: HandlerContext, step: Verdict | Authorize
+) -> Verdict:
     while isinstance(step, Authorize):
         actions = step.actions
-        results = ctx.authorize(request, actions) if actions else []
+        try:
+            results = ctx.authorize(request, actions) if actions else []
+        except DecisionPendingError as pending:  # OPA: go on from this step, not from the start
+            pending.resume = partial(_steps, handler, request, ctx, step)
+            raise
         step = handler.on_authorized(request, ctx, step.state, results)
     return step
 
