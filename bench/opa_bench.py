@@ -169,6 +169,11 @@ def produces(url: str, tansu: TansuBroker, directory: Path, n: int) -> dict[str,
             )
         ),
     }
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    upstream = AdminClient({"bootstrap.servers": f"{tansu.address.host}:{tansu.address.port}"})
+    for future in upstream.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(15)
     out = {}
     for i, (name, policy) in enumerate(setups.items()):
         where = directory / str(i)

@@ -303,6 +303,13 @@ class _Http:
 
 
 CacheKey = tuple[Any, ...]
+Outcome = tuple[bool, DecisionReason]
+"""A decision: allowed, and why."""
+_ANSWERS_KEPT: Final = 4096
+"""Held requests whose lookups' answers are kept until asked again (oldest forgotten)."""
+ANSWERS_TTL_S: Final = 5.0
+"""How long a held request's answers wait for it to be asked again (a connection that closed
+meanwhile never asks)."""
 
 
 class DecisionCache:
@@ -407,9 +414,15 @@ class OpaAuthorizer:
         self.cache = DecisionCache(self.options.cache_maximum_size)
         self._http = _Http(self.options.url, self.options.timeout_ms / 1000)
         self._pool = ThreadPoolExecutor(self.options.max_in_flight, thread_name_prefix="opa")
-        self._lookups: dict[CacheKey, asyncio.Future[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._lookups: dict[CacheKey, asyncio.Future[Outcome]] = {}
+        self._tasks: set[asyncio.Task[Outcome]] = set()
         self._recorded = _RecordedActions()
+        self._answers: OrderedDict[RequestContext, tuple[float, dict[CacheKey, Outcome]]] = (
+            OrderedDict()
+        )
+        """What the lookups of each held request answered, for it to be asked again with
+        (the cache may have evicted them meanwhile: a small ``cache_maximum_size``), until a
+        call of it is answered whole or :data:`ANSWERS_TTL_S` has passed."""
         self._health: asyncio.Task[None] | None = None
         self._health_error: str | None = "not checked yet"
         self._logged: dict[str, tuple[float, int]] = {}
@@ -489,9 +502,13 @@ class OpaAuthorizer:
         now = time.monotonic()
         cache = self.cache
         keys = [self.cache_key(context, action) for action in actions]
-        found = [cache.get(key, now) for key in keys]
+        held = self._answers.pop(context, None) if self._answers else None
+        answers = held[1] if held is not None and held[0] > now else None
+        found = [(answers.get(key) if answers else None) or cache.get(key, now) for key in keys]
         missing = [i for i, entry in enumerate(found) if entry is None]
         if missing:
+            if answers:  # kept until a call of the request is answered whole
+                self._answers[context] = (now + ANSWERS_TTL_S, answers)
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
@@ -515,8 +532,9 @@ class OpaAuthorizer:
         keys: list[CacheKey],
         missing: list[int],
     ) -> asyncio.Future[Any]:
-        """Start (or join) the lookups of ``missing``; the future is done when all are."""
-        waits: list[asyncio.Future[None]] = []
+        """Start (or join) the lookups of ``missing``; the future is done when all are, and
+        their answers are kept for ``context`` (:attr:`_answers`)."""
+        waits: list[asyncio.Future[Outcome]] = []
         for i in missing:
             key = keys[i]
             lookup = self._lookups.get(key)
@@ -526,9 +544,26 @@ class OpaAuthorizer:
                 task.add_done_callback(self._tasks.discard)
                 lookup = self._lookups[key] = task
             waits.append(lookup)
-        return asyncio.gather(*waits, return_exceptions=True)
+        wanted = [keys[i] for i in missing]
 
-    async def _lookup(self, key: CacheKey, context: RequestContext, action: Action) -> None:
+        def keep(done: asyncio.Future[list[Outcome | BaseException]]) -> None:
+            if done.cancelled():
+                return
+            answers = self._answers.get(context, (0.0, {}))[1]
+            self._answers[context] = (time.monotonic() + ANSWERS_TTL_S, answers)
+            self._answers.move_to_end(context)
+            for key, outcome in zip(wanted, done.result(), strict=True):
+                if isinstance(outcome, BaseException):  # the pool shut down: closing
+                    outcome = self._outcome(OpaError("unreachable", repr(outcome)))
+                answers[key] = outcome
+            while len(self._answers) > _ANSWERS_KEPT:
+                self._answers.popitem(last=False)
+
+        gathered = asyncio.gather(*waits, return_exceptions=True)
+        gathered.add_done_callback(keep)
+        return gathered
+
+    async def _lookup(self, key: CacheKey, context: RequestContext, action: Action) -> Outcome:
         loop = asyncio.get_running_loop()
         body = json.dumps(input_document(context, action)).encode()
         started = time.monotonic()
@@ -549,6 +584,7 @@ class OpaAuthorizer:
         if isinstance(allowed, OpaError):
             ttl = min(ttl, ERROR_TTL_S)
         self.cache.put(key, allowed_now, reason, time.monotonic() + ttl)
+        return allowed_now, reason
 
     def _blocking_lookup(self, context: RequestContext, action: Action) -> bool | OpaError:
         body = json.dumps(input_document(context, action)).encode()
@@ -557,7 +593,7 @@ class OpaAuthorizer:
         except OpaError as exc:
             return exc
 
-    def _outcome(self, answer: bool | OpaError) -> tuple[bool, DecisionReason]:
+    def _outcome(self, answer: bool | OpaError) -> Outcome:
         """Count the lookup; an error is logged (rate-limited) and decided by
         ``allow_on_error``."""
         lookups = self.counters.lookups
