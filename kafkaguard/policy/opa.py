@@ -308,8 +308,8 @@ Outcome = tuple[bool, DecisionReason]
 _ANSWERS_KEPT: Final = 4096
 """Held requests whose lookups' answers are kept until asked again (oldest forgotten)."""
 ANSWERS_TTL_S: Final = 5.0
-"""How long a held request's answers wait for it to be asked again (a connection that closed
-meanwhile never asks)."""
+"""How long a held request's answers are kept for it: it is asked again as soon as they are
+in, and again for each later call that misses the cache."""
 
 
 class DecisionCache:
@@ -421,8 +421,8 @@ class OpaAuthorizer:
             OrderedDict()
         )
         """What the lookups of each held request answered, for it to be asked again with
-        (the cache may have evicted them meanwhile: a small ``cache_maximum_size``), until a
-        call of it is answered whole or :data:`ANSWERS_TTL_S` has passed."""
+        (the cache may have evicted them meanwhile: a small ``cache_maximum_size``), for
+        :data:`ANSWERS_TTL_S`."""
         self._health: asyncio.Task[None] | None = None
         self._health_error: str | None = "not checked yet"
         self._logged: dict[str, tuple[float, int]] = {}
@@ -502,13 +502,10 @@ class OpaAuthorizer:
         now = time.monotonic()
         cache = self.cache
         keys = [self.cache_key(context, action) for action in actions]
-        held = self._answers.pop(context, None) if self._answers else None
-        answers = held[1] if held is not None and held[0] > now else None
+        answers = self._held_answers(context, now) if self._answers else None
         found = [(answers.get(key) if answers else None) or cache.get(key, now) for key in keys]
         missing = [i for i, entry in enumerate(found) if entry is None]
         if missing:
-            if answers:  # kept until a call of the request is answered whole
-                self._answers[context] = (now + ANSWERS_TTL_S, answers)
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
@@ -523,6 +520,18 @@ class OpaAuthorizer:
             for action, entry in zip(actions, found, strict=True)
             if entry is not None
         ]
+
+    def _held_answers(self, context: RequestContext, now: float) -> dict[CacheKey, Outcome] | None:
+        """The answers kept for ``context``'s request, if not expired. They are kept (not
+        taken) because a handler may ask several times per request and the request may be
+        held again for a later call: each time it is asked again from its start."""
+        held = self._answers.get(context)
+        if held is None:
+            return None
+        if held[0] <= now:
+            del self._answers[context]
+            return None
+        return held[1]
 
     def _look_up(
         self,

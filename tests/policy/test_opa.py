@@ -214,6 +214,24 @@ async def test_a_held_request_gets_its_answers_though_the_cache_evicted_them(
     await opa.close()
 
 
+async def test_a_request_asking_twice_is_answered_though_the_cache_holds_one(
+    opa_v0: OpaServer,
+) -> None:
+    """A handler that asks twice per request, held at the second call, asks the first again
+    from its start: its answers are kept for the request, so it does not go round forever."""
+    opa = authorizer(opa_v0.url(V0_URL_PATH), cache_maximum_size=1)
+    ctx = context("alice-producer")
+    first, second = [write("alice-a"), write("bob-b")], [write("alice-c"), write("alice-d")]
+    for rounds in range(1, 5):
+        try:
+            results = opa.authorize(ctx, first) + opa.authorize(ctx, second)
+            break
+        except DecisionPendingError as pending:
+            await pending.ready
+    assert (rounds, results) == (3, [ALLOWED, DENIED, ALLOWED, ALLOWED])
+    await opa.close()
+
+
 async def test_concurrent_misses_share_one_lookup(opa_v0: OpaServer) -> None:
     opa = authorizer(opa_v0.url(V0_URL_PATH))
     waits = []
@@ -320,8 +338,10 @@ async def test_opa_stopped_denies_and_restarted_allows(tmp_path: Path) -> None:
         opa = authorizer(server.url(V0_URL_PATH), health_interval_ms=50)
         opa.start(["SASL_PLAINTEXT"])
 
+        requests = iter(range(100, 200))
+
         async def decide(topic: str) -> AuthorizationResult:
-            ctx = context("alice-producer")
+            ctx = context("alice-producer", next(requests))
             try:
                 return opa.authorize(ctx, [write(topic)])[0]
             except DecisionPendingError as pending:
