@@ -305,11 +305,11 @@ class _Http:
 CacheKey = tuple[Any, ...]
 Outcome = tuple[bool, DecisionReason]
 """A decision: allowed, and why."""
-_ANSWERS_KEPT: Final = 4096
-"""Held requests whose lookups' answers are kept until asked again (oldest forgotten)."""
-ANSWERS_TTL_S: Final = 5.0
-"""How long a held request's answers are kept for it: it is asked again as soon as they are
-in, and again for each later call that misses the cache."""
+_HELD_KEPT: Final = 4096
+"""Held requests remembered (the oldest forgotten)."""
+HELD_TTL_S: Final = 5.0
+"""How long a held request is remembered: it is asked again as soon as its lookups are in,
+and again after each later call that misses the cache."""
 
 
 class DecisionCache:
@@ -360,38 +360,69 @@ class OpaCounters:
         self.healthy: bool | None = None
 
 
-class _RecordedActions:
-    """What was recorded (audit line, decision event) for each recent request: a request
-    whose decisions were pending is asked again, and records each decision once. Bounded:
-    the oldest requests are forgotten."""
+class _Held:
+    """A request held for lookups (``DecisionPendingError``) and asked again: what was
+    recorded for it before (each decision is audited once), and what its lookups answered
+    (the cache may evict them before it is asked again: a small ``cache_maximum_size``).
+    Known by its ``RequestContext`` object, which the connection keeps for the request while
+    it is held: an equal context of another connection is another request."""
 
-    __slots__ = ("_by_context",)
-    _MAX: Final = 4096
+    __slots__ = ("answers", "context", "expires", "recorded")
+
+    def __init__(self, context: RequestContext, recorded: set[Action]) -> None:
+        self.context = context
+        self.recorded = recorded
+        self.answers: dict[CacheKey, Outcome] = {}
+        self.expires = time.monotonic() + HELD_TTL_S
+
+
+class _HeldRequests:
+    """The requests held recently (bounded: the oldest are forgotten, as are those older than
+    :data:`HELD_TTL_S`), and what the request being decided now has recorded."""
+
+    __slots__ = ("_by_id", "current", "current_recorded")
 
     def __init__(self) -> None:
-        self._by_context: OrderedDict[RequestContext, tuple[list[bool], set[Action]]] = (
-            OrderedDict()
-        )
+        self._by_id: OrderedDict[int, _Held] = OrderedDict()
+        self.current: RequestContext | None = None
+        self.current_recorded: set[Action] = set()
 
-    def _entry(self, context: RequestContext) -> tuple[list[bool], set[Action]]:
-        entry = self._by_context.get(context)
-        if entry is None:
-            entry = self._by_context[context] = ([False], set())
-            if len(self._by_context) > self._MAX:
-                self._by_context.popitem(last=False)
-        return entry
+    def get(self, context: RequestContext, now: float) -> _Held | None:
+        held = self._by_id.get(id(context))
+        if held is None or held.context is not context:
+            return None
+        if held.expires <= now:
+            del self._by_id[id(context)]
+            return None
+        return held
+
+    def hold(self, context: RequestContext) -> _Held:
+        """``context``'s request is held: what it recorded so far is not recorded again."""
+        held = self.get(context, time.monotonic())
+        if held is None:
+            recorded = self.current_recorded if self.current is context else set()
+            held = self._by_id[id(context)] = _Held(context, set(recorded))
+            while len(self._by_id) > _HELD_KEPT:
+                self._by_id.popitem(last=False)
+        elif self.current is context:
+            held.recorded |= self.current_recorded
+        held.expires = time.monotonic() + HELD_TTL_S
+        return held
 
     def first_time(self, context: RequestContext, action: Action) -> bool:
         """Record ``action`` for ``context``; False if it was, before the request was held."""
-        pending, seen = self._entry(context)
-        if pending[0] and action in seen:
+        if self.current is not context:
+            self.current, self.current_recorded = context, set()
+        self.current_recorded.add(action)
+        if not self._by_id:
+            return True
+        held = self.get(context, time.monotonic())
+        if held is None:
+            return True
+        if action in held.recorded:
             return False
-        seen.add(action)
+        held.recorded.add(action)
         return True
-
-    def held(self, context: RequestContext) -> None:
-        """``context``'s request is held for lookups and will be asked again."""
-        self._entry(context)[0][0] = True
 
 
 class OpaAuthorizer:
@@ -416,13 +447,7 @@ class OpaAuthorizer:
         self._pool = ThreadPoolExecutor(self.options.max_in_flight, thread_name_prefix="opa")
         self._lookups: dict[CacheKey, asyncio.Future[Outcome]] = {}
         self._tasks: set[asyncio.Task[Outcome]] = set()
-        self._recorded = _RecordedActions()
-        self._answers: OrderedDict[RequestContext, tuple[float, dict[CacheKey, Outcome]]] = (
-            OrderedDict()
-        )
-        """What the lookups of each held request answered, for it to be asked again with
-        (the cache may have evicted them meanwhile: a small ``cache_maximum_size``), for
-        :data:`ANSWERS_TTL_S`."""
+        self._held = _HeldRequests()
         self._health: asyncio.Task[None] | None = None
         self._health_error: str | None = "not checked yet"
         self._logged: dict[str, tuple[float, int]] = {}
@@ -502,7 +527,8 @@ class OpaAuthorizer:
         now = time.monotonic()
         cache = self.cache
         keys = [self.cache_key(context, action) for action in actions]
-        answers = self._held_answers(context, now) if self._answers else None
+        held = self._held.get(context, now)
+        answers = held.answers if held is not None else None
         found = [(answers.get(key) if answers else None) or cache.get(key, now) for key in keys]
         missing = [i for i, entry in enumerate(found) if entry is None]
         if missing:
@@ -511,7 +537,7 @@ class OpaAuthorizer:
             except RuntimeError:
                 loop = None
             if loop is not None:
-                self._recorded.held(context)
+                self._held.hold(context)
                 raise DecisionPendingError(self._look_up(loop, context, actions, keys, missing))
             for i in missing:
                 found[i] = self._outcome(self._blocking_lookup(context, actions[i]))
@@ -520,18 +546,6 @@ class OpaAuthorizer:
             for action, entry in zip(actions, found, strict=True)
             if entry is not None
         ]
-
-    def _held_answers(self, context: RequestContext, now: float) -> dict[CacheKey, Outcome] | None:
-        """The answers kept for ``context``'s request, if not expired. They are kept (not
-        taken) because a handler may ask several times per request and the request may be
-        held again for a later call: each time it is asked again from its start."""
-        held = self._answers.get(context)
-        if held is None:
-            return None
-        if held[0] <= now:
-            del self._answers[context]
-            return None
-        return held[1]
 
     def _look_up(
         self,
@@ -542,7 +556,7 @@ class OpaAuthorizer:
         missing: list[int],
     ) -> asyncio.Future[Any]:
         """Start (or join) the lookups of ``missing``; the future is done when all are, and
-        their answers are kept for ``context`` (:attr:`_answers`)."""
+        their answers are kept for ``context``'s request (:class:`_Held`)."""
         waits: list[asyncio.Future[Outcome]] = []
         for i in missing:
             key = keys[i]
@@ -558,15 +572,11 @@ class OpaAuthorizer:
         def keep(done: asyncio.Future[list[Outcome | BaseException]]) -> None:
             if done.cancelled():
                 return
-            answers = self._answers.get(context, (0.0, {}))[1]
-            self._answers[context] = (time.monotonic() + ANSWERS_TTL_S, answers)
-            self._answers.move_to_end(context)
+            answers = self._held.hold(context).answers
             for key, outcome in zip(wanted, done.result(), strict=True):
                 if isinstance(outcome, BaseException):  # the pool shut down: closing
                     outcome = self._outcome(OpaError("unreachable", repr(outcome)))
                 answers[key] = outcome
-            while len(self._answers) > _ANSWERS_KEPT:
-                self._answers.popitem(last=False)
 
         gathered = asyncio.gather(*waits, return_exceptions=True)
         gathered.add_done_callback(keep)
@@ -632,7 +642,7 @@ class OpaAuthorizer:
         self, context: RequestContext, action: Action, allowed: bool, reason: DecisionReason
     ) -> AuthorizationResult:
         result = ALLOWED if allowed else DENIED
-        if self._recorded.first_time(context, action):
+        if self._held.first_time(context, action):
             log_decision(context, action, result, reason, None)
             listener = self.decision_listener
             if listener is not None:

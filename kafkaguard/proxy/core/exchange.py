@@ -164,6 +164,9 @@ class Exchange:
         """The authorizer is looking decisions up (``DecisionPendingError``, OPA): the request
         is held and asked again, later ones wait (:meth:`decisions_ready`)."""
         self._retry: Callable[[], bool] | None = None
+        self._held_header: tuple[Frame, RequestHeaderInfo] | None = None
+        """The header of the request held for decisions: asked again with the same header,
+        it has the same ``RequestContext`` object, by which the authorizer knows it."""
         """What asks again when it is an answered question's verdict (``AskFirst.then``)."""
         """A SaslAuthenticate answer is being computed: later requests wait for its outcome."""
         self._streaming = False
@@ -533,7 +536,8 @@ class Exchange:
 
     def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
         """Route one request; returns False when the connection was closed."""
-        header = peek_request_header(frame)
+        again, self._held_header = self._held_header, None
+        header = again[1] if again is not None and again[0] is frame else peek_request_header(frame)
         if self._closing is not None or self._broker_gone is not None:  # answering, then closing
             self._held.clear()
             return True
@@ -561,6 +565,7 @@ class Exchange:
                 return True
             requests[key] -= 1
             self._held.appendleft(frame)
+            self._held_header = (frame, header)  # the same request context when asked again
             self._await_decisions(pending, None)
             return True
         except Exception as exc:  # noqa: BLE001 - a bug: traceback, at most 1 line/s per API

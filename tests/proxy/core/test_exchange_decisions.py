@@ -14,9 +14,12 @@ from kafkaguard.policy.authorizer import (
     DecisionPendingError,
     RequestContext,
 )
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.core.commands import AwaitDecisions, PauseClient, ResumeClient
 from tests.proxy.core.test_exchange import ALICE_WRITES_ORDERS, produce, produce_response
-from tests.support.exchange_driver import Driver, split_frames, to_broker, to_client
+from tests.support.entities import req
+from tests.support.exchange_driver import Driver, request, split_frames, to_broker, to_client
 
 
 class Lookups:
@@ -27,12 +30,14 @@ class Lookups:
         self.done = False
         self.ready: Any = object()
         self.asked = 0
+        self.contexts: list[RequestContext] = []
         driver.authorizer.authorize = self  # type: ignore[method-assign]
 
     def __call__(
         self, context: RequestContext, actions: Sequence[Action]
     ) -> list[AuthorizationResult]:
         self.asked += 1
+        self.contexts.append(context)
         if not self.done:
             raise DecisionPendingError(self.ready)
         return self.real(context, actions)
@@ -54,6 +59,7 @@ def test_a_pending_decision_holds_the_request_and_those_after_it() -> None:
     assert to_broker(out) == [first, second]  # in order, the held one first
     assert any(isinstance(c, ResumeClient) for c in out)
     assert d.exchange.stats.requests[0] == 2  # each request counted once
+    assert lookups.contexts[0] is lookups.contexts[1]  # the held request, known by its context
     answered = d.broker(produce_response("orders", 1), produce_response("orders", 2))
     assert len(split_frames(to_client(answered))) == 2
 
@@ -79,3 +85,17 @@ def test_nothing_is_asked_again_after_the_connection_closed() -> None:
     lookups.done = True
     assert d.exchange.decisions_ready() == []
     assert lookups.asked == 1
+
+
+def test_a_handler_asking_directly_is_asked_again_from_its_start_with_the_same_context() -> None:
+    d = Driver(ALICE_WRITES_ORDERS)
+    d.connect()
+    lookups = Lookups(d)
+    find = request(req(10, 1, key="orders-group", key_type=0), 5)
+    assert to_broker(d.client(find)) == []
+    lookups.done = True
+    out = d.exchange.decisions_ready()
+    assert lookups.asked == 2 and lookups.contexts[0] is lookups.contexts[1]
+    (frame,) = split_frames(to_client(out))  # denied by the proxy: no ACL on the group
+    assert codec.decode_response(frame, 10, 1).error_code == ErrorCode.group_authorization_failed
+    assert d.exchange.stats.requests[10] == 1
