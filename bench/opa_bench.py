@@ -11,8 +11,10 @@ figures go to bench/RESULTS.md under "## Issue 37: OPA as the authorizer".
    the cache), each for a new topic; *cached* is ``authorize`` answered from the cache; the
    StandardAuthorizer over 3 ACLs is the reference.
 2. Produce round trips: confluent-kafka over SASL/PLAIN → kafkaguard → Tansu, one record per
-   round trip (produce, flush), acks=1, the same producer throughout: the StandardAuthorizer
-   with one ACL, OPA with its cache, and OPA with a cache of one entry (every decision asked).
+   round trip (produce, flush), acks=1, to two topics in turn, one producer per proxy, the
+   three proxies in turns of 50 round trips: the StandardAuthorizer with four ACLs, OPA with
+   its cache, and OPA with a cache of one entry (each produce, to the other topic than the
+   last, misses it and asks OPA).
 """
 
 from __future__ import annotations
@@ -115,55 +117,57 @@ async def decisions(url: str, n: int) -> dict[str, list[float]]:
     }
 
 
-def produce_round_trips(bootstrap: str, topic: str, n: int) -> list[float]:
-    from confluent_kafka import Producer
+class _Client:
+    """One producer to one proxy, warmed up (connections, metadata)."""
 
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": USER,
-            "sasl.password": PASSWORDS[USER],
-            "enable.idempotence": False,
-            "linger.ms": 0,
-            "acks": 1,
-        }
-    )
-    errors: list[Any] = []
+    def __init__(self, bootstrap: str, topics: tuple[str, str]) -> None:
+        from confluent_kafka import Producer
 
-    def done(error: Any, _message: Any) -> None:
+        self.topics = topics
+        self.errors: list[Any] = []
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": USER,
+                "sasl.password": PASSWORDS[USER],
+                "enable.idempotence": False,
+                "linger.ms": 0,
+                "acks": 1,
+            }
+        )
+        self.round_trips(20)
+
+    def _done(self, error: Any, _message: Any) -> None:
         if error is not None:
-            errors.append(error)
+            self.errors.append(error)
 
-    for _ in range(20):  # connections, metadata
-        producer.produce(topic, b"warm-up", on_delivery=done)
-        producer.flush(10)
-    samples = []
-    for _ in range(n):
-        started = time.perf_counter()
-        producer.produce(topic, b"x" * 100, on_delivery=done)
-        producer.flush(10)
-        samples.append(time.perf_counter() - started)
-    if errors:
-        raise RuntimeError(f"{len(errors)} produces failed: {errors[0]}")
-    return samples
+    def round_trips(self, n: int) -> list[float]:
+        samples = []
+        for i in range(n):
+            started = time.perf_counter()
+            self.producer.produce(self.topics[i % 2], b"x" * 100, on_delivery=self._done)
+            self.producer.flush(10)
+            samples.append(time.perf_counter() - started)
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} produces failed: {self.errors[0]}")
+        return samples
 
 
 def produces(url: str, tansu: TansuBroker, directory: Path, n: int) -> dict[str, list[float]]:
-    topic = "alice-bench"
-    acl = acl_binding(
-        ResourceType.TOPIC, topic, f"User:{USER}", AclOperation.WRITE, AclPermissionType.ALLOW
-    )
-    describe = acl_binding(
-        ResourceType.TOPIC, topic, f"User:{USER}", AclOperation.DESCRIBE, AclPermissionType.ALLOW
-    )
+    topics = ("alice-bench-0", "alice-bench-1")
+    acls = [
+        acl_binding(ResourceType.TOPIC, topic, f"User:{USER}", op, AclPermissionType.ALLOW)
+        for topic in topics
+        for op in (AclOperation.WRITE, AclOperation.DESCRIBE)
+    ]
     setups: dict[str, PolicyConfig | None] = {
-        "StandardAuthorizer, 2 ACLs": None,
+        "StandardAuthorizer, 4 ACLs": None,
         "OPA, cached": PolicyConfig(
             authorizer=AuthorizerConfig(class_path=CLASS, options={"url": url})
         ),
-        "OPA, cache of 1 (every decision asked)": PolicyConfig(
+        "OPA, cache of 1 (each produce asks OPA)": PolicyConfig(
             authorizer=AuthorizerConfig(
                 class_path=CLASS, options={"url": url, "cache_maximum_size": 1}
             )
@@ -172,23 +176,30 @@ def produces(url: str, tansu: TansuBroker, directory: Path, n: int) -> dict[str,
     from confluent_kafka.admin import AdminClient, NewTopic
 
     upstream = AdminClient({"bootstrap.servers": f"{tansu.address.host}:{tansu.address.port}"})
-    for future in upstream.create_topics([NewTopic(topic, 1, 1)]).values():
+    for future in upstream.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
         future.result(15)
-    out = {}
-    for i, (name, policy) in enumerate(setups.items()):
-        where = directory / str(i)
-        where.mkdir()
-        running = start_sasl_proxy(
-            tansu,
-            where,
-            [acl, describe],
-            mechanisms=("PLAIN",),
-            policy=policy,
-            passwords=PASSWORDS,
-        )
-        try:
-            out[name] = produce_round_trips(running.bootstrap, topic, n)
-        finally:
+    proxies = []
+    out: dict[str, list[float]] = {name: [] for name in setups}
+    try:
+        for i, policy in enumerate(setups.values()):
+            where = directory / str(i)
+            where.mkdir()
+            proxies.append(
+                start_sasl_proxy(
+                    tansu,
+                    where,
+                    acls,
+                    mechanisms=("PLAIN",),
+                    policy=policy,
+                    passwords=PASSWORDS,
+                )
+            )
+        clients = [_Client(running.bootstrap, topics) for running in proxies]
+        for _ in range(0, n, 50):  # in turns: a load that changes meanwhile hits each alike
+            for name, client in zip(setups, clients, strict=True):
+                out[name] += client.round_trips(50)
+    finally:
+        for running in proxies:
             stop_proxy_thread(running)
     return out
 

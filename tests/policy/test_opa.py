@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from kafkaguard.cli import main
 from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason
 from kafkaguard.policy.authorizer import (
     AclsNotManagedError,
@@ -38,6 +39,7 @@ from kafkaguard.policy.model import (
     ResourceType,
 )
 from kafkaguard.policy.opa import OpaAuthorizer, OpaOptions, input_document
+from tests.policy.test_explain import run_explain, write_config
 from tests.support.opa import V0_POLICY, V0_URL_PATH, V1_POLICY, V1_URL_PATH, OpaServer
 from tests.support.ports import refusing_port
 
@@ -370,6 +372,45 @@ async def _until(condition: Any, timeout_s: float = 5.0) -> None:
     while not condition():
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+# -- explained ------------------------------------------------------------------------------
+
+
+def test_explain_asks_opa(
+    opa_v0: OpaServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = f"  options: {{url: '{opa_v0.url(V0_URL_PATH)}'}}\n"
+    config = write_config(
+        tmp_path, [], authorizer_extra="  class: kafkaguard.policy.opa:OpaAuthorizer\n" + options
+    )
+    assert main(run_explain(config, "User:alice-producer", "Write", "--topic", "alice-x")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ALLOWED: User:alice-producer WRITE Topic:LITERAL:alice-x ")
+    assert out[1] == "Reason: OpaAllow: OPA's policy answered true → allowed"
+    assert "Matching ACLs" not in "\n".join(out)
+    assert main(run_explain(config, "User:bob-producer", "Write", "--topic", "alice-x")) == 1
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "Reason: OpaDeny: OPA's policy answered false → denied"
+    )
+    assert main(run_explain(config, "User:admin", "Write", "--topic", "alice-x")) == 0
+    assert "Reason: SuperUser" in capsys.readouterr().out
+
+
+def test_explain_says_when_opa_could_not_be_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with refusing_port() as port:
+        options = f"  options: {{url: 'http://127.0.0.1:{port}{V0_URL_PATH}'}}\n"
+        config = write_config(
+            tmp_path,
+            [],
+            authorizer_extra="  class: kafkaguard.policy.opa:OpaAuthorizer\n" + options,
+        )
+        assert main(run_explain(config, "User:alice-producer", "Write", "--topic", "a-x")) == 1
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "Reason: OpaError: OPA could not be asked (the kafkaguard.opa log line says why) → denied"
+    )
 
 
 # -- ACLs are not managed -----------------------------------------------------------------
