@@ -129,8 +129,7 @@ class OpaOptions:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise ValueError(
-                f"authorizer.options: unknown option(s) {', '.join(unknown)} "
-                f"(OpaAuthorizer knows {', '.join(OPTIONS)})"
+                f"unknown option(s) {', '.join(unknown)} (OpaAuthorizer knows {', '.join(OPTIONS)})"
             )
         url = options.get("url")
         parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
@@ -141,19 +140,17 @@ class OpaOptions:
             or not parts.hostname
         ):
             raise ValueError(
-                "authorizer.options.url: the OPA decision URL is required, e.g. "
+                "url: the OPA decision URL is required, e.g. "
                 f"http://127.0.0.1:8181/v1/data/kafka/authz/allow (got {url!r})"
             )
         allow_on_error = options.get("allow_on_error", False)
         if not isinstance(allow_on_error, bool):
-            raise ValueError(
-                f"authorizer.options.allow_on_error: a boolean, got {allow_on_error!r}"
-            )
+            raise ValueError(f"allow_on_error: a boolean, got {allow_on_error!r}")
         raw_super = options.get("super_users", "")
         if isinstance(raw_super, list):
             raw_super = ";".join(str(s) for s in raw_super)
         if not isinstance(raw_super, str):
-            raise ValueError(f"authorizer.options.super_users: 'User:a;User:b', got {raw_super!r}")
+            raise ValueError(f"super_users: 'User:a;User:b', got {raw_super!r}")
         return cls(
             url=url,
             allow_on_error=allow_on_error,
@@ -161,17 +158,24 @@ class OpaOptions:
             # answers its lookups wrote.
             cache_maximum_size=_number(options, "cache_maximum_size", 50_000, 1),
             cache_expire_after_seconds=_number(options, "cache_expire_after_seconds", 3600, 1),
-            super_users=super_users | parse_super_users(raw_super),
+            super_users=super_users | _super_users(raw_super),
             timeout_ms=_number(options, "timeout_ms", 1000, 1),
             max_in_flight=_number(options, "max_in_flight", 8, 1),
             health_interval_ms=_number(options, "health_interval_ms", 5000, 1),
         )
 
 
+def _super_users(text: str) -> frozenset[str]:
+    try:
+        return parse_super_users(text)
+    except ValueError as exc:
+        raise ValueError(f"super_users: {exc}") from exc
+
+
 def _number(options: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
     value = options.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"authorizer.options.{key}: an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{key}: an integer >= {minimum}, got {value!r}")
     return value
 
 
@@ -436,7 +440,10 @@ class OpaAuthorizer:
         decision_listener: Callable[[DecisionEvent], None] | None = None,
     ) -> None:
         self.config = config or AuthorizerConfig()
-        self.options = OpaOptions.parse(self.config.options, self.config.super_users)
+        try:
+            self.options = OpaOptions.parse(self.config.options, self.config.super_users)
+        except ValueError as exc:
+            raise ValueError(f"authorizer.options: {exc}") from exc
         self.decision_listener = decision_listener
         self.store = None
         """No ACL store: OPA's policy and data decide (``/readyz`` reads ``store``)."""

@@ -137,18 +137,31 @@ def test_input_document_is_the_plugins_with_groups() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({}, "authorizer.options.url: the OPA decision URL is required"),
-        ({"url": "ftp://x/allow"}, "authorizer.options.url"),
+        ({}, "url: the OPA decision URL is required"),
+        ({"url": "ftp://x/allow"}, "url: the OPA decision URL is required"),
         ({"url": "http://o/a", "timeout": 5}, "unknown option(s) timeout"),
         ({"url": "http://o/a", "allow_on_error": "yes"}, "allow_on_error: a boolean"),
         ({"url": "http://o/a", "cache_maximum_size": 0}, "cache_maximum_size: an integer >= 1"),
         ({"url": "http://o/a", "timeout_ms": True}, "timeout_ms: an integer >= 1"),
-        ({"url": "http://o/a", "super_users": "alice"}, "principalType:principalName"),
+        ({"url": "http://o/a", "super_users": "alice"}, "super_users: expected a string"),
     ],
 )
 def test_options_are_checked(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         OpaOptions.parse(options, frozenset())
+
+
+def test_check_config_refuses_bad_options_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(
+        tmp_path,
+        [],
+        authorizer_extra="  class: kafkaguard.policy.opa:OpaAuthorizer\n"
+        "  options: {url: 'http://127.0.0.1:8181/v1/data/kafka/authz/allow', timeout: 3}\n",
+    )
+    assert main(["check-config", "--config", str(config)]) == 2
+    assert f"{config}:13 authorizer.options: unknown option(s) timeout" in capsys.readouterr().err
 
 
 def test_super_users_of_both_settings_count() -> None:
