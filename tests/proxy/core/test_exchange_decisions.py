@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from kafkaguard.policy.authorizer import (
     Action,
     AuthorizationResult,
@@ -17,6 +19,7 @@ from kafkaguard.policy.authorizer import (
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.core.commands import AwaitDecisions, PauseClient, ResumeClient
+from kafkaguard.proxy.handlers import REGISTRY
 from tests.proxy.core.test_exchange import ALICE_WRITES_ORDERS, produce, produce_response
 from tests.support.entities import req
 from tests.support.exchange_driver import Driver, request, split_frames, to_broker, to_client
@@ -43,10 +46,21 @@ class Lookups:
         return self.real(context, actions)
 
 
-def test_a_pending_decision_holds_the_request_and_those_after_it() -> None:
+def test_a_pending_decision_holds_the_request_and_those_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     d = Driver(ALICE_WRITES_ORDERS)
     d.connect()
     lookups = Lookups(d)
+    produce_handler = REGISTRY[0]
+    started: list[int] = []
+    on_request = produce_handler.on_request
+
+    def counted(request: Any, ctx: Any) -> Any:
+        started.append(request.header.correlation_id)
+        return on_request(request, ctx)
+
+    monkeypatch.setattr(produce_handler, "on_request", counted)
     first, second = produce("orders", 1), produce("orders", 2)
     out = d.client(first, second)
     assert to_broker(out) == []
@@ -60,6 +74,7 @@ def test_a_pending_decision_holds_the_request_and_those_after_it() -> None:
     assert any(isinstance(c, ResumeClient) for c in out)
     assert d.exchange.stats.requests[0] == 2  # each request counted once
     assert lookups.contexts[0] is lookups.contexts[1]  # the held request, known by its context
+    assert started == [1, 2]  # a two-phase handler goes on from its Authorize step
     answered = d.broker(produce_response("orders", 1), produce_response("orders", 2))
     assert len(split_frames(to_client(answered))) == 2
 
