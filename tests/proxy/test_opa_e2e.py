@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
+from kafkaguard.proxy.app.metrics import ProxyCollector
 from kafkaguard.tansu import TansuBroker
 from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread, unique_name
@@ -110,10 +111,24 @@ def _until(condition: Any, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _metrics(setup: OpaSetup) -> dict[tuple[str, tuple[str, ...]], float]:
+    return {
+        (sample.name, tuple(sample.labels.values())): sample.value
+        for family in ProxyCollector(setup.proxy.server, None).collect()
+        for sample in family.samples
+        if sample.name.startswith("kafkaguard_opa_")
+    }
+
+
 def test_produces_follow_the_policy(opa_setup: OpaSetup) -> None:
     own, _ = opa_setup.topics
     assert produce(opa_setup, "alice-producer", own) is None
     assert produce(opa_setup, "bob-producer", own) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    metrics = _metrics(opa_setup)
+    assert metrics[("kafkaguard_opa_lookups_total", ("allowed",))] >= 2  # DESCRIBE, WRITE
+    assert metrics[("kafkaguard_opa_lookups_total", ("denied",))] >= 1
+    assert metrics[("kafkaguard_opa_errors_total", ("unreachable",))] == 0
+    assert metrics[("kafkaguard_opa_cache_entries", ())] >= 3
 
 
 def test_opa_stopped_denies_and_restarted_allows(opa_setup: OpaSetup) -> None:
