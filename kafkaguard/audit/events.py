@@ -21,7 +21,8 @@ Fields, in order (the JSON keys are exactly these)::
                              KIP-430 probe or silent "list all" filtering denied on a log_only
                              listener (audited only with include_unlogged) refused nothing
                              and is not a would-deny.
-    reason         str       SuperUser | DenyAcl | AllowAcl | DefaultAllow | DefaultDeny
+    reason         str       SuperUser | DenyAcl | AllowAcl | DefaultAllow | DefaultDeny |
+                             InternalTopic | OpaAllow | OpaDeny | OpaError
     implied        bool      an ALLOW ACL for another operation granted it
     acl            object|null  the deciding ACL (see :func:`kafkaguard.policy.explain.acl_json`)
 

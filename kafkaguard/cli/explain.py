@@ -15,9 +15,11 @@ from pathlib import Path
 
 from kafkaguard.audit.config import LOG_ONLY
 from kafkaguard.config_tree import ConfigError
+from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import (
     Action,
     AuthorizationResult,
+    DecisionPendingError,
     RequestContext,
     SecurityProtocol,
 )
@@ -29,12 +31,14 @@ from kafkaguard.policy.explain import (
     auto_creation_json,
     decision_context,
     explain,
+    explain_event,
     explanation_json,
     overall_result,
     render_auto_creation,
     render_text,
 )
 from kafkaguard.policy.model import CLUSTER_NAME, AclOperation, ResourcePattern, ResourceType
+from kafkaguard.policy.opa import OpaAuthorizer
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.base import AclStoreError
 from kafkaguard.proxy.app.server import audit_connection
@@ -118,6 +122,8 @@ async def _explain_decision(
     check, then the CREATE checks a missing topic adds), close."""
     authorizer = build_authorizer(config.policy)
     try:
+        if isinstance(authorizer, OpaAuthorizer):  # OPA decides: asked now, no ACLs to show
+            return await _ask_opa(authorizer, context, action), None
         if not isinstance(authorizer, StandardAuthorizer):
             class_path = config.policy.authorizer.class_path
             raise ValueError(f"explain needs kafkaguard's StandardAuthorizer, not {class_path}")
@@ -126,6 +132,20 @@ async def _explain_decision(
         return explain(authorizer, context, action), auto_creation(authorizer, context, action)
     finally:
         await authorizer.close()
+
+
+async def _ask_opa(
+    authorizer: OpaAuthorizer, context: RequestContext, action: Action
+) -> Explanation:
+    """The OPA authorizer's decision, as the proxy would get it (cached there, asked here)."""
+    events: list[DecisionEvent] = []
+    authorizer.decision_listener = events.append
+    try:
+        authorizer.authorize(context, [action])
+    except DecisionPendingError as pending:
+        await pending.ready
+        authorizer.authorize(context, [action])
+    return explain_event(events[-1])
 
 
 def _exists(

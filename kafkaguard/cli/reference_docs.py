@@ -25,6 +25,7 @@ from typing import Any, Final
 from prometheus_client.metrics_core import Metric
 
 from kafkaguard.config_tree import ConfigSection
+from kafkaguard.policy.opa import DecisionCache, OpaCounters
 from kafkaguard.proxy.app.metrics import AdminCounters, ProxyCollector
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import parse_config
@@ -208,12 +209,17 @@ def cli_page() -> str:
 class _EveryFamily:
     """A :class:`~kafkaguard.proxy.app.metrics.ServerView` of a proxy built (never started)
     from :data:`METRICS_CONFIG`, whose authorizer shows every optional part a store can have
-    (an ACL index, its age, a ZooKeeper session), so the collector yields every family."""
+    (an ACL index, its age, a ZooKeeper session) and the OPA authorizer's counters, so the
+    collector yields every family."""
 
     def __init__(self, server: ProxyServer) -> None:
         self._server = server
         self.authorizer: Any = SimpleNamespace(
-            acl_index=(), loaded_at=time.time(), store=SimpleNamespace(connected=True)
+            acl_index=(),
+            loaded_at=time.time(),
+            store=SimpleNamespace(connected=True),
+            counters=OpaCounters(),  # the OPA authorizer's (docs/opa.md)
+            cache=DecisionCache(1),
         )
 
     def __getattr__(self, name: str) -> Any:

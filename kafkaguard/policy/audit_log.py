@@ -65,6 +65,9 @@ class DecisionReason(enum.Enum):
     DENY_ACL = "DenyAcl"
     ALLOW_ACL = "AllowAcl"
     INTERNAL_TOPIC = "InternalTopic"  # the proxy's topics (kafkaguard/policy/internal_topics.py)
+    OPA_ALLOW = "OpaAllow"  # OPA's policy answered true (kafkaguard/policy/opa.py)
+    OPA_DENY = "OpaDeny"  # OPA's policy answered false
+    OPA_ERROR = "OpaError"  # OPA could not be asked: denied, or allowed under allow_on_error
 
 
 @dataclass(slots=True)

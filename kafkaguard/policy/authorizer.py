@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import importlib
 import ipaddress
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
@@ -48,6 +48,29 @@ class AuthorizationResult(enum.Enum):
 
 class AuthorizerNotReadyError(RuntimeError):
     """``AuthorizerNotReadyException``: the ACLs have not been loaded yet."""
+
+
+class DecisionPendingError(Exception):
+    """An authorizer whose decisions live elsewhere (OPA: kafkaguard/policy/opa.py) must look
+    some up before it can answer, and does not block the event loop meanwhile: it raises this
+    from ``authorize`` (or its two siblings) with ``ready``, done when the lookups are. The
+    proxy holds the request, and those after it, awaits ``ready`` and asks again; the
+    authorizer then answers from what it looked up. No decision of the failed call was made."""
+
+    def __init__(self, ready: Awaitable[object]) -> None:
+        super().__init__("authorization decisions are being looked up")
+        self.ready = ready
+        self.resume: Callable[[], Any] | None = None
+        """Set by the caller that can go on from where it stopped (a two-phase handler's
+        ``Authorize`` step, kafkaguard/proxy/handlers/support/ask.py): called instead of
+        handling the request again from its start, whose earlier steps may have changed
+        state (a fetch session's epoch)."""
+
+
+class AclsNotManagedError(RuntimeError):
+    """``acls()`` of an authorizer that keeps no ACLs (OPA): DescribeAcls answers
+    SECURITY_DISABLED (54), as Kafka does without an ACL-managing authorizer; an empty list
+    would claim there are none."""
 
 
 class ApiErrorCode(enum.IntEnum):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from kafkaguard.topic_table import TopicSettings
 
 DEFAULT_AUTHORIZER_CLASS = "kafkaguard.policy.standard:StandardAuthorizer"
+OPA_AUTHORIZER_CLASS = "kafkaguard.policy.opa:OpaAuthorizer"
 STORE_TYPES = ("file", "memory", "zookeeper", "kafka")
 
 
@@ -124,6 +125,13 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
     options = section.raw("options", {}) or {}
     if not isinstance(options, dict):
         raise section.error("options", f"must be a mapping, got {options!r}")
+    if class_path == OPA_AUTHORIZER_CLASS:  # its options are checked here, with file:line
+        from kafkaguard.policy.opa import OpaOptions
+
+        try:
+            OpaOptions.parse(options, frozenset())
+        except ValueError as exc:
+            raise section.error("options", str(exc)) from exc
     internal = section.section("internal_topics")
     internal_principals = _super_users(internal, "principals") or frozenset()
     internal.reject_unknown()

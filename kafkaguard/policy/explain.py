@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 from dataclasses import dataclass
+from typing import Final
 
 from kafkaguard.policy.acl_index import (
     _ALLOW_OPS,  # the implication table of StandardAuthorizerData (ALLOW ACLs only)
@@ -102,6 +103,27 @@ def explain(authorizer: StandardAuthorizer, context: RequestContext, action: Act
         super_user=event.reason is DecisionReason.SUPER_USER,
         acls_applied=event.acls_applied,
     )
+
+
+def explain_event(event: DecisionEvent) -> Explanation:
+    """The explanation of an authorizer without ACLs (OPA, kafkaguard/policy/opa.py): its
+    decision event is all there is to say."""
+    return Explanation(
+        result=event.result,
+        reason=event.reason,
+        deciding_acl=None,
+        implied=False,
+        matching_acls=(),
+        super_user=event.reason is DecisionReason.SUPER_USER,
+        acls_applied=True,
+    )
+
+
+OPA_REASONS: Final = {
+    DecisionReason.OPA_ALLOW: "OPA's policy answered true → allowed",
+    DecisionReason.OPA_DENY: "OPA's policy answered false → denied",
+    DecisionReason.OPA_ERROR: "OPA could not be asked (the kafkaguard.opa log line says why)",
+}
 
 
 AUTO_CREATING: frozenset[AclOperation] = frozenset(
@@ -250,6 +272,10 @@ def _reason_text(
     explanation: Explanation, context: RequestContext, action: Action, allow_everyone: bool
 ) -> str:
     reason = explanation.reason
+    if reason in OPA_REASONS:
+        verdict = explanation.result is AuthorizationResult.ALLOWED
+        suffix = {True: " → allowed (allow_on_error)", False: " → denied"}[verdict]
+        return OPA_REASONS[reason] + (suffix if reason is DecisionReason.OPA_ERROR else "")
     if reason is DecisionReason.SUPER_USER:
         return (
             f"{context.principal.text} is a super user: every operation is allowed, "
@@ -328,7 +354,7 @@ def render_text(
         for binding in explanation.matching_acls:
             mark = "  <- deciding" if binding == explanation.deciding_acl else ""
             lines.append(f"  {acl_text(binding)}{mark}")
-    elif not explanation.super_user:
+    elif not explanation.super_user and explanation.reason not in OPA_REASONS:
         lines.append("Matching ACLs: none")
     return lines
 

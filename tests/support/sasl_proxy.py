@@ -4,6 +4,7 @@ PLAIN and both SCRAM mechanisms and OAUTHBEARER tokens signed by :data:`PROVIDER
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
@@ -27,9 +28,13 @@ def start_sasl_proxy(
     *,
     mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
     reauth_ms: int = 0,
+    policy: PolicyConfig | None = None,
+    passwords: Mapping[str, str] = PASSWORDS,
 ) -> RunningProxy:
+    """``policy``: another authorizer than the StandardAuthorizer over ``acls`` (OPA);
+    ``passwords``: other users than :data:`PASSWORDS`."""
     users = {}
-    for user, password in PASSWORDS.items():
+    for user, password in passwords.items():
         users[user] = {
             "PLAIN": plain.make_credential(password, iterations=4096).to_string(),
             **{
@@ -58,7 +63,8 @@ def start_sasl_proxy(
         name="SASL_PLAINTEXT",
         security_protocol="SASL_PLAINTEXT",
         sasl=sasl,
-        policy=PolicyConfig(
+        policy=policy
+        or PolicyConfig(
             authorizer=AuthorizerConfig(),
             acl_store=AclStoreConfig(type="file", path=acl_file),
         ),

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 from kafkaguard import version
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import AuthorizationResult
+from kafkaguard.policy.opa import DecisionCache, OpaCounters
 from kafkaguard.protocol import IMPLEMENTATION, codec
 from kafkaguard.proxy.config import MetricsConfig
 from kafkaguard.proxy.core.commands import CloseCause
@@ -415,6 +416,9 @@ class ProxyCollector(Collector):
                 value=int(connected),
             )
         yield from _store_lag(server, authorizer)
+        opa = getattr(authorizer, "counters", None)
+        if isinstance(opa, OpaCounters):
+            yield from _opa_families(opa, authorizer.cache)
 
     def _certificate_metrics(self, listeners: list[ListenerRuntime]) -> Iterator[Metric]:
         expiry = GaugeMetricFamily(
@@ -436,6 +440,47 @@ class ProxyCollector(Collector):
             if tls.not_after is not None:
                 expiry.add_metric([listener.config.name], tls.not_after - now)
         yield from (expiry, reloads)
+
+
+def _opa_families(counters: OpaCounters, cache: DecisionCache) -> Iterator[Metric]:
+    """The OPA authorizer's lookups, errors, cache and health (docs/opa.md)."""
+    lookups = CounterMetricFamily(
+        "kafkaguard_opa_lookups",
+        "Decisions asked of OPA (cache misses), by outcome: allowed, denied, error.",
+        labels=["outcome"],
+    )
+    for outcome, count in counters.lookups.items():
+        lookups.add_metric([outcome], count)
+    errors = CounterMetricFamily(
+        "kafkaguard_opa_errors",
+        "OPA lookups that failed, by reason (unreachable, timeout, http_status, not_boolean, "
+        "bad_response): each denied, or allowed under allow_on_error.",
+        labels=["reason"],
+    )
+    for reason, count in counters.errors.items():
+        errors.add_metric([reason], count)
+    yield from (lookups, errors)
+    yield CounterMetricFamily(
+        "kafkaguard_opa_lookup_seconds",
+        "Seconds spent waiting for OPA's answers (queue and HTTP call), summed.",
+        value=counters.lookup_seconds,
+    )
+    cache_lookups = CounterMetricFamily(
+        "kafkaguard_opa_cache_lookups",
+        "Decision cache lookups, by result: hit, miss.",
+        labels=["result"],
+    )
+    cache_lookups.add_metric(["hit"], cache.hits)
+    cache_lookups.add_metric(["miss"], cache.misses)
+    yield cache_lookups
+    yield GaugeMetricFamily(
+        "kafkaguard_opa_cache_entries", "Decisions in the OPA decision cache.", value=len(cache)
+    )
+    yield GaugeMetricFamily(
+        "kafkaguard_opa_up",
+        "1 when OPA's GET /health last answered 200 (0 before the first check).",
+        value=int(bool(counters.healthy)),
+    )
 
 
 def _store_lag(server: ServerView, authorizer: Any) -> Iterator[Metric]:

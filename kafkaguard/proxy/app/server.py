@@ -548,6 +548,9 @@ class ProxyServer:
             yield "listeners: shutting down"
         if not getattr(self.authorizer, "ready", True):
             yield "acls: the ACL snapshot is not loaded yet"
+        authorizer_not_ready = getattr(self.authorizer, "not_ready", None)
+        if callable(authorizer_not_ready):  # the OPA authorizer: its server's health
+            yield from authorizer_not_ready()
         stores: list[tuple[str, object]] = [("acl store", getattr(self.authorizer, "store", None))]
         stores += [
             (f"listener {ls.config.name} credentials", ls.sasl.store)

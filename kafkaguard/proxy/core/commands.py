@@ -99,6 +99,14 @@ class Await:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitDecisions:
+    """Await ``ready`` (an authorizer's lookups, ``DecisionPendingError``), then report
+    :meth:`Exchange.decisions_ready`: the held request is asked again."""
+
+    ready: Awaitable[object]
+
+
+@dataclass(frozen=True, slots=True)
 class CloseConnection:
     """Close both sides after ``after_s`` seconds (at once if the client leaves first). Counted
     under ``cause``; ``reason`` is logged at ``level`` (None: nothing is logged). The exchange
@@ -111,5 +119,12 @@ class CloseConnection:
 
 
 Command = (
-    SendBroker | SendClient | OpenBroker | PauseClient | ResumeClient | Await | CloseConnection
+    SendBroker
+    | SendClient
+    | OpenBroker
+    | PauseClient
+    | ResumeClient
+    | Await
+    | AwaitDecisions
+    | CloseConnection
 )

@@ -13,7 +13,9 @@ context to authorize on this path; the loop over the steps is here and nowhere e
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
+from kafkaguard.policy.authorizer import DecisionPendingError
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import RequestHeaderInfo
@@ -78,10 +80,19 @@ def _verdict(handler: ApiHandler, request: Request, ctx: HandlerContext) -> Verd
     """``on_request``, and each :class:`Authorize` step it returns decided in one ``authorize``
     call (none for a step without actions: nothing is checked, nothing audited), its results
     handed to ``on_authorized`` until a verdict comes back."""
-    step = handler.on_request(request, ctx)
+    return _steps(handler, request, ctx, handler.on_request(request, ctx))
+
+
+def _steps(
+    handler: ApiHandler, request: Request, ctx: HandlerContext, step: Verdict | Authorize
+) -> Verdict:
     while isinstance(step, Authorize):
         actions = step.actions
-        results = ctx.authorize(request, actions) if actions else []
+        try:
+            results = ctx.authorize(request, actions) if actions else []
+        except DecisionPendingError as pending:  # OPA: go on from this step, not from the start
+            pending.resume = partial(_steps, handler, request, ctx, step)
+            raise
         step = handler.on_authorized(request, ctx, step.state, results)
     return step
 

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
+from kafkaguard.policy.authorizer import DecisionPendingError
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
@@ -51,6 +52,7 @@ from kafkaguard.protocol.inflight import InflightQueue, Slot
 from kafkaguard.protocol.skim.tails import NodeEndpointsTail, TailStream
 from kafkaguard.proxy.core.commands import (
     Await,
+    AwaitDecisions,
     CloseCause,
     CloseConnection,
     Command,
@@ -163,6 +165,15 @@ class Exchange:
         """A question to the broker is outstanding (:class:`AskFirst`)."""
         self._sasl_step: Slot | None = None
         """A SaslAuthenticate answer is being computed: later requests wait for its outcome."""
+        self._deciding = False
+        """The authorizer is looking decisions up (``DecisionPendingError``, OPA): the request
+        is held and asked again, later ones wait (:meth:`decisions_ready`)."""
+        self._retry: Callable[[], bool] | None = None
+        """What asks again when the held decision is a step or an answered question's verdict
+        (``AskFirst.then``); ``None`` when the held request is handled again from the start."""
+        self._held_header: tuple[Frame, RequestHeaderInfo] | None = None
+        """The header of the request held for decisions: asked again with the same header,
+        it has the same ``RequestContext`` object, by which the authorizer knows it."""
         self._streaming = False
         """A broker response is being streamed to the client (cut-through)."""
         self._local = False
@@ -196,7 +207,7 @@ class Exchange:
 
     @property
     def unanswered(self) -> int:
-        return len(self._inflight) + len(self._held)
+        return len(self._inflight) + len(self._held) + (self._retry is not None)
 
     # -- inputs ------------------------------------------------------------------------------
     def _begin(self) -> list[Command]:
@@ -368,6 +379,47 @@ class Exchange:
         self._flush()
         return out
 
+    def _await_decisions(
+        self, pending: DecisionPendingError, retry: Callable[[], bool] | None
+    ) -> None:
+        self._deciding = True
+        self._retry = retry
+        self._out.append(AwaitDecisions(pending.ready))
+
+    def _resumed(
+        self, pending: DecisionPendingError, header: RequestHeaderInfo, frame: Frame
+    ) -> bool:
+        """A held handler's step, asked again; returns False when the connection was closed."""
+        resume = pending.resume
+        assert resume is not None
+        outgoing: list[Frame] = []
+        try:
+            verdict = resume()
+        except ProtocolError as exc:
+            self._close(f"bad request: {exc}", CloseCause.BAD_REQUEST)
+            return False
+        except DecisionPendingError as again:  # a later step: from there; else this one again
+            again.resume = again.resume or resume
+            self._await_decisions(again, partial(self._resumed, again, header, frame))
+            return True
+        except Exception as exc:  # noqa: BLE001 - a bug: traceback, this connection only
+            verdict = self._fault(header, exc)
+        if not self._apply(verdict, header, frame, outgoing):
+            return False
+        self._send(outgoing)
+        return True
+
+    def decisions_ready(self) -> list[Command]:
+        """An :class:`AwaitDecisions` is done: ask again what waited for it."""
+        out = self._begin()
+        retry, self._retry = self._retry, None
+        self._deciding = False
+        if self.closed or (retry is not None and not retry()):
+            return out
+        self._write_ready()
+        self._process()
+        return out
+
     def answer_failed(self, slot: Slot, exc: BaseException) -> list[Command]:
         """An :class:`Await` raised: a bug; traceback (rate-limited), this connection closes."""
         out = self._begin()
@@ -443,7 +495,7 @@ class Exchange:
         (``SaslServerAuthenticator`` reads the next request only once a token is handled, so a
         request pipelined right after the last SaslAuthenticate is the first authenticated
         one)."""
-        return self._asking or self._sasl_step is not None
+        return self._asking or self._sasl_step is not None or self._deciding
 
     def _process(self) -> None:
         """Handle held requests while the in-flight queue has room. Requests beyond the cap
@@ -489,7 +541,8 @@ class Exchange:
 
     def _on_request(self, frame: Frame, outgoing: list[Frame]) -> bool:
         """Route one request; returns False when the connection was closed."""
-        header = peek_request_header(frame)
+        again, self._held_header = self._held_header, None
+        header = again[1] if again is not None and again[0] is frame else peek_request_header(frame)
         if self._closing is not None or self._broker_gone is not None:  # answering, then closing
             self._held.clear()
             return True
@@ -511,6 +564,15 @@ class Exchange:
             verdict, supported = handle_request(header, frame, ctx)
         except ProtocolError:
             raise
+        except DecisionPendingError as pending:  # asked again once the decisions are in
+            if pending.resume is not None:  # a two-phase handler goes on from its step
+                self._await_decisions(pending, partial(self._resumed, pending, header, frame))
+                return True
+            requests[key] -= 1
+            self._held.insert(0, frame)
+            self._held_header = (frame, header)  # the same request context when asked again
+            self._await_decisions(pending, None)
+            return True
         except Exception as exc:  # noqa: BLE001 - a bug: traceback, at most 1 line/s per API
             verdict, supported = self._fault(header, exc), True
         if not supported:
@@ -558,6 +620,14 @@ class Exchange:
         except ProtocolError as exc:
             self._close(f"bad request: {exc}", CloseCause.BAD_REQUEST)
             return False
+        except DecisionPendingError as pending:
+            retry = (
+                partial(self._answered, ask, header, frame, answer_frame)
+                if pending.resume is None
+                else partial(self._resumed, pending, header, frame)
+            )
+            self._await_decisions(pending, retry)
+            return True
         except Exception as exc:  # noqa: BLE001 - a bug: traceback, this connection only
             verdict = self._fault(header, exc)
         if not self._apply(verdict, header, frame, outgoing):

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from kafkaguard.policy.authorizer import ApiError
+from kafkaguard.policy.authorizer import AclsNotManagedError, ApiError
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -61,6 +61,7 @@ from kafkaguard.proxy.handlers.support.base import (
 )
 
 _DENIED = ErrorCode.cluster_authorization_failed
+_NOT_MANAGED = ErrorCode.security_disabled
 _UNKNOWN_CODE = 0
 
 
@@ -185,7 +186,12 @@ class DescribeAclsHandler(ApiHandler[_AclFilter]):
         schema = codec.response_schema(self.api_key, request.header.api_version)
         if not is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER):
             return Respond(codec.make_entity(schema, _DENIED, resources=()))
-        found = ctx.describe_acls(acl_filter(body))
+        try:
+            found = ctx.describe_acls(acl_filter(body))
+        except AclsNotManagedError as exc:  # OPA decides: Kafka's answer without ACLs (54)
+            return Respond(
+                codec.make_entity(schema, _NOT_MANAGED, error_message=str(exc), resources=())
+            )
         return Respond(
             codec.make_entity(
                 schema,

@@ -32,6 +32,7 @@ from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.protocol.framing import Frame, FrameBuffer
 from kafkaguard.proxy.core.commands import (
     Await,
+    AwaitDecisions,
     CloseCause,
     CloseConnection,
     Command,
@@ -257,6 +258,16 @@ class ClientConnection(asyncio.Protocol):
             self._abandon.add(task)
             task.add_done_callback(self._abandon.discard)
 
+    def _await_decisions(self, command: AwaitDecisions) -> None:
+        self._listener.spawn(self._decided(command))
+
+    async def _decided(self, command: AwaitDecisions) -> None:
+        """The authorizer turns a failed lookup into a decision (fail closed): ``ready``
+        reports nothing but the lookups being over."""
+        await command.ready
+        if self.exchange is not None and not self._closed:
+            self._run(self.exchange.decisions_ready())
+
     async def _answer(self, command: Await) -> None:
         exchange = self.exchange
         assert exchange is not None
@@ -454,6 +465,7 @@ _CARRY_OUT: dict[type[Command], Callable[[ClientConnection, Any], None]] = {
     PauseClient: ClientConnection._pause_client,
     ResumeClient: ClientConnection._resume_client,
     Await: ClientConnection._await,
+    AwaitDecisions: ClientConnection._await_decisions,
     OpenBroker: ClientConnection._open_broker,
     CloseConnection: ClientConnection._close_as,
 }

@@ -1,0 +1,172 @@
+"""OPA as the authorizer, end to end: confluent-kafka over SASL/PLAIN → kafkaguard with
+``authorizer.class: kafkaguard.policy.opa:OpaAuthorizer`` → Tansu, decided by a real OPA
+server running the Rego v0 policy in the OPA Kafka plugin's style
+(tests/support/opa_policies/kafka_authz_v0.rego).
+
+``alice-producer`` writes topics starting with ``alice-`` and ``bob-producer`` is refused
+there (TOPIC_AUTHORIZATION_FAILED); with OPA stopped a decision not in the cache is refused
+and ``/readyz`` names OPA; once it is back, the same produce succeeds. DescribeAcls answers
+SECURITY_DISABLED: the OPA authorizer manages no ACLs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
+from kafkaguard.proxy.app.metrics import ProxyCollector
+from kafkaguard.tansu import TansuBroker
+from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer
+from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread, unique_name
+from tests.support.sasl_proxy import start_sasl_proxy
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+kafka_admin = pytest.importorskip("kafka.admin")
+from confluent_kafka import KafkaError, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kafka.errors import SecurityDisabledError  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+PASSWORDS = {"alice-producer": "alice-secret", "bob-producer": "bob-secret"}
+
+
+@dataclass
+class OpaSetup:
+    proxy: RunningProxy
+    opa: OpaServer
+    topics: tuple[str, str]
+
+
+@pytest.fixture
+def opa_setup(proxy: RunningProxy, tansu: TansuBroker, tmp_path: Path) -> Iterator[OpaSetup]:
+    topics = (unique_name("alice"), unique_name("alice"))
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})  # the allow-all PLAINTEXT proxy
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+        future.result(15)
+    opa = OpaServer(V0_POLICY, tmp_path / "opa.log", v0=True)
+    opa.start()
+    authorizer = AuthorizerConfig(
+        class_path="kafkaguard.policy.opa:OpaAuthorizer",
+        options={
+            "url": opa.url(V0_URL_PATH),
+            "cache_expire_after_seconds": 1,
+            "health_interval_ms": 100,
+        },
+    )
+    running = start_sasl_proxy(
+        tansu,
+        tmp_path,
+        [],
+        mechanisms=("PLAIN",),
+        policy=PolicyConfig(authorizer=authorizer),
+        passwords=PASSWORDS,
+    )
+    try:
+        yield OpaSetup(running, opa, topics)
+    finally:
+        stop_proxy_thread(running)
+        opa.stop()
+        for future in admin.delete_topics(list(topics)).values():
+            future.result(15)
+
+
+def _client(setup: OpaSetup, user: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": setup.proxy.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": PASSWORDS[user],
+        "message.timeout.ms": 10000,
+        "enable.idempotence": False,
+        "log_level": 0,
+    }
+
+
+def produce(setup: OpaSetup, user: str, topic: str) -> int | None:
+    """One record, flushed: None when acknowledged, else the error code."""
+    producer = Producer(_client(setup, user))
+    outcome: list[int | None] = []
+
+    def done(error: Any, _message: Any) -> None:
+        outcome.append(None if error is None else error.code())
+
+    producer.produce(topic, b"hello", on_delivery=done)
+    producer.flush(15)
+    assert outcome, "no delivery report within 15 s"
+    return outcome[0]
+
+
+def _until(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _metrics(setup: OpaSetup) -> dict[tuple[str, tuple[str, ...]], float]:
+    return {
+        (sample.name, tuple(sample.labels.values())): sample.value
+        for family in ProxyCollector(setup.proxy.server, None).collect()
+        for sample in family.samples
+        if sample.name.startswith("kafkaguard_opa_")
+    }
+
+
+def test_produces_follow_the_policy(opa_setup: OpaSetup) -> None:
+    own, _ = opa_setup.topics
+    assert produce(opa_setup, "alice-producer", own) is None
+    assert produce(opa_setup, "bob-producer", own) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    metrics = _metrics(opa_setup)
+    assert metrics[("kafkaguard_opa_lookups_total", ("allowed",))] >= 2  # DESCRIBE, WRITE
+    assert metrics[("kafkaguard_opa_lookups_total", ("denied",))] >= 1
+    assert metrics[("kafkaguard_opa_errors_total", ("unreachable",))] == 0
+    assert metrics[("kafkaguard_opa_cache_entries", ())] >= 3
+
+
+def test_opa_stopped_denies_and_restarted_allows(opa_setup: OpaSetup) -> None:
+    first, second = opa_setup.topics
+    server = opa_setup.proxy.server
+    assert produce(opa_setup, "alice-producer", first) is None
+    _until(lambda: not list(server.not_ready()))
+    opa_setup.opa.stop()
+    _until(lambda: any(r.startswith("opa: ") for r in server.not_ready()))
+    time.sleep(1.1)  # the cached decisions expire (cache_expire_after_seconds: 1)
+    assert produce(opa_setup, "alice-producer", second) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    opa_setup.opa.start()
+    _until(lambda: not list(server.not_ready()))
+    time.sleep(1.1)  # the failed lookups' outcomes expire
+    assert produce(opa_setup, "alice-producer", second) is None
+
+
+def test_describe_acls_answers_security_disabled(opa_setup: OpaSetup) -> None:
+    """With kafka-python, which raises the response's error (librdkafka's DescribeAcls shows
+    a top-level error as an empty result)."""
+    admin = kafka_admin.KafkaAdminClient(
+        bootstrap_servers=opa_setup.proxy.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="alice-producer",
+        sasl_plain_password=PASSWORDS["alice-producer"],
+    )
+    everything = kafka_admin.ACLFilter(
+        principal=None,
+        host="*",
+        operation=kafka_admin.ACLOperation.ANY,
+        permission_type=kafka_admin.ACLPermissionType.ANY,
+        resource_pattern=kafka_admin.ResourcePatternFilter(
+            kafka_admin.ResourceType.ANY, None, kafka_admin.ACLResourcePatternType.ANY
+        ),
+    )
+    try:
+        with pytest.raises(SecurityDisabledError, match="not managed by .*OpaAuthorizer"):
+            admin.describe_acls(everything)
+    finally:
+        admin.close()
