@@ -60,11 +60,11 @@ from kafkaguard.policy.authorizer import (
     AuthorizationResult,
     DecisionPendingError,
     RequestContext,
+    allowed_operations,
     check_literal,
 )
 from kafkaguard.policy.config import AuthorizerConfig, parse_super_users
 from kafkaguard.policy.model import (
-    SUPPORTED_OPERATIONS,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -674,10 +674,7 @@ class OpaAuthorizer:
         self, context: RequestContext, resource: ResourcePattern
     ) -> set[AclOperation]:
         """KIP-430: the supported operations OPA allows on ``resource`` (unlogged)."""
-        ops = SUPPORTED_OPERATIONS.get(resource.resource_type, ())
-        actions = [Action(op, resource, 1, False, False) for op in ops]
-        results = self.authorize(context, actions)
-        return {op for op, result in zip(ops, results, strict=True) if result is ALLOWED}
+        return allowed_operations(self, context, resource)
 
     # -- ACL management: not here ------------------------------------------------------------
     def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:

@@ -52,11 +52,11 @@ from kafkaguard.policy.authorizer import (
     AuthorizationResult,
     AuthorizerNotReadyError,
     RequestContext,
+    allowed_operations,
     check_literal,
 )
 from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.model import (
-    SUPPORTED_OPERATIONS,
     WILDCARD_HOST,
     WILDCARD_RESOURCE,
     AclBinding,
@@ -360,10 +360,7 @@ class StandardAuthorizer:
         self, context: RequestContext, resource: ResourcePattern
     ) -> set[AclOperation]:
         """KIP-430 ``AuthHelper.authorizedOperations``: the supported ops allowed, unlogged."""
-        ops = SUPPORTED_OPERATIONS.get(resource.resource_type, ())
-        actions = [Action(op, resource, 1, False, False) for op in ops]
-        results = self.authorize(context, actions)
-        return {op for op, result in zip(ops, results, strict=True) if result is ALLOWED}
+        return allowed_operations(self, context, resource)
 
     # -- ACL management ----------------------------------------------------------------------
     def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
