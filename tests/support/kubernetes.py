@@ -36,7 +36,7 @@ class GoToolUnavailable(Exception):
     """Go is missing or a build failed; the message says which."""
 
 
-def _go() -> str:
+def go_binary() -> str:
     go = shutil.which("go") or next(
         (p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None
     )
@@ -56,7 +56,7 @@ def validator_path() -> Path:
     return BIN / f"k8s-validate-{digest.hexdigest()[:16]}"
 
 
-def _build(target: Path, argv: list[str], cwd: Path | None) -> Path:
+def go_build(target: Path, argv: list[str], cwd: Path | None) -> Path:
     """Run ``go install`` or ``go build`` into a private directory, then move the binary to
     ``target``: a concurrent or killed build never leaves a half-written one there."""
     if target.exists():
@@ -65,7 +65,7 @@ def _build(target: Path, argv: list[str], cwd: Path | None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GOBIN": str(out), "CGO_ENABLED": "0"}
     verb, *packages = argv
-    command = [_go(), verb, *(["-o", str(out)] if verb == "build" else []), *packages]
+    command = [go_binary(), verb, *(["-o", str(out)] if verb == "build" else []), *packages]
     done = subprocess.run(
         command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800, check=False
     )
@@ -78,11 +78,11 @@ def _build(target: Path, argv: list[str], cwd: Path | None) -> Path:
 
 
 def build_helm() -> Path:
-    return _build(helm_path(), ["install", f"{HELM_MODULE}@{HELM_VERSION}"], None)
+    return go_build(helm_path(), ["install", f"{HELM_MODULE}@{HELM_VERSION}"], None)
 
 
 def build_validator() -> Path:
-    return _build(validator_path(), ["build", "."], VALIDATOR)
+    return go_build(validator_path(), ["build", "."], VALIDATOR)
 
 
 def require(path: Path, what: str) -> Path:

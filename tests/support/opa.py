@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from kafkaguard.tansu import free_port
-from tests.support.kubernetes import BIN, GoToolUnavailable, _build, _go
+from tests.support.debian import stop as stop_process
+from tests.support.kubernetes import BIN, GoToolUnavailable, go_binary, go_build
 
 OPA_VERSION = "v1.22.3"
 OPA_MODULE = "github.com/open-policy-agent/opa"
@@ -42,7 +43,7 @@ def opa_path() -> Path:
 
 
 def build_opa() -> Path:
-    return _build(opa_path(), ["install", f"{OPA_MODULE}@{OPA_VERSION}"], None)
+    return go_build(opa_path(), ["install", f"{OPA_MODULE}@{OPA_VERSION}"], None)
 
 
 def require_opa() -> Path:
@@ -50,7 +51,7 @@ def require_opa() -> Path:
     if opa_path().exists():
         return opa_path()
     try:
-        _go()
+        go_binary()
     except GoToolUnavailable as exc:
         reason = f"OPA cannot be built: {exc}"
         if os.environ.get("CI"):
@@ -104,14 +105,7 @@ class OpaServer:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process)
 
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:]
