@@ -39,7 +39,12 @@ from kafkaguard.proxy.handlers import (
     topics_admin,
     transactions,
 )
-from kafkaguard.proxy.handlers.support import addresses, group_gate, regex_subscriptions
+from kafkaguard.proxy.handlers.support import (
+    addresses,
+    group_gate,
+    questions,
+    regex_subscriptions,
+)
 
 REQUEST, RESPONSE = "request", "response"
 
@@ -151,6 +156,7 @@ CASES: list[tuple[type, tuple[int, ...], str]] = [
     (_ShareOffsetsGroups, (90,), REQUEST),
     (share_groups._AlterBody, (91,), REQUEST),
     (streams_heartbeat.StreamsHeartbeatBody, (88,), REQUEST),
+    (questions._MetadataAnswer, (3,), RESPONSE),
 ]
 
 
