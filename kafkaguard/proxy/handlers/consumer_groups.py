@@ -7,13 +7,13 @@ DESCRIBE TOPIC or the entry is replaced by a 29 entry without members).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode
 from kafkaguard.proxy.handlers.support.authz import (
     allowed_names,
     authorized_operations_rewrite,
@@ -33,12 +33,73 @@ from kafkaguard.proxy.handlers.support.base import (
     StepwiseHandler,
     Verdict,
 )
-from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
-from kafkaguard.proxy.handlers.support.regex_subscriptions import heartbeat_verdict
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded
+from kafkaguard.proxy.handlers.support.group_gate import GroupBody, GroupGateHandler
+from kafkaguard.proxy.handlers.support.regex_subscriptions import HeartbeatBody, heartbeat_verdict
 from kafkaguard.proxy.handlers.support.responses import chain, response_type, split, whole_error
 
 
-class SubscribedTopicsGateHandler(GroupGateHandler):
+class SubscribedBody(GroupBody, Protocol):
+    """A KIP-848/932 heartbeat: its group and the topic names it subscribes to."""
+
+    @property
+    def subscribed_topic_names(self) -> Sequence[str] | None: ...
+
+
+_S = TypeVar("_S", bound=SubscribedBody)
+
+
+class _DescribeBody(Entity, Protocol):
+    """``ConsumerGroupDescribeRequest`` and its share/streams siblings."""
+
+    @property
+    def group_ids(self) -> Sequence[str]: ...
+
+    @property
+    def include_authorized_operations(self) -> bool: ...
+
+
+class DescribedGroup(ErrorCoded, Entity, Protocol):
+    """A group of a ``GroupDescribe`` answer, what every API's entry has."""
+
+    @property
+    def group_id(self) -> str: ...
+
+
+class _DescribedResponse(Entity, Protocol):
+    @property
+    def groups(self) -> Sequence[DescribedGroup]: ...
+
+
+_DR = TypeVar("_DR", bound=_DescribedResponse)
+
+
+class _TopicPartitions(Protocol):
+    @property
+    def topic_name(self) -> str: ...
+
+
+class Assignment(Protocol):
+    @property
+    def topic_partitions(self) -> Sequence[_TopicPartitions]: ...
+
+
+class _Member(Protocol):
+    @property
+    def assignment(self) -> Assignment: ...
+
+    @property
+    def target_assignment(self) -> Assignment: ...
+
+
+class _ConsumerGroup(DescribedGroup, Protocol):
+    """``ConsumerGroupDescribeResponse.DescribedGroup``."""
+
+    @property
+    def members(self) -> Sequence[_Member]: ...
+
+
+class SubscribedTopicsGateHandler(GroupGateHandler[_S]):
     """READ GROUP (30, whole); then, if ``subscribedTopicNames`` is non-empty, DESCRIBE TOPIC on
     all of them (``filterByAuthorized``): any denied → a bare response with error 29 and no
     message (``KafkaApis.handleConsumerGroupHeartbeat`` / ``handleShareGroupHeartbeat``).
@@ -47,7 +108,7 @@ class SubscribedTopicsGateHandler(GroupGateHandler):
     names, so a subscription naming a topic twice passes when the topic is allowed.
     """
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+    def after_group(self, request: Request[_S], body: _S, ctx: HandlerContext) -> Checks:
         names = body.subscribed_topic_names
         if names:
             actions = name_actions(AclOperation.DESCRIBE, ResourceType.TOPIC, set(names))
@@ -55,11 +116,11 @@ class SubscribedTopicsGateHandler(GroupGateHandler):
                 return Respond(whole_error(request, ErrorCode.topic_authorization_failed))
         return self.after_topics(request, body, ctx)
 
-    def after_topics(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+    def after_topics(self, request: Request[_S], body: _S, ctx: HandlerContext) -> Verdict:
         return FORWARD
 
 
-class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler):
+class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler[HeartbeatBody]):
     """v0–1. v1 (KIP-848, KIP-1082) adds ``subscribedTopicRegex`` and client-generated member
     ids; librdkafka ≥ 2.10 needs v1 for ``group.protocol=consumer`` even without a regex.
 
@@ -73,11 +134,13 @@ class ConsumerGroupHeartbeatHandler(SubscribedTopicsGateHandler):
     api_key = 68
     max_version = 1
 
-    def after_topics(self, request: Request, body: Any, ctx: HandlerContext) -> Verdict:
+    def after_topics(
+        self, request: Request[HeartbeatBody], body: HeartbeatBody, ctx: HandlerContext
+    ) -> Verdict:
         return heartbeat_verdict(request, body, ctx)
 
 
-class DescribedGroupsHandler(StepwiseHandler):
+class DescribedGroupsHandler(StepwiseHandler[_DescribeBody]):
     """``handleConsumerGroupDescribe`` and its share/streams siblings.
 
     1. DESCRIBE GROUP per requested id, in order; denied → ``(groupId, 30)``, not forwarded;
@@ -91,17 +154,19 @@ class DescribedGroupsHandler(StepwiseHandler):
     topic_denied_message: ClassVar[str] = (
         "The group has described topic(s) that the client is not authorized to describe."
     )
-    topic_denied_values: ClassVar[dict[str, Any]] = {"members": ()}
+    topic_denied_values: ClassVar[dict[str, object]] = {"members": ()}
 
+    # Any: the described group of the subclass's API, which names it (a Protocol); the base's
+    # rewrites are generic in the response they return, which a class parameter cannot be.
     def topics_of(self, described: Any) -> Iterable[str]:
         raise NotImplementedError
 
-    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
-        body: Any = request.body
+    def checks(self, request: Request[_DescribeBody], ctx: HandlerContext) -> Checks:
+        body = request.body
         ids = list(body.group_ids)
         results = yield group_checks(AclOperation.DESCRIBE, ids)
         group_type = codec.nested_type(response_type(request), "groups")
-        denied: dict[str, list[Any]] = {}
+        denied: dict[str, list[Entity]] = {}
         for g, result in zip(ids, results, strict=True):
             if result is not AuthorizationResult.ALLOWED:
                 denied.setdefault(g, []).append(
@@ -115,14 +180,14 @@ class DescribedGroupsHandler(StepwiseHandler):
             else None
         )
 
-        def check_topics(response: Any) -> Any:
+        def check_topics(response: _DR) -> _DR:
             return self._check_topics(request, ctx, group_type, response)
 
         if kept and not denied:
             return Forward(rewrite=chain(check_topics, fill))
         sent = set(kept)
 
-        def errors_first(response: Any) -> Any:
+        def errors_first(response: _DR) -> _DR:
             broker = tuple(g for g in response.groups if g.group_id in sent)
             return codec.replace(response, groups=errors + broker)
 
@@ -131,8 +196,12 @@ class DescribedGroupsHandler(StepwiseHandler):
         )
 
     def _check_topics(
-        self, request: Request, ctx: HandlerContext, group_type: type[Any], response: Any
-    ) -> Any:
+        self,
+        request: Request,
+        ctx: HandlerContext,
+        group_type: type[Entity],
+        response: _DR,
+    ) -> _DR:
         used = {
             g.group_id: first_seen(self.topics_of(g))
             for g in response.groups
@@ -166,7 +235,7 @@ class ConsumerGroupDescribeHandler(DescribedGroupsHandler):
 
     api_key = 69
 
-    def topics_of(self, described: Any) -> Iterable[str]:
+    def topics_of(self, described: _ConsumerGroup) -> Iterable[str]:
         for member in described.members:
             for assignment in (member.assignment, member.target_assignment):
                 for tp in assignment.topic_partitions:

@@ -8,12 +8,12 @@ are the group gate alone (``support/group_gate.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol, TypeVar
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.support.addresses import coordinators_rewrite
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
@@ -37,7 +37,7 @@ from kafkaguard.proxy.handlers.support.base import (
     StepwiseHandler,
     Verdict,
 )
-from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
+from kafkaguard.proxy.handlers.support.group_gate import GroupBody, GroupGateHandler
 from kafkaguard.proxy.handlers.support.responses import (
     entity,
     merge_rewrite,
@@ -45,6 +45,69 @@ from kafkaguard.proxy.handlers.support.responses import (
     split,
     whole_error,
 )
+
+
+class _SyncGroupBody(GroupBody, Protocol):
+    """``SyncGroupRequest``: the protocol type and name exist from v5, read only there."""
+
+    @property
+    def protocol_type(self) -> str | None: ...
+
+    @property
+    def protocol_name(self) -> str | None: ...
+
+
+class _FindCoordinatorBody(Entity, Protocol):
+    """``FindCoordinatorRequest``: ``key`` in v0–3, ``coordinator_keys`` from v4, each read
+    only there; ``key_type`` (v1+) by name."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def coordinator_keys(self) -> Sequence[str]: ...
+
+
+class _Coordinator(Protocol):
+    """``FindCoordinatorResponse.Coordinator`` (v4+)."""
+
+    @property
+    def key(self) -> str: ...
+
+
+class _DescribeGroupsBody(Entity, Protocol):
+    """``DescribeGroupsRequest``; ``include_authorized_operations`` (v3+) is read by name."""
+
+    @property
+    def groups(self) -> Sequence[str]: ...
+
+
+class _DeleteGroupsBody(Entity, Protocol):
+    @property
+    def groups_names(self) -> Sequence[str]: ...
+
+
+class _GroupEntry(Entity, Protocol):
+    """A group of DescribeGroups' and ListGroups' answers, a result of DeleteGroups'."""
+
+    @property
+    def group_id(self) -> str: ...
+
+
+class _GroupsResponse(Entity, Protocol):
+    """``DescribeGroupsResponse`` or ``ListGroupsResponse``."""
+
+    @property
+    def groups(self) -> Sequence[_GroupEntry]: ...
+
+
+class _DeleteGroupsResponse(Entity, Protocol):
+    @property
+    def results(self) -> Sequence[_GroupEntry]: ...
+
+
+_GR = TypeVar("_GR", bound=_GroupsResponse)
+_DR = TypeVar("_DR", bound=_DeleteGroupsResponse)
 
 
 class JoinGroupHandler(GroupGateHandler):
@@ -64,14 +127,16 @@ class LeaveGroupHandler(GroupGateHandler):
     api_key = 13
 
 
-class SyncGroupHandler(GroupGateHandler):
+class SyncGroupHandler(GroupGateHandler[_SyncGroupBody]):
     """``handleSyncGroupRequest``: v5+ requires protocolType and protocolName
     (``areMandatoryProtocolTypeAndNamePresent``) — INCONSISTENT_GROUP_PROTOCOL before the
     READ GROUP check."""
 
     api_key = 14
 
-    def before_group(self, request: Request, body: Any) -> Verdict | None:
+    def before_group(
+        self, request: Request[_SyncGroupBody], body: _SyncGroupBody
+    ) -> Verdict | None:
         if request.header.api_version >= 5 and (
             body.protocol_type is None or body.protocol_name is None
         ):
@@ -86,7 +151,7 @@ _FIRST_BATCHED = 4
 _FIRST_SHARE = 6
 
 
-class FindCoordinatorHandler(StepwiseHandler):
+class FindCoordinatorHandler(StepwiseHandler[_FindCoordinatorBody]):
     """``handleFindCoordinatorRequest`` / ``getCoordinator``, keeping the address rewrite.
 
     GROUP keys need DESCRIBE GROUP (30), TRANSACTION keys DESCRIBE TRANSACTIONAL_ID (53), checked
@@ -100,8 +165,8 @@ class FindCoordinatorHandler(StepwiseHandler):
     api_key = 10
     decode_request = True
 
-    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
-        body: Any = request.body
+    def checks(self, request: Request[_FindCoordinatorBody], ctx: HandlerContext) -> Checks:
+        body = request.body
         version = request.header.api_version
         key_type = int(getattr(body, "key_type", _GROUP))
         batched = version >= _FIRST_BATCHED
@@ -134,7 +199,7 @@ class FindCoordinatorHandler(StepwiseHandler):
         if not batched:
             return Respond(self._all_failed(request, keys, code))
         coordinator_type = codec.nested_type(response_type(request), "coordinators")
-        entries: dict[str, list[Any]] = {}
+        entries: dict[str, list[_Coordinator]] = {}
         for key in denied:
             entries.setdefault(key, []).append(
                 # v4+ per-key denial: Node.noNode and the code; Kafka sets no message, so the
@@ -161,7 +226,7 @@ class FindCoordinatorHandler(StepwiseHandler):
         )
 
     @staticmethod
-    def _all_failed(request: Request, keys: Sequence[str], code: ErrorCode) -> Any:
+    def _all_failed(request: Request, keys: Sequence[str], code: ErrorCode) -> ResponsePayload:
         """``FindCoordinatorRequest.getErrorResponse``: ``prepareOldResponse(error, noNode)``
         before v4, ``prepareErrorResponse(error, keys)`` (every key, with message) after."""
         schema = response_type(request)
@@ -177,14 +242,14 @@ class FindCoordinatorHandler(StepwiseHandler):
         )
 
 
-def _coordinator_key(entry: Any) -> str:
+def _coordinator_key(entry: _Coordinator) -> str:
     return str(entry.key)
 
 
 # -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------------
 
 
-class DescribeGroupsHandler(StepwiseHandler):
+class DescribeGroupsHandler(StepwiseHandler[_DescribeGroupsBody]):
     """``handleDescribeGroupsRequest``: DESCRIBE GROUP per requested group (one check per
     occurrence, as Kafka loops), denied → ``DescribeGroupsResponse.groupError(id, 30)``; the rest
     is forwarded. KIP-430 operations (v3+, if requested) are computed by the proxy for groups
@@ -194,9 +259,9 @@ class DescribeGroupsHandler(StepwiseHandler):
     api_key = 15
     decode_request = True
 
-    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
-        body: Any = request.body
-        ids: Sequence[str] = body.groups
+    def checks(self, request: Request[_DescribeGroupsBody], ctx: HandlerContext) -> Checks:
+        body = request.body
+        ids = body.groups
         include_ops = bool(getattr(body, "include_authorized_operations", False))
         results = yield group_checks(AclOperation.DESCRIBE, ids)
         denied = [
@@ -208,7 +273,7 @@ class DescribeGroupsHandler(StepwiseHandler):
         if not denied:
             return FORWARD if fill is None else Forward(rewrite=fill)
         group_type = codec.nested_type(response_type(request), "groups")
-        entries: dict[str, list[Any]] = {}
+        entries: dict[str, list[Entity]] = {}
         for g in denied:
             entries.setdefault(g, []).append(
                 entity(group_type, ErrorCode.group_authorization_failed, message=True, group_id=g)
@@ -217,15 +282,11 @@ class DescribeGroupsHandler(StepwiseHandler):
         errors = tuple(entries[g][0] for g in ids if g in entries)
         sent = set(kept)
 
-        def errors_first(response: Any) -> Any:
+        def errors_first(response: _GR) -> _GR:
             broker = tuple(g for g in response.groups if g.group_id in sent)
             return codec.replace(response, groups=errors + broker)
 
         return split(request, "groups", kept, "groups", errors_first, rewrite=fill)
-
-
-def _group_key(entry: Any) -> str:
-    return str(entry.group_id)
 
 
 class ListGroupsHandler(StepwiseHandler):
@@ -240,7 +301,7 @@ class ListGroupsHandler(StepwiseHandler):
         if result is AuthorizationResult.ALLOWED:
             return FORWARD
 
-        def keep_describable(response: Any) -> Any:
+        def keep_describable(response: _GR) -> _GR:
             # Checked on the broker's answer, the only place the groups are known: these
             # checks are the context's to make, not the dispatcher's.
             groups = tuple(
@@ -257,7 +318,7 @@ class ListGroupsHandler(StepwiseHandler):
         return Forward(rewrite=keep_describable)
 
 
-class DeleteGroupsHandler(StepwiseHandler):
+class DeleteGroupsHandler(StepwiseHandler[_DeleteGroupsBody]):
     """``handleDeleteGroupsRequest``: DELETE GROUP per *distinct* group
     (``partitionSeqByAuthorized`` over ``groupsNames.distinct``); one 30 result per denied
     group, after the coordinator's results (as Kafka appends them), the authorized ones
@@ -266,8 +327,8 @@ class DeleteGroupsHandler(StepwiseHandler):
     api_key = 42
     decode_request = True
 
-    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
-        body: Any = request.body
+    def checks(self, request: Request[_DeleteGroupsBody], ctx: HandlerContext) -> Checks:
+        body = request.body
         distinct = first_seen(body.groups_names)
         actions = name_actions(AclOperation.DELETE, ResourceType.GROUP, distinct)
         allowed = allowed_names(actions, (yield actions))
@@ -283,7 +344,7 @@ class DeleteGroupsHandler(StepwiseHandler):
         errors = tuple(entries[g][0] for g in distinct if g in entries)
         sent = set(kept)
 
-        def errors_last(response: Any) -> Any:
+        def errors_last(response: _DR) -> _DR:
             broker = tuple(r for r in response.results if r.group_id in sent)
             return codec.replace(response, results=broker + errors)
 

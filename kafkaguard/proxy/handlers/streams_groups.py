@@ -7,11 +7,40 @@ internal topics only with CREATE, so the proxy asks the broker which are missing
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable, Sequence
+from typing import ClassVar, Protocol
 
-from kafkaguard.proxy.handlers.consumer_groups import DescribedGroupsHandler
+from kafkaguard.proxy.handlers.consumer_groups import DescribedGroup, DescribedGroupsHandler
 from kafkaguard.proxy.handlers.support.base import ApiHandler
+from kafkaguard.proxy.handlers.support.fields import Named
+
+
+class _Subtopology(Protocol):
+    """``StreamsGroupDescribeResponse.Subtopology``."""
+
+    @property
+    def source_topics(self) -> Sequence[str]: ...
+
+    @property
+    def repartition_sink_topics(self) -> Sequence[str]: ...
+
+    @property
+    def state_changelog_topics(self) -> Sequence[Named]: ...
+
+    @property
+    def repartition_source_topics(self) -> Sequence[Named]: ...
+
+
+class _Topology(Protocol):
+    @property
+    def subtopologies(self) -> Sequence[_Subtopology] | None: ...
+
+
+class _StreamsGroup(DescribedGroup, Protocol):
+    """``StreamsGroupDescribeResponse.DescribedGroup``."""
+
+    @property
+    def topology(self) -> _Topology | None: ...
 
 
 class StreamsGroupDescribeHandler(DescribedGroupsHandler):
@@ -23,9 +52,9 @@ class StreamsGroupDescribeHandler(DescribedGroupsHandler):
     topic_denied_message = (
         "The described group uses topics that the client is not authorized to describe."
     )
-    topic_denied_values: ClassVar[dict[str, Any]] = {"members": (), "topology": None}
+    topic_denied_values: ClassVar[dict[str, object]] = {"members": (), "topology": None}
 
-    def topics_of(self, described: Any) -> Iterable[str]:
+    def topics_of(self, described: _StreamsGroup) -> Iterable[str]:
         topology = described.topology
         if topology is None:
             return

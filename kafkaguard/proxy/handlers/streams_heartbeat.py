@@ -43,13 +43,13 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final, Protocol
 from uuid import UUID
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.partitions import topic_name_error
 from kafkaguard.proxy.handlers.support.authz import (
     INTERNAL_TOPICS,
@@ -67,7 +67,8 @@ from kafkaguard.proxy.handlers.support.base import (
     Respond,
     Verdict,
 )
-from kafkaguard.proxy.handlers.support.group_gate import GroupGateHandler
+from kafkaguard.proxy.handlers.support.fields import Named
+from kafkaguard.proxy.handlers.support.group_gate import GroupBody, GroupGateHandler
 from kafkaguard.proxy.handlers.support.questions import ask_which_exist
 from kafkaguard.proxy.handlers.support.responses import entity, response_type, whole_error
 
@@ -79,6 +80,61 @@ _REMEMBERED: Final = 64
 _HEARTBEAT_INTERVAL: Final = timedelta(milliseconds=5000)
 """``group.streams.heartbeat.interval.ms``'s default, for an answer the coordinator never saw
 (Kafka 4.3.1's coordinator leaves acceptable recovery lag and task offset interval at 0)."""
+
+
+class _Subtopology(Protocol):
+    """``StreamsGroupHeartbeatRequest.Subtopology``."""
+
+    @property
+    def source_topics(self) -> Sequence[str] | None: ...
+
+    @property
+    def repartition_sink_topics(self) -> Sequence[str] | None: ...
+
+    @property
+    def repartition_source_topics(self) -> Sequence[Named] | None: ...
+
+    @property
+    def state_changelog_topics(self) -> Sequence[Named] | None: ...
+
+
+class _Topology(Protocol):
+    @property
+    def subtopologies(self) -> Sequence[_Subtopology] | None: ...
+
+
+class StreamsHeartbeatBody(GroupBody, Protocol):
+    """What the handler reads of a ``StreamsGroupHeartbeatRequest`` (kio's, v0)."""
+
+    @property
+    def member_id(self) -> str: ...
+
+    @property
+    def member_epoch(self) -> int: ...
+
+    @property
+    def instance_id(self) -> str | None: ...
+
+    @property
+    def rack_id(self) -> str | None: ...
+
+    @property
+    def rebalance_timeout(self) -> timedelta: ...
+
+    @property
+    def topology(self) -> _Topology | None: ...
+
+    @property
+    def active_tasks(self) -> Sequence[object] | None: ...
+
+    @property
+    def standby_tasks(self) -> Sequence[object] | None: ...
+
+    @property
+    def warmup_tasks(self) -> Sequence[object] | None: ...
+
+    @property
+    def endpoint_information_epoch(self) -> int: ...
 
 
 class StreamsTopologies:
@@ -95,7 +151,7 @@ class StreamsTopologies:
             del self.internal[next(iter(self.internal))]
 
 
-def topology_topics(topology: Any) -> Iterator[str]:
+def topology_topics(topology: _Topology) -> Iterator[str]:
     """Every topic the topology names, in KafkaApis' order (source, repartition sink,
     repartition source, state changelog, per subtopology)."""
     for sub in topology.subtopologies or ():
@@ -105,7 +161,7 @@ def topology_topics(topology: Any) -> Iterator[str]:
         yield from (t.name for t in sub.state_changelog_topics or ())
 
 
-def internal_topics(topology: Any) -> tuple[str, ...]:
+def internal_topics(topology: _Topology) -> tuple[str, ...]:
     """The topics ``InternalTopicManager`` may create: repartition source and changelog."""
     return tuple(
         first_seen(
@@ -125,12 +181,17 @@ def summarize(topics: Iterable[str]) -> str:
     return ", ".join(names[:3]) + more
 
 
-class StreamsGroupHeartbeatHandler(GroupGateHandler):
+class StreamsGroupHeartbeatHandler(GroupGateHandler[StreamsHeartbeatBody]):
     """``handleStreamsGroupHeartbeat``; see the module docstring."""
 
     api_key = 88
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+    def after_group(
+        self,
+        request: Request[StreamsHeartbeatBody],
+        body: StreamsHeartbeatBody,
+        ctx: HandlerContext,
+    ) -> Checks:
         """Everything after the group check, up to asking the broker which internal topics
         are missing, each check a step of the dispatcher's."""
         key = (body.group_id, body.member_id)
@@ -154,7 +215,7 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
         return self._ask_missing(request, body, ctx, internal)
 
     def _topology_error(
-        self, request: Request, topology: Any
+        self, request: Request, topology: _Topology
     ) -> Generator[Sequence[Action], Sequence[AuthorizationResult], Verdict | None]:
         topics = first_seen(topology_topics(topology))
         kafka_internal = [t for t in topics if t in INTERNAL_TOPICS]
@@ -186,7 +247,11 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
         return allowed_names(actions, (yield actions)) == names
 
     def _ask_missing(
-        self, request: Request, body: Any, ctx: HandlerContext, internal: tuple[str, ...]
+        self,
+        request: Request,
+        body: StreamsHeartbeatBody,
+        ctx: HandlerContext,
+        internal: tuple[str, ...],
     ) -> Verdict:
         def then(existing: dict[str, UUID | None]) -> Verdict:
             return self._decide(request, body, ctx, [t for t in internal if t not in existing])
@@ -196,7 +261,7 @@ class StreamsGroupHeartbeatHandler(GroupGateHandler):
         return asked if asked is not None else then({})
 
     def _decide(
-        self, request: Request, body: Any, ctx: HandlerContext, missing: list[str]
+        self, request: Request, body: StreamsHeartbeatBody, ctx: HandlerContext, missing: list[str]
     ) -> Verdict:
         """KafkaApis' checks on ``creatableTopics``, logged as Kafka logs them. They follow the
         broker's answer (an ``AskFirst``), so they are asked of the context here."""
@@ -218,7 +283,7 @@ _JAVA_WHITESPACE: Final = "".join(map(chr, range(33)))
 """What Java's ``String.trim`` removes."""
 
 
-def invalid_request(body: Any) -> str | None:
+def invalid_request(body: StreamsHeartbeatBody) -> str | None:
     """The first checks of ``GroupCoordinatorService.throwIfStreamsGroupHeartbeatRequestIsInvalid``
     (INVALID_REQUEST), for a request the proxy answers itself, which the coordinator never
     validates: ids, and what a (re-)joining member must send."""
@@ -253,7 +318,9 @@ def _invalid(request: Request, message: str) -> Respond:
     return Respond(whole_error(request, ErrorCode.streams_invalid_topology, error_message=message))
 
 
-def _waiting(request: Request, body: Any, missing: list[str], denied: list[str]) -> Any:
+def _waiting(
+    request: Request, body: StreamsHeartbeatBody, missing: list[str], denied: list[str]
+) -> ResponsePayload:
     """The answer of a secured Kafka whose group waits for internal topics, minus the
     coordinator's bookkeeping: no tasks, Kafka's status text (the coordinator's summary, then
     KafkaApis' "Unauthorized to CREATE" suffix). Once the topics exist, the member's next

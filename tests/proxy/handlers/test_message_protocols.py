@@ -23,19 +23,63 @@ from kafkaguard.proxy.handlers import (
     api_versions,
     cluster_admin,
     configs,
+    consumer_groups,
     delegation_tokens,
     fetch,
+    groups,
     metadata,
+    offsets,
     partitions,
     produce,
     sasl,
+    share_groups,
     share_sessions,
+    streams_groups,
+    streams_heartbeat,
     topics_admin,
     transactions,
 )
-from kafkaguard.proxy.handlers.support import addresses, regex_subscriptions
+from kafkaguard.proxy.handlers.support import (
+    addresses,
+    group_gate,
+    questions,
+    regex_subscriptions,
+)
 
 REQUEST, RESPONSE = "request", "response"
+
+
+# Holders of Protocols the handlers name only nested (an entry of a list whose holder a
+# handler reads as generic, or not at all), so that the walk below reaches them.
+class _Coordinators(typing.Protocol):
+    @property
+    def coordinators(self) -> Sequence[groups._Coordinator]: ...
+
+
+class _ConsumerGroups(typing.Protocol):
+    @property
+    def groups(self) -> Sequence[consumer_groups._ConsumerGroup]: ...
+
+
+class _ShareGroups(typing.Protocol):
+    @property
+    def groups(self) -> Sequence[share_groups._ShareGroup]: ...
+
+
+class _StreamsGroups(typing.Protocol):
+    @property
+    def groups(self) -> Sequence[streams_groups._StreamsGroup]: ...
+
+
+class _ShareOffsetsGroup(offsets.OffsetsGroup[share_groups._DescribedTopic], typing.Protocol):
+    @property
+    def topics(self) -> Sequence[share_groups._DescribedTopic]: ...
+
+
+class _ShareOffsetsGroups(typing.Protocol):
+    @property
+    def groups(self) -> Sequence[_ShareOffsetsGroup]: ...
+
 
 # (Protocol, the API keys whose messages it describes, request or response)
 CASES: list[tuple[type, tuple[int, ...], str]] = [
@@ -89,6 +133,30 @@ CASES: list[tuple[type, tuple[int, ...], str]] = [
     (share_sessions.ShareFetchBody, (78,), REQUEST),
     (share_sessions._ShareResponse, (78, 79), RESPONSE),
     (addresses._FindCoordinatorResponse, (10,), RESPONSE),
+    (group_gate.GroupBody, (8, 11, 12, 13, 14, 47, 68, 76, 88, 91, 92), REQUEST),
+    (offsets._CommitBody, (8, 47), REQUEST),
+    (offsets._CodedResponse, (47, 91, 92), RESPONSE),
+    (offsets._OffsetFetchBody, (9,), REQUEST),
+    (offsets.OffsetsBody, (9, 90), REQUEST),
+    (offsets._GroupsResponse, (9, 90), RESPONSE),
+    (offsets.TopicsBody, (91, 92), REQUEST),
+    (groups._FindCoordinatorBody, (10,), REQUEST),
+    (_Coordinators, (10,), RESPONSE),
+    (groups._SyncGroupBody, (14,), REQUEST),
+    (groups._DescribeGroupsBody, (15,), REQUEST),
+    (groups._GroupsResponse, (15, 16), RESPONSE),
+    (groups._DeleteGroupsBody, (42,), REQUEST),
+    (groups._DeleteGroupsResponse, (42,), RESPONSE),
+    (consumer_groups.SubscribedBody, (68, 76), REQUEST),
+    (consumer_groups._DescribeBody, (69, 77, 89), REQUEST),
+    (consumer_groups._DescribedResponse, (69, 77, 89), RESPONSE),
+    (_ConsumerGroups, (69,), RESPONSE),
+    (_ShareGroups, (77,), RESPONSE),
+    (_StreamsGroups, (89,), RESPONSE),
+    (_ShareOffsetsGroups, (90,), REQUEST),
+    (share_groups._AlterBody, (91,), REQUEST),
+    (streams_heartbeat.StreamsHeartbeatBody, (88,), REQUEST),
+    (questions._MetadataAnswer, (3,), RESPONSE),
 ]
 
 

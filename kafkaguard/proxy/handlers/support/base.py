@@ -392,14 +392,15 @@ class ApiHandler(Generic[B, St]):
         return Close(f"unsupported version {header.api_version} of api key {self.api_key}")
 
 
-class StepwiseHandler(ApiHandler):
+class StepwiseHandler(ApiHandler[B]):
     """A handler whose decision is one generator, :meth:`checks`: it reads as the
     ``KafkaApis.handleXxx`` it mirrors, each ``authorize`` call a ``yield`` of the actions that
     receives their results, and returns the verdict. The dispatcher makes the calls
-    (:func:`advance` turns each ``yield`` into an :class:`Authorize` step)."""
+    (:func:`advance` turns each ``yield`` into an :class:`Authorize` step). Generic over the
+    body it reads, as :class:`ApiHandler` is."""
 
-    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
+    def checks(self, request: Request[B], ctx: HandlerContext) -> Checks:
         raise NotImplementedError
 
-    def on_request(self, request: Request, ctx: HandlerContext) -> Verdict | Authorize:
+    def on_request(self, request: Request[B], ctx: HandlerContext) -> Verdict | Authorize:
         return advance(self.checks(request, ctx))

@@ -12,11 +12,13 @@ its verdict — is in the API's own module.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar, Protocol
+
+from typing_extensions import TypeVar  # PEP 696 defaults, in typing itself from 3.13
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.model import AclOperation
-from kafkaguard.protocol.codec import ErrorCode
+from kafkaguard.protocol.codec import Entity, ErrorCode, ResponsePayload
 from kafkaguard.proxy.handlers.support.authz import group
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
@@ -30,7 +32,18 @@ from kafkaguard.proxy.handlers.support.base import (
 from kafkaguard.proxy.handlers.support.responses import whole_error
 
 
-class GroupGateHandler(StepwiseHandler):
+class GroupBody(Entity, Protocol):
+    """A request that names one group: what the gate reads of it."""
+
+    @property
+    def group_id(self) -> str: ...
+
+
+G = TypeVar("G", bound=GroupBody, default=GroupBody)
+"""The body a :class:`GroupGateHandler` reads: its API's ``Protocol``, a :class:`GroupBody`."""
+
+
+class GroupGateHandler(StepwiseHandler[G]):
     """One group check for the whole request (``READ GROUP`` unless told otherwise); denied →
     the API's error response built like ``getErrorResponse(GROUP_AUTHORIZATION_FAILED)``.
 
@@ -42,8 +55,8 @@ class GroupGateHandler(StepwiseHandler):
     decode_request = True
     group_operation: ClassVar[AclOperation] = AclOperation.READ
 
-    def checks(self, request: Request, ctx: HandlerContext) -> Checks:
-        body: Any = request.body
+    def checks(self, request: Request[G], ctx: HandlerContext) -> Checks:
+        body = request.body
         early = self.before_group(request, body)
         if early is not None:
             return early
@@ -52,13 +65,13 @@ class GroupGateHandler(StepwiseHandler):
             return Respond(self.group_denied(request, body))
         return (yield from self.after_group(request, body, ctx))
 
-    def before_group(self, request: Request, body: Any) -> Verdict | None:
+    def before_group(self, request: Request[G], body: G) -> Verdict | None:
         return None
 
-    def group_denied(self, request: Request, body: Any) -> Any:
+    def group_denied(self, request: Request[G], body: G) -> ResponsePayload:
         return whole_error(request, ErrorCode.group_authorization_failed)
 
-    def after_group(self, request: Request, body: Any, ctx: HandlerContext) -> Checks:
+    def after_group(self, request: Request[G], body: G, ctx: HandlerContext) -> Checks:
         """The rest of the decision once the group is allowed: by default, forward."""
         yield from ()
         return FORWARD

@@ -20,13 +20,14 @@ closed).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Protocol
 from uuid import UUID
 
 from kafkaguard.protocol import codec
-from kafkaguard.protocol.codec import ErrorCode, RequestPayload, ResponsePayload
+from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload
 from kafkaguard.proxy.handlers.support.base import AskFirst, HandlerContext, Verdict
-from kafkaguard.proxy.handlers.support.responses import entity
+from kafkaguard.proxy.handlers.support.fields import ErrorCoded
+from kafkaguard.proxy.handlers.support.responses import entity_from
 
 METADATA = 3
 _BY_ID_SINCE = 12
@@ -34,7 +35,21 @@ _BY_ID_SINCE = 12
 _NO_AUTO_CREATE_SINCE = 4
 
 
-def listed_topic_ids(holder: Any, *path: str) -> Iterator[UUID]:
+class _DescribedTopic(ErrorCoded, Protocol):
+    """``MetadataResponse.MetadataResponseTopic``; ``topic_id`` (v10+) is read by name."""
+
+    @property
+    def name(self) -> str | None: ...
+
+
+class _MetadataAnswer(Entity, Protocol):
+    """The broker's answer to the Metadata question asked here."""
+
+    @property
+    def topics(self) -> Sequence[_DescribedTopic]: ...
+
+
+def listed_topic_ids(holder: object, *path: str) -> Iterator[UUID]:
     """The ids of the topics listed at ``path`` of ``holder`` (e.g. ``"groups", "topics"``) that
     are named by id only (id-keyed versions; DeleteTopics v6 entries may carry either)."""
     if not path:
@@ -47,7 +62,7 @@ def listed_topic_ids(holder: Any, *path: str) -> Iterator[UUID]:
 
 
 def _metadata_question(
-    ctx: HandlerContext, min_version: int, topics: Sequence[dict[str, Any]]
+    ctx: HandlerContext, min_version: int, topics: Sequence[dict[str, object]]
 ) -> RequestPayload | None:
     """A Metadata request for ``topics`` at the newest version both sides speak, without
     auto-creation; ``None`` when the broker is too old for it."""
@@ -58,7 +73,7 @@ def _metadata_question(
     topic_type = codec.nested_type(schema, "topics")
     return codec.make_entity(
         schema,
-        topics=tuple(entity(topic_type, **t) for t in topics),
+        topics=tuple(entity_from(topic_type, ErrorCode.none, t) for t in topics),
         allow_auto_topic_creation=False,
     )
 
@@ -76,7 +91,7 @@ def ask_which_exist(
     if question is None:
         return None
 
-    def answered(answer: ResponsePayload) -> Verdict:
+    def answered(answer: _MetadataAnswer) -> Verdict:
         existing = _described(answer)
         ctx.learn_topic_names(_id_pairs(existing))
         return then(existing)
@@ -84,7 +99,7 @@ def ask_which_exist(
     return AskFirst(question, answered)
 
 
-def _described(answer: Any) -> dict[str, UUID | None]:
+def _described(answer: _MetadataAnswer) -> dict[str, UUID | None]:
     """The topics a Metadata answer describes: name → id (``None`` before ids existed)."""
     return {
         t.name: getattr(t, "topic_id", None) or None
@@ -105,7 +120,7 @@ def ask_topic_names(
     if question is None:
         return None
 
-    def answered(answer: ResponsePayload) -> Verdict:
+    def answered(answer: _MetadataAnswer) -> Verdict:
         ctx.learn_topic_names(_id_pairs(_described(answer)))
         return then()
 
