@@ -53,6 +53,23 @@ class ListenerPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupsConfig:
+    """Extension ``authorizer.extensions.groups``: where a connection's ``Group:`` principals
+    come from (kafkaguard/policy/groups.py); all three optional and combinable."""
+
+    file: Path | None = None
+    """A file mapping principals to groups, reloaded when it changes and on SIGHUP."""
+    oauthbearer_claim: str | None = None
+    """The validated token's claim naming the groups (dots descend: ``realm_access.roles``)."""
+    ssl_mapping_rules: str | None = None
+    """``ssl.principal.mapping.rules`` over the certificate's DN, each match one group."""
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.file or self.oauthbearer_claim or self.ssl_mapping_rules)
+
+
+@dataclass(frozen=True, slots=True)
 class AuthorizerConfig:
     class_path: str = DEFAULT_AUTHORIZER_CLASS
     super_users: frozenset[str] = frozenset()
@@ -65,6 +82,8 @@ class AuthorizerConfig:
     internal_topic_principals: frozenset[str] = frozenset()
     """``internal_topics.principals``: who may still touch the proxy's internal topics
     (kafkaguard/policy/internal_topics.py); nobody by default, super users included."""
+    groups: GroupsConfig = GroupsConfig()
+    """Extension: the group principals of a connection (issue 37)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +166,7 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
         )
         sub.reject_unknown()
     listeners_section.reject_unknown()
+    groups = _groups(ext.section("groups"))
     ext.reject_unknown()
     section.reject_unknown()
     return AuthorizerConfig(
@@ -157,7 +177,43 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
         listeners=MappingProxyType(listeners),
         options=MappingProxyType(options),
         internal_topic_principals=internal_principals,
+        groups=groups,
     )
+
+
+def _groups(section: ConfigSection) -> GroupsConfig:
+    """``extensions.groups``: ``file`` (relative to the config file's directory, read and
+    checked here), ``oauthbearer_claim``, ``ssl_mapping_rules`` (parsed here)."""
+    from kafkaguard.policy.groups import GroupsError, GroupsFile, SslGroupMapper
+
+    raw_file = section.get_str("file", None)
+    claim = section.get_str("oauthbearer_claim", None)
+    rules = section.get_str("ssl_mapping_rules", None)
+    section.reject_unknown()
+    path: Path | None = None
+    if raw_file:
+        path = _relative_to(section, Path(raw_file))
+        try:
+            GroupsFile(path).load()
+        except GroupsError as exc:
+            raise section.error("file", str(exc)) from exc
+    if claim is not None and (not claim.strip() or "" in claim.split(".")):
+        raise section.error(
+            "oauthbearer_claim", f"must be a claim name or dotted path, got {claim!r}"
+        )
+    if rules is not None:
+        try:
+            SslGroupMapper.parse(rules)
+        except ValueError as exc:
+            raise section.error("ssl_mapping_rules", str(exc)) from exc
+    return GroupsConfig(file=path, oauthbearer_claim=claim or None, ssl_mapping_rules=rules)
+
+
+def _relative_to(section: ConfigSection, path: Path) -> Path:
+    """A relative path is relative to the config file's directory (not for in-memory text)."""
+    if not path.is_absolute() and not section.file.startswith("<"):
+        return Path(section.file).resolve().parent / path
+    return path
 
 
 def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
@@ -174,9 +230,7 @@ def parse_acl_store_config(section: ConfigSection) -> AclStoreConfig:
     if kind == "file":
         if not raw_path:
             raise section.error("path", "is required for a file store")
-        path = Path(raw_path)
-        if not path.is_absolute() and not section.file.startswith("<"):
-            path = Path(section.file).resolve().parent / path
+        path = _relative_to(section, Path(raw_path))
     return AclStoreConfig(type=kind, path=path, poll_interval_s=poll, **zk, **kafka)
 
 
@@ -249,9 +303,7 @@ def _zookeeper_options(section: ConfigSection, kind: str) -> dict[str, Any]:
         raise section.error("session_timeout_s", f"must be > 0, got {timeout}")
     auth: Path | None = None
     if raw_auth:
-        auth = Path(raw_auth)
-        if not auth.is_absolute() and not section.file.startswith("<"):
-            auth = Path(section.file).resolve().parent / auth
+        auth = _relative_to(section, Path(raw_auth))
     return {
         "connect": connect,
         "chroot": chroot,

@@ -100,3 +100,37 @@ def test_load_authorizer_errors() -> None:
 def test_example_snippet_parses() -> None:
     cfg = parse_policy_config(ConfigSection.from_file(SNIPPET))
     assert cfg.authorizer.class_path.endswith(":StandardAuthorizer")
+
+
+def test_groups_section_resolves_the_file_and_checks_every_source(tmp_path: Path) -> None:
+    (tmp_path / "groups.yaml").write_text('version: 1\ngroups:\n  "User:alice": [eng]\n')
+    cfg_file = tmp_path / "proxy.yaml"
+    cfg_file.write_text(
+        "authorizer:\n  extensions:\n    groups:\n      file: groups.yaml\n"
+        "      oauthbearer_claim: realm_access.roles\n"
+        "      ssl_mapping_rules: 'RULE:^.*OU=([^,]+).*$/$1/'\n"
+    )
+    groups = parse_policy_config(ConfigSection.from_file(cfg_file)).authorizer.groups
+    assert groups.file == tmp_path / "groups.yaml"
+    assert groups.oauthbearer_claim == "realm_access.roles"
+    assert groups.ssl_mapping_rules == "RULE:^.*OU=([^,]+).*$/$1/"
+    assert groups.configured
+    assert not parse_policy_config(ConfigSection.from_text("{}")).authorizer.groups.configured
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ("{fil: g.yaml}", "proxy.yaml:3 authorizer.extensions.groups.fil: unknown key"),
+        ("{file: missing.yaml}", "missing.yaml: cannot read"),
+        ("{file: bad.yaml}", "bad.yaml:3: 'User:bob'"),
+        ("{oauthbearer_claim: 'a..b'}", "groups.oauthbearer_claim: must be a claim name"),
+        ("{ssl_mapping_rules: DEFAULT}", "DEFAULT would make the whole distinguished name"),
+    ],
+)
+def test_groups_errors_name_the_key(tmp_path: Path, groups: str, message: str) -> None:
+    (tmp_path / "bad.yaml").write_text('version: 1\ngroups:\n  "User:bob": [""]\n')
+    path = tmp_path / "proxy.yaml"
+    path.write_text(f"authorizer:\n  extensions:\n    groups: {groups}\n")
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_policy_config(ConfigSection.from_file(path))

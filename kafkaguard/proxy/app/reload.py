@@ -34,7 +34,8 @@ until a restart. ``upstream.*``; a listener's ``security_protocol``, ``bind_host
 ``advertised_host``, ``broker_ports``, ``ssl`` and ``sasl`` sections (or rename it, on
 another port: it is removed and added); ``admin``, ``metrics``, ``audit``, ``acl_store``,
 ``workers``;
-``authorizer.class`` and ``authorizer.options``; ``limits.authentication_threads`` and
+``authorizer.class``, ``authorizer.options`` and ``authorizer.extensions.groups`` (the groups
+file's contents need no reload); ``limits.authentication_threads`` and
 ``limits.authentication_queue_size``. Certificate, key and CA files, and SASL credential
 files, need no reload: they are re-read when they change (kafkaguard/certs/tls.py,
 kafkaguard/proxy/sasl/credentials.py).
@@ -61,10 +62,16 @@ _AUTHORIZER_KEYS: Final = {
     "host_cidr": "extensions.host_cidr",
     "listeners": "extensions.listeners",
     "internal_topic_principals": "internal_topics.principals",
+    "groups": "extensions.groups",
 }
 """AuthorizerConfig fields whose file key differs from the field name."""
-_AUTHORIZER_FIXED: Final = ("authorizer.class", "authorizer.options")
-"""They choose and configure the authorizer itself: a restart."""
+_AUTHORIZER_FIXED: Final = (
+    "authorizer.class",
+    "authorizer.options",
+    "authorizer.extensions.groups",
+)
+"""They choose and configure the authorizer itself, or the group sources every listener
+authenticates with (the groups file itself is re-read when it changes): a restart."""
 _APPLIED_SETTINGS: Final = {
     "log_level": "logging.level",
     "log_format": "logging.format",
@@ -177,7 +184,10 @@ def _policy(
     if not reconfigurable:  # a pluggable authorizer without reconfigure()
         return running, [], changed + restart
     authorizer = replace(
-        new_authorizer, class_path=old_authorizer.class_path, options=old_authorizer.options
+        new_authorizer,
+        class_path=old_authorizer.class_path,
+        options=old_authorizer.options,
+        groups=old_authorizer.groups,
     )
     applied = [name for name in changed if name not in _AUTHORIZER_FIXED]
     restart = [name for name in changed if name in _AUTHORIZER_FIXED] + restart
