@@ -307,13 +307,31 @@ class ServerTls:
         """The principal of a connection whose handshake completed (``ssl_object``: the
         transport's ``"ssl_object"`` extra). Fails closed: no TLS object at all is an error,
         not ``User:ANONYMOUS``."""
-        getpeercert = getattr(ssl_object, "getpeercert", None)
-        if getpeercert is None:
-            raise NoMatchingRuleError("the connection has no TLS session")
-        der = getpeercert(binary_form=True)
-        if der is not None and not isinstance(der, bytes):
-            raise NoMatchingRuleError("unexpected peer certificate type")
-        return self.principal(der)
+        return self.principal(_peer_der(ssl_object))
+
+    def peer_dn(self, ssl_object: object) -> str | None:
+        """The client certificate's subject as Java prints it (None: no certificate), for the
+        group mapping rules (kafkaguard/policy/groups.py)."""
+        der = _peer_der(ssl_object)
+        if der is None:
+            return None
+        try:
+            return peer_dn(der)
+        except ValueError as exc:
+            raise NoMatchingRuleError(
+                f"cannot read the client certificate's subject: {exc}"
+            ) from exc
+
+
+def _peer_der(ssl_object: object) -> bytes | None:
+    """The verified client certificate of a completed handshake (None: the client sent none)."""
+    getpeercert = getattr(ssl_object, "getpeercert", None)
+    if getpeercert is None:
+        raise NoMatchingRuleError("the connection has no TLS session")
+    der = getpeercert(binary_form=True)
+    if der is not None and not isinstance(der, bytes):
+        raise NoMatchingRuleError("unexpected peer certificate type")
+    return der
 
 
 def dns_names(cert_file: Path) -> list[str]:

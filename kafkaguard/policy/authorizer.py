@@ -122,6 +122,7 @@ class _RequestContextFields(NamedTuple):
     client_id: str | None
     correlation_id: int
     host: str
+    groups: tuple[KafkaPrincipal, ...]
 
 
 class RequestContext(_RequestContextFields):
@@ -135,6 +136,8 @@ class RequestContext(_RequestContextFields):
 
     ``host`` is the client address as Java prints it (``getHostAddress()``), computed from
     ``client_address`` when not given; a connection passes the text it computed once.
+    ``groups``: the connection's ``Group:`` principals (kafkaguard/policy/groups.py, beyond
+    Kafka's context), held with ``principal`` by the subject a decision is made for.
     """
 
     __slots__ = ()
@@ -151,6 +154,7 @@ class RequestContext(_RequestContextFields):
         client_id: str | None = None,
         correlation_id: int = 0,
         host: str = "",
+        groups: tuple[KafkaPrincipal, ...] = (),
     ) -> RequestContext:
         return cls.of_request(
             listener_name,
@@ -162,6 +166,7 @@ class RequestContext(_RequestContextFields):
             api_version,
             client_id,
             correlation_id,
+            groups,
         )
 
     def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
@@ -180,6 +185,7 @@ class RequestContext(_RequestContextFields):
         api_version: int,
         client_id: str | None,
         correlation_id: int,
+        groups: tuple[KafkaPrincipal, ...] = (),
     ) -> RequestContext:
         """The per-request constructor: every field given, ``host`` already computed."""
         return _new_context(
@@ -194,6 +200,7 @@ class RequestContext(_RequestContextFields):
                 client_id,
                 correlation_id,
                 host,
+                groups,
             ),
         )
 

@@ -23,12 +23,15 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import yaml
 
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.principal_mapping import NoMatchingRuleError, SslPrincipalMapper
+
+if TYPE_CHECKING:
+    from kafkaguard.policy.config import GroupsConfig
 
 GROUP_TYPE: Final = "Group"
 """The principal type of a group, as Confluent's and Redpanda's ``Group:<name>``."""
@@ -217,3 +220,71 @@ class SslGroupMapper:
             if name is not None:
                 names.append(name)
         return group_principals(names)
+
+
+# -- the sources together -----------------------------------------------------------------------
+
+
+def merged(
+    first: tuple[KafkaPrincipal, ...], second: tuple[KafkaPrincipal, ...]
+) -> tuple[KafkaPrincipal, ...]:
+    """Both tuples' groups, first-seen order, no repeats (no work when one is empty)."""
+    if not second:
+        return first
+    if not first:
+        return second
+    return tuple(dict.fromkeys(first + second))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResolver:
+    """The configured sources of ``authorizer.extensions.groups``, shared by every listener of
+    the process. The file's groups are looked up by principal (never failing: an invalid file
+    keeps the mapping in force); a token's claim and a certificate's DN give the credential's
+    own groups at authentication, where a :class:`GroupsError` fails it."""
+
+    file: GroupsFile | None = None
+    oauthbearer_claim: str | None = None
+    ssl_mapper: SslGroupMapper | None = None
+
+    @classmethod
+    def from_config(cls, config: GroupsConfig) -> GroupResolver | None:
+        """The sources of a configuration (the file read now: :class:`GroupsError` when it
+        cannot be); None when none is configured, so that a session pays nothing."""
+        if not config.configured:
+            return None
+        groups_file = GroupsFile(config.file) if config.file is not None else None
+        if groups_file is not None:
+            groups_file.load()
+        rules = config.ssl_mapping_rules
+        return cls(
+            groups_file,
+            config.oauthbearer_claim,
+            SslGroupMapper.parse(rules) if rules is not None else None,
+        )
+
+    @property
+    def generation(self) -> int:
+        """Changes when a new groups file is in force (a session then looks again)."""
+        return self.file.generation if self.file is not None else 0
+
+    def refresh(self) -> GroupsError | None:
+        """Re-read the file if it changed (poll and SIGHUP); the error of an invalid one."""
+        return self.file.refresh() if self.file is not None else None
+
+    def of_principal(self, principal: KafkaPrincipal) -> tuple[KafkaPrincipal, ...]:
+        """The file's groups of ``principal`` (none without a file)."""
+        return self.file.groups_of(principal) if self.file is not None else ()
+
+    def of_token(self, claims: Mapping[str, object] | None) -> tuple[KafkaPrincipal, ...]:
+        """The groups a validated OAUTHBEARER token's claim names (PLAIN and SCRAM have no
+        claims: none)."""
+        if claims is None or self.oauthbearer_claim is None:
+            return ()
+        return claim_groups(claims, self.oauthbearer_claim)
+
+    def of_certificate(self, distinguished_name: str | None) -> tuple[KafkaPrincipal, ...]:
+        """The groups the mapping rules give a client certificate's DN (none without one)."""
+        if distinguished_name is None or self.ssl_mapper is None:
+            return ()
+        return self.ssl_mapper.groups_of(distinguished_name)

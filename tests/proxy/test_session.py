@@ -5,10 +5,14 @@ from __future__ import annotations
 import copy
 import ipaddress
 import pickle
+from pathlib import Path
 
 import pytest
 
 from kafkaguard.policy.authorizer import RequestContext, SecurityProtocol
+from kafkaguard.policy.config import GroupsConfig
+from kafkaguard.policy.groups import GroupResolver
+from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.protocol.header import RequestHeaderInfo, peek_request_header
 from kafkaguard.proxy.session import Session, peer_address
 
@@ -79,3 +83,34 @@ def test_a_context_copies_and_pickles_whole() -> None:
     for again in (copy.copy(context), pickle.loads(pickle.dumps(context))):
         assert again == context and type(again) is RequestContext
         assert again.host == "0:0:0:0:0:0:0:1"
+
+
+def test_the_context_carries_the_groups_and_a_new_groups_file_reaches_the_next_request(
+    tmp_path: Path,
+) -> None:
+    """The file's groups are looked up at the first request (User:ANONYMOUS may have some),
+    kept, and looked up again at the first request after a new file is in force."""
+    path = tmp_path / "groups.yaml"
+    path.write_text('version: 1\ngroups:\n  "User:ANONYMOUS": [guests]\n')
+    resolver = GroupResolver.from_config(GroupsConfig(file=path))
+    assert resolver is not None
+    session = Session(
+        "L", SecurityProtocol.PLAINTEXT, peer_address(("10.0.0.7", 1)), group_resolver=resolver
+    )
+    header = RequestHeaderInfo(3, 12, 7, "client", 0)
+    assert session.request_context(header).groups == (KafkaPrincipal("Group", "guests"),)
+    path.write_text('version: 1\ngroups:\n  "User:ANONYMOUS": [guests, readers]\n')
+    assert resolver.refresh() is None
+    assert session.request_context(header).groups == (
+        KafkaPrincipal("Group", "guests"),
+        KafkaPrincipal("Group", "readers"),
+    )
+    path.write_text("version: 1\ngroups: [\n")  # refused: the mapping in force stays
+    assert resolver.refresh() is not None
+    assert len(session.request_context(header).groups) == 2
+
+
+def test_without_group_sources_the_context_has_no_groups() -> None:
+    session = Session("L", SecurityProtocol.PLAINTEXT, peer_address(("10.0.0.7", 1)))
+    session.authenticated(KafkaPrincipal("User", "alice"), (KafkaPrincipal("Group", "x"),))
+    assert session.request_context(RequestHeaderInfo(3, 12, 7, "c", 0)).groups == ()

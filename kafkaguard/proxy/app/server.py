@@ -33,6 +33,7 @@ from kafkaguard.config_tree import ConfigError
 from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Authorizer
 from kafkaguard.policy.config import build_authorizer
+from kafkaguard.policy.groups import GroupResolver, GroupsError
 from kafkaguard.policy.internal_topics import InternalTopicGuard, InternalTopics
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.proxy.app.admin import AdminServer
@@ -60,6 +61,8 @@ PROBE_WARNING_INTERVAL_S: Final = 10.0
 """While the upstream is unreachable at start, one warning per cause per this many seconds,
 the next saying how many similar ones it stands for (a probe a second would print a screen of
 identical lines before giving up)."""
+GROUPS_POLL_INTERVAL_S: Final = 1.0
+"""How often the groups file's (mtime, size, inode) is compared (the ACL file's default)."""
 
 
 def raise_open_file_limit() -> int:
@@ -163,6 +166,13 @@ class ProxyServer:
         """What the listeners ask: the authorizer behind the internal-topics rule."""
         self.auth_executor = executor_for(config.limits)
         """Password hashing for every SASL listener: a bounded share of the CPU."""
+        try:
+            self.groups = GroupResolver.from_config(config.policy.authorizer.groups)
+        except GroupsError as exc:
+            raise ConfigError(f"authorizer.extensions.groups: {exc}") from exc
+        """``authorizer.extensions.groups`` (None: not configured), shared by every listener;
+        its file is polled (:meth:`_poll_groups`) and re-read on SIGHUP."""
+        self._groups_poller: asyncio.Task[None] | None = None
         self.listeners = [
             ListenerRuntime(
                 listener,
@@ -173,6 +183,7 @@ class ProxyServer:
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
                 store_connection=store_connection(config, listener),
+                groups=self.groups,
             )
             for listener in config.listeners
         ]
@@ -218,6 +229,10 @@ class ProxyServer:
                 await asyncio.sleep(1.0)
         # KIP-504: a listener accepts connections only once its authorizer is ready for it.
         ready = self.authorizer.start([ls.config.name for ls in self.listeners])
+        if self.groups is not None and self.groups.file is not None:
+            self._groups_poller = asyncio.get_running_loop().create_task(
+                self._poll_groups(self.groups), name="groups-file-poll"
+            )
         self.audit.start()
         for listener in self.listeners:
             await ready[listener.config.name]
@@ -255,9 +270,27 @@ class ProxyServer:
         if callable(request_reload):
             log.info("SIGHUP: reloading the ACL store")
             request_reload()
+        if self.groups is not None:
+            self._refresh_groups(self.groups)
         task = asyncio.get_running_loop().create_task(self.reload_config(), name="config-reload")
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
+
+    async def _poll_groups(self, groups: GroupResolver) -> None:
+        """The groups file checked every second, as the ACL file (FileAclStore's default
+        ``poll_interval_s``); a session takes a new mapping at its next request."""
+        while True:
+            await asyncio.sleep(GROUPS_POLL_INTERVAL_S)
+            self._refresh_groups(groups)
+
+    @staticmethod
+    def _refresh_groups(groups: GroupResolver) -> None:
+        before = groups.generation
+        error = groups.refresh()
+        if error is not None:
+            log.error("groups file rejected, the mapping in force is kept: %s", error)
+        elif groups.generation != before:
+            log.info("groups file reloaded (generation %d)", groups.generation)
 
     # -- configuration reload (kafkaguard/proxy/app/reload.py) -------------------------------------
     async def reload_config(self, path: str | Path | None = None) -> ReloadPlan | None:
@@ -340,6 +373,7 @@ class ProxyServer:
                 auth_executor=self.auth_executor,
                 reuse_port=config.workers > 1,
                 store_connection=store_connection(config, listener),
+                groups=self.groups,
             )
             await runtime.open()
         except BaseException as exc:  # cancelled (a shutdown) too: release what it took
@@ -569,6 +603,8 @@ class ProxyServer:
             self.admin.stop()
         for task in list(self._reloads):
             task.cancel()
+        if self._groups_poller is not None:
+            self._groups_poller.cancel()
         for listener, task in list(self._retired.items()):
             task.cancel()
             await listener.close()

@@ -27,6 +27,7 @@ from kafkaguard.proxy.edge.sni import (
 from kafkaguard.proxy.net.peek import read_client_hello_server_name
 
 if TYPE_CHECKING:
+    from kafkaguard.policy.groups import GroupResolver
     from kafkaguard.policy.model import KafkaPrincipal
     from kafkaguard.proxy.config import ListenerConfig
     from kafkaguard.proxy.net.connection import ClientConnection
@@ -56,6 +57,19 @@ class Handshake:
         (kafkaguard/certs); raises ``NoMatchingRuleError`` when no mapping rule matches."""
         assert self.tls is not None
         return self.tls.authenticate(transport.get_extra_info("ssl_object"))
+
+    def identity(
+        self, transport: asyncio.BaseTransport, groups: GroupResolver | None
+    ) -> tuple[KafkaPrincipal, tuple[KafkaPrincipal, ...]]:
+        """The certificate's principal and the groups ``ssl_mapping_rules`` give its DN
+        (none without a certificate); raises ``NoMatchingRuleError`` or ``GroupsError``."""
+        principal = self.principal(transport)
+        if groups is None or groups.ssl_mapper is None:
+            return principal, ()
+        assert self.tls is not None
+        return principal, groups.of_certificate(
+            self.tls.peer_dn(transport.get_extra_info("ssl_object"))
+        )
 
     async def open(
         self, conn: socket.socket, connection: ClientConnection, deadline: float, timeout_ms: int

@@ -28,6 +28,7 @@ from typing import Any
 
 from kafkaguard.certs.tls import ServerTls
 from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
+from kafkaguard.policy.groups import GroupResolver, GroupsError
 from kafkaguard.policy.principal_mapping import NoMatchingRuleError
 from kafkaguard.proxy.config import LimitsConfig, ListenerConfig
 from kafkaguard.proxy.core.commands import CloseCause
@@ -65,6 +66,7 @@ class ListenerRuntime:
         auth_executor: AuthExecutor | None = None,
         reuse_port: bool = False,
         store_connection: Mapping[str, Any] | None = None,
+        groups: GroupResolver | None = None,
     ) -> None:
         """``store_connection``: librdkafka settings reaching the protected cluster, for a
         ``scram_credentials: kafka`` store (docs/acl-store.md). ``reuse_port``: ``workers`` >
@@ -72,6 +74,8 @@ class ListenerRuntime:
         (kafkaguard/proxy/app/workers.py); the kernel spreads connections over them."""
         self.config = config
         self.authorizer = authorizer
+        self.groups = groups
+        """``authorizer.extensions.groups``: the group sources of the listener's sessions."""
         self.log_only = log_only
         """``enforcement: log_only``: decisions are made and audited, requests handled as if
         allowed (kafkaguard/audit; ACL administration excepted, see ENFORCED_IN_LOG_ONLY)."""
@@ -98,6 +102,7 @@ class ListenerRuntime:
                 config.sasl,
                 store=build_credential_store(config.sasl, store_connection),
                 executor=auth_executor,
+                groups=groups,
             )
             if config.sasl is not None
             else None
@@ -205,12 +210,13 @@ class ListenerRuntime:
             self.security_protocol,
             connection.client_address or peer_address(transport.get_extra_info("peername")),
             authority=connection.authority,
+            group_resolver=self.groups,
         )
         self.connections.add(connection)
         if self.handshake.tls is not None and config.security_protocol == "SSL":
-            try:  # the principal of the client certificate (kafkaguard/certs)
-                session.principal = self.handshake.principal(transport)
-            except NoMatchingRuleError as exc:
+            try:  # the principal of the client certificate (kafkaguard/certs), its groups
+                session.authenticated(*self.handshake.identity(transport, self.groups))
+            except (NoMatchingRuleError, GroupsError) as exc:
                 connection.close(
                     f"SSL authentication failed: {exc}", cause=CloseCause.AUTHENTICATION_FAILED
                 )

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from kafkaguard.policy.groups import GroupResolver, GroupsError
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.principal_mapping import KerberosShortNamer, NoMatchingRuleError
 from kafkaguard.protocol.codec import ErrorCode
@@ -57,12 +58,15 @@ from kafkaguard.proxy.sasl.mechanism import (
     Failure,
     SaslMechanismServer,
     StepResult,
+    Success,
     clip,
     invalid_credentials,
 )
 from kafkaguard.proxy.session import Session
 
 log = logging.getLogger("kafkaguard.sasl")
+
+Groups = tuple[KafkaPrincipal, ...]
 
 API_VERSIONS: Final = 18
 SASL_HANDSHAKE: Final = 17
@@ -128,8 +132,11 @@ class SaslServer:
         store: CredentialStore | None = None,
         wall_clock: Callable[[], float] = time.time,
         executor: AuthExecutor | None = None,
+        groups: GroupResolver | None = None,
     ) -> None:
         self.config = config
+        self.groups = groups
+        """The group sources (the file for every mechanism, the token claim for OAUTHBEARER)."""
         self.executor = executor or AuthExecutor(AUTHENTICATION_THREADS, AUTHENTICATION_QUEUE_SIZE)
         """Runs ``blocking`` steps (password hashes); shared by every listener of the
         process (:mod:`kafkaguard.proxy.sasl.executor`)."""
@@ -433,15 +440,13 @@ class SaslAuthenticator:
         if isinstance(result, Challenge):
             self.state = State.AUTHENTICATE
             return AuthenticateOutcome(ErrorCode.none, None, result.data)
-        try:
-            principal = self.server.principal(result.authorization_id)
-        except NoMatchingRuleError as exc:
+        identity = self._identity(result)
+        if isinstance(identity, str):
             self.state = State.FAILED
             return self._failed(
-                f"no principal mapping rule applies: {exc}",
-                invalid_credentials(self._mechanism_name, self.reauthenticating),
-                now,
+                identity, invalid_credentials(self._mechanism_name, self.reauthenticating), now
             )
+        principal, credential_groups = identity
         if self._previous is not None and self._previous[1] != principal:
             old = self._previous[1]
             message = (
@@ -452,7 +457,7 @@ class SaslAuthenticator:
             return self._failed(message, message, now)
         lifetime_ms = self._session_lifetime_ms(result.credential_expiry_ms, wall_ms)
         self.session_expiry = None if lifetime_ms is None else now + lifetime_ms / 1000
-        self.session.principal = principal
+        self.session.authenticated(principal, credential_groups)
         self.state = State.COMPLETE
         self._previous = None
         self._mechanism = None
@@ -466,6 +471,20 @@ class SaslAuthenticator:
             session_lifetime_ms=lifetime_ms or 0,
             authenticated=principal,
         )
+
+    def _identity(self, result: Success) -> tuple[KafkaPrincipal, Groups] | str:
+        """The principal of a successful exchange and its credential's groups (the token's
+        claim), or why there is none: no mapping rule applies, or the claim says nothing usable
+        (a source that fails fails authentication, kafkaguard/policy/groups.py)."""
+        try:
+            principal = self.server.principal(result.authorization_id)
+        except NoMatchingRuleError as exc:
+            return f"no principal mapping rule applies: {exc}"
+        groups = self.server.groups
+        try:
+            return principal, groups.of_token(result.claims) if groups is not None else ()
+        except GroupsError as exc:
+            return f"groups of {principal}: {exc}"
 
     def _session_lifetime_ms(self, credential_expiry_ms: int | None, wall_ms: int) -> int | None:
         max_reauth = self.server.config.connections_max_reauth_ms

@@ -17,6 +17,7 @@ time, sockets and threads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +33,8 @@ class Success:
     data: bytes = b""
     credential_expiry_ms: int | None = None
     """Epoch milliseconds after which the credential is no longer valid (KIP-368)."""
+    claims: Mapping[str, object] | None = None
+    """OAUTHBEARER: the validated token's claims (its groups claim, kafkaguard/policy/groups)."""
 
 
 @dataclass(frozen=True, slots=True)

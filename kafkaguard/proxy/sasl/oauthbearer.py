@@ -586,4 +586,4 @@ class OAuthBearerServer(ExchangeOver):
             )
             return Failure(f"OAUTHBEARER: {message}", message)
         self._done = True
-        return Success(principal, b"", int(claims["exp"]) * 1000)
+        return Success(principal, b"", int(claims["exp"]) * 1000, claims)

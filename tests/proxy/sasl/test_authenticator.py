@@ -16,6 +16,8 @@ import pytest
 from kafkaguard.cli import main
 from kafkaguard.config_tree import ConfigError, ConfigSection
 from kafkaguard.policy.authorizer import SecurityProtocol
+from kafkaguard.policy.config import GroupsConfig
+from kafkaguard.policy.groups import GroupResolver
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.config import parse_config
@@ -42,13 +44,21 @@ USERS = {
 }
 
 
-def make(config: SaslListenerConfig | None = None) -> SaslAuthenticator:
+def make(
+    config: SaslListenerConfig | None = None, groups: GroupResolver | None = None
+) -> SaslAuthenticator:
     server = SaslServer(
         config or SaslListenerConfig(("PLAIN",), connections_max_reauth_ms=1000),
         store=MappingCredentialStore(USERS),
         wall_clock=lambda: 1000.0,
+        groups=groups,
     )
-    session = Session("SASL", SecurityProtocol.SASL_PLAINTEXT, ipaddress.ip_address("10.0.0.1"))
+    session = Session(
+        "SASL",
+        SecurityProtocol.SASL_PLAINTEXT,
+        ipaddress.ip_address("10.0.0.1"),
+        group_resolver=groups,
+    )
     return SaslAuthenticator(server, session)
 
 
@@ -143,6 +153,53 @@ def test_reauthentication_failure_message() -> None:
     auth.begin_step(2, 0.0)
     outcome = auth.finish_step(Failure("x", "y"), 0, 0)
     assert outcome.close_reason and "re-authentication" in outcome.close_reason
+
+
+def _resolver(tmp_path: Path, claim: str | None = None) -> GroupResolver:
+    path = tmp_path / "groups.yaml"
+    path.write_text('version: 1\ngroups:\n  "User:alice": [eng, oncall]\n')
+    resolver = GroupResolver.from_config(GroupsConfig(file=path, oauthbearer_claim=claim))
+    assert resolver is not None
+    return resolver
+
+
+def _group(*names: str) -> tuple[KafkaPrincipal, ...]:
+    return tuple(KafkaPrincipal("Group", n) for n in names)
+
+
+def test_plain_takes_its_groups_from_the_file_and_reauthentication_looks_again(
+    tmp_path: Path,
+) -> None:
+    resolver = _resolver(tmp_path)
+    auth = make(groups=resolver)
+    auth.handshake("PLAIN")
+    login(auth, b"\0alice\0pw")
+    assert auth.session.groups == _group("eng", "oncall")
+    (tmp_path / "groups.yaml").write_text('version: 1\ngroups:\n  "User:alice": [ops]\n')
+    assert resolver.refresh() is None
+    auth.handshake("PLAIN")  # KIP-368: the groups of the new authentication
+    login(auth, b"\0alice\0pw")
+    assert auth.session.groups == _group("ops")
+
+
+def test_a_token_claim_adds_groups_and_an_unusable_claim_fails_authentication(
+    tmp_path: Path,
+) -> None:
+    auth = make(groups=_resolver(tmp_path, claim="realm_access.roles"))
+    auth.handshake("PLAIN")
+    auth.begin_step(1, 0.0)
+    claims = {"realm_access": {"roles": ["eng", "admins"]}}
+    outcome = auth.finish_step(Success("alice", claims=claims), 0, 1_000_000)
+    assert outcome.error_code == ErrorCode.none
+    assert auth.session.groups == _group("eng", "oncall", "admins")
+    auth = make(groups=_resolver(tmp_path, claim="realm_access.roles"))
+    auth.handshake("PLAIN")
+    auth.begin_step(1, 0.0)
+    bad = {"realm_access": {"roles": [1, 2]}}
+    outcome = auth.finish_step(Success("alice", claims=bad), 0, 1_000_000)
+    assert outcome.error_code == ErrorCode.sasl_authentication_failed
+    assert outcome.close_reason and "neither a string nor a list" in outcome.close_reason
+    assert auth.session.principal == KafkaPrincipal.ANONYMOUS and auth.session.groups == ()
 
 
 def test_failure_throttle_doubles_bounded_and_resets() -> None:
