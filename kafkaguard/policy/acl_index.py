@@ -55,7 +55,7 @@ import enum
 import gc
 import ipaddress
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from kafkaguard.policy.model import (
@@ -170,7 +170,7 @@ def _entry(binding: AclBinding, host_cidr: bool) -> Entry:
 
 
 def _scan(
-    entries: tuple[Entry, ...],
+    entries: Sequence[Entry],
     host: str,
     address: Address,
     allow_ops: frozenset[AclOperation],
@@ -200,6 +200,15 @@ def _rank(entry: Entry, name: str) -> int:
     return 0 if pattern.name == name else sys.maxsize
 
 
+def _before(entry: Entry, found: Entry, name: str) -> bool:
+    """Does ``entry`` decide before ``found``: a DENY before any ALLOW, else the earlier bucket
+    in scan order (on a tie, the one found first stays)?"""
+    if entry.allow is not found.allow:
+        return found.allow
+    return _rank(entry, name) < _rank(found, name)
+
+
+_new_entry = tuple.__new__  # Entry's own __new__ is a Python function: 2x slower at load
 _DENY_ACL = AclMatch.DENY_ACL
 _ALLOW_ACL = AclMatch.ALLOW_ACL
 _ANY_ADDRESS = ipaddress.IPv4Address(0)  # for scans where every host is '*'
@@ -255,25 +264,100 @@ def _patched_walk(
     return walk, lengths
 
 
+class _Grants(NamedTuple):
+    """What one view's ACLs grant for one operation to ``authorizeByResourceType`` (KIP-679):
+    the names its ALLOW and DENY ACLs of that operation or ALL carry, per pattern type.
+
+    ``open_*`` are the ALLOW names no DENY of the *same* view dominates (a DENY literal of the
+    same name, or a DENY prefix of it): only they can survive the DENYs of all views together.
+    """
+
+    deny_star: bool
+    allow_star: bool
+    deny_literal: frozenset[str]
+    deny_prefix: frozenset[str]
+    deny_lengths: tuple[int, ...]
+    open_literal: tuple[str, ...]
+    open_prefix: tuple[str, ...]
+
+
+def _dominated(name: str, grants: _Grants) -> bool:
+    """Is the name under one of the view's DENY prefixes (``Authorizer.authorizeByResourceType``
+    tries every prefix ``name[:1]`` … ``name``; only the lengths in use can hit)?"""
+    prefixes = grants.deny_prefix
+    size = len(name)
+    for length in grants.deny_lengths:
+        if length > size:
+            return False
+        if name[:length] in prefixes:
+            return True
+    return False
+
+
+def _grants(entries: Iterable[Entry], operation: AclOperation, networks: bool = False) -> _Grants:
+    """The summary of the entries of one host key: those from host ``*`` or one host (a
+    view's), or those naming a network (``networks``, with ``host_cidr``)."""
+    deny_star = allow_star = False
+    deny_literal: set[str] = set()
+    deny_prefix: set[str] = set()
+    allow_literal: dict[str, None] = {}  # insertion-ordered sets
+    allow_prefix: dict[str, None] = {}
+    for entry in entries:
+        if entry.operation is not operation and entry.operation is not AclOperation.ALL:
+            continue
+        if (entry.network is not None) is not networks:
+            continue
+        pattern = entry.binding.pattern
+        literal = pattern.pattern_type is _LITERAL
+        if literal and pattern.name == WILDCARD_RESOURCE:
+            if entry.allow:
+                allow_star = True
+            else:
+                deny_star = True
+        elif entry.allow:
+            (allow_literal if literal else allow_prefix)[pattern.name] = None
+        else:
+            (deny_literal if literal else deny_prefix).add(pattern.name)
+    own = _Grants(
+        deny_star,
+        allow_star,
+        frozenset(deny_literal),
+        frozenset(deny_prefix),
+        tuple(sorted({len(p) for p in deny_prefix})),
+        (),
+        (),
+    )
+    return own._replace(
+        open_literal=tuple(
+            n for n in allow_literal if n not in deny_literal and not _dominated(n, own)
+        ),
+        open_prefix=tuple(n for n in allow_prefix if not _dominated(n, own)),
+    )
+
+
 class _View:
-    """One principal's ACLs on one resource type, indexed for :func:`_find`."""
+    """One principal's ACLs on one resource type from one host key, indexed for :func:`_find`.
 
-    __slots__ = ("entries", "lengths", "literal", "star", "star_by_op", "walk")
+    Buckets are lists built here and never changed afterwards (a list is as fast to scan as a
+    tuple and skips a copy per bucket at load).
+    """
 
-    def __init__(self, entries: tuple[Entry, ...]) -> None:
+    __slots__ = ("entries", "grants", "lengths", "literal", "star", "star_by_op", "walk")
+
+    def __init__(self, entries: list[Entry]) -> None:
         literal: dict[str, list[Entry]] = {}
         prefixed: dict[str, list[Entry]] = {}
         for entry in entries:
             pattern = entry.binding.pattern
-            target = literal if pattern.pattern_type == _LITERAL else prefixed
+            target = literal if pattern.pattern_type is _LITERAL else prefixed
             bucket = target.get(pattern.name)
             if bucket is None:
                 target[pattern.name] = [entry]
             else:
                 bucket.append(entry)
         self.entries = entries
-        self.literal: dict[str, tuple[Entry, ...]] = {k: tuple(v) for k, v in literal.items()}
-        self.star = self.literal.get(WILDCARD_RESOURCE)
+        self.literal = literal
+        self.star = literal.get(WILDCARD_RESOURCE)
         # The principal's '*' ACLs are consulted by nearly every request, and pile up (one per
         # operation, permission and host): when no host is specific, decide them per operation
         # once, here, so a request does one lookup instead of a scan.
@@ -285,11 +369,75 @@ class _View:
                 found = _scan(star, WILDCARD_HOST, _ANY_ADDRESS, _ALLOW_OPS[op], _DENY_OPS[op])
                 if found is not None:
                     self.star_by_op[op] = found
-        self.walk: dict[str, tuple[Entry, ...]] = {}
+        self.walk: dict[str, Sequence[Entry]] = {}
         self.lengths: tuple[int, ...] = ()
         if prefixed:
             stems, self.lengths = _stems(prefixed)
-            self.walk = {k: tuple(prefixed[k]) if real else _STEM for k, real in stems.items()}
+            self.walk = {k: prefixed[k] if real else _STEM for k, real in stems.items()}
+        self.grants: dict[AclOperation, _Grants] = {}
+        """``authorizeByResourceType``'s summary per operation, made on its first use: derived
+        from the (immutable) entries only, so a concurrent first use computes the same value."""
+
+    def grants_for(self, operation: AclOperation) -> _Grants:
+        found = self.grants.get(operation)
+        if found is None:
+            found = self.grants[operation] = _grants(self.entries, operation)
+        return found
+
+
+class _Principal:
+    """One principal's ACLs on one resource type, split by host: ``any_host`` holds those from
+    host ``*`` (and, with ``host_cidr``, those naming a network), ``by_host`` one view per
+    specific host. A request looks at ``any_host`` and its own host's view only, however many
+    hosts the principal's ACLs name (``AuthorizerBenchmark``: 20,000 on ``*``)."""
+
+    __slots__ = ("any_host", "by_host", "entries", "networked")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self.networked = [e for e in entries if e.network is not None]
+        any_host: list[Entry] = []
+        by_host: dict[str, list[Entry]] = {}
+        for entry in entries:
+            host = entry.host
+            if host == WILDCARD_HOST or entry.network is not None:
+                any_host.append(entry)
+            else:
+                bucket = by_host.get(host)
+                if bucket is None:
+                    by_host[host] = [entry]
+                else:
+                    bucket.append(entry)
+        self.any_host = _View(any_host) if any_host else None
+        self.by_host = {h: _View(e) for h, e in by_host.items()} if by_host else None
+
+    def grants(self, host: str, address: Address, operation: AclOperation) -> Iterator[_Grants]:
+        """The summaries of the views a request from ``host`` can match (``any_host``, the
+        host's own) and, with ``host_cidr``, of the networks holding the address (per call)."""
+        if self.any_host is not None:
+            yield self.any_host.grants_for(operation)
+        if self.by_host is not None:
+            view = self.by_host.get(host)
+            if view is not None:
+                yield view.grants_for(operation)
+        if self.networked:
+            inside = [e for e in self.networked if e.network and address in e.network]
+            if inside:
+                yield _grants(inside, operation, networks=True)
+
+
+def _open_name(grants: list[_Grants]) -> bool:
+    """Is some ALLOW name of one summary dominated by no DENY of the others (its own DENYs
+    are already applied: :attr:`_Grants.open_literal`)?"""
+    for g in grants:
+        others = [o for o in grants if o is not g]
+        for name in g.open_literal:
+            if not any(name in o.deny_literal or _dominated(name, o) for o in others):
+                return True
+        for name in g.open_prefix:
+            if not any(_dominated(name, o) for o in others):
+                return True
+    return False
 
 
 def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on purpose
@@ -307,7 +455,7 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
     Each bucket is scanned like :func:`_scan`, inlined here: this is the hot path.
     """
     allow: Entry | None = None
-    entries = view.literal.get(name)
+    entries: Sequence[Entry] | None = view.literal.get(name)
     if entries is not None:
         for entry in entries:
             h = entry.host
@@ -371,7 +519,7 @@ class _TypeIndex:
 
     def __init__(
         self,
-        views: dict[PrincipalKey, _View],
+        views: dict[PrincipalKey, _Principal],
         literal_count: dict[str, int],
         prefix_count: dict[str, int],
         walk: tuple[dict[str, bool], tuple[int, ...]] | None = None,
@@ -437,41 +585,55 @@ class AclIndex:
 
     @classmethod
     def _build(cls, bindings: Iterable[AclBinding], host_cidr: bool) -> AclIndex:
-        frozen = frozenset(bindings)
-        grouped: dict[ResourceType, dict[PrincipalKey, list[AclBinding]]] = {}
+        given = bindings if isinstance(bindings, (list, tuple)) else None
+        frozen = bindings if isinstance(bindings, frozenset) else frozenset(bindings)
+        # A list without duplicates is read in its own order, in which its objects were
+        # allocated: at 2.4M ACLs, the set's hash order costs a cache miss per binding.
+        source = given if given is not None and len(given) == len(frozen) else frozen
+        grouped: dict[ResourceType, dict[PrincipalKey, list[Entry]]] = {}
         literal: dict[ResourceType, dict[str, int]] = {}
         prefixed: dict[ResourceType, dict[str, int]] = {}
-        for binding in frozen:
+        new_entry = _new_entry
+        allow = AclPermissionType.ALLOW
+        for binding in source:
             p = binding.pattern
             ptype = p.pattern_type
-            if ptype == _LITERAL:
-                counts = literal.get(p.resource_type)
+            rtype = p.resource_type
+            if ptype is _LITERAL:
+                counts = literal.get(rtype)
                 if counts is None:
-                    counts = literal[p.resource_type] = {}
-            elif ptype == _PREFIXED:
-                counts = prefixed.get(p.resource_type)
+                    counts = literal[rtype] = {}
+            elif ptype is _PREFIXED:
+                counts = prefixed.get(rtype)
                 if counts is None:
-                    counts = prefixed[p.resource_type] = {}
+                    counts = prefixed[rtype] = {}
             else:
                 continue
-            counts[p.name] = counts.get(p.name, 0) + 1
-            key = binding.entry.principal
-            per_type = grouped.get(p.resource_type)
+            name = p.name
+            counts[name] = counts.get(name, 0) + 1
+            e = binding.entry
+            host = e.host
+            entry = new_entry(
+                Entry,
+                (
+                    host,
+                    e.operation,
+                    e.permission_type is allow,
+                    binding,
+                    _parse_network(host) if host_cidr else None,
+                ),
+            )
+            per_type = grouped.get(rtype)
             if per_type is None:
-                per_type = grouped[p.resource_type] = {}
-            members = per_type.get(key)
+                per_type = grouped[rtype] = {}
+            members = per_type.get(e.principal)
             if members is None:
-                per_type[key] = [binding]
+                per_type[e.principal] = [entry]
             else:
-                members.append(binding)
-        # Entries are made view by view, so that one view's objects sit together in memory: a
-        # lookup touches one view, and at 1M ACLs cache misses are most of its cost.
+                members.append(entry)
         types = {
             rtype: _TypeIndex(
-                {
-                    key: _View(tuple([_entry(b, host_cidr) for b in members]))
-                    for key, members in per_type.items()
-                },
+                {key: _Principal(members) for key, members in per_type.items()},
                 literal.get(rtype, {}),
                 prefixed.get(rtype, {}),
             )
@@ -510,8 +672,8 @@ class AclIndex:
             vanished: list[str] = []
             for key, batch in per_key.items():
                 gone = {b for b, delta in batch if delta < 0}
-                view = views.get(key)
-                kept = [e for e in view.entries if e.binding not in gone] if view else []
+                holder = views.get(key)
+                kept = [e for e in holder.entries if e.binding not in gone] if holder else []
                 for binding, delta in batch:
                     p = binding.pattern
                     if p.pattern_type == _LITERAL:
@@ -526,7 +688,7 @@ class AclIndex:
                     if delta > 0:
                         kept.append(_entry(binding, self.host_cidr))
                 if kept:
-                    views[key] = _View(tuple(kept))
+                    views[key] = _Principal(kept)
                 else:
                     views.pop(key, None)
             if not views:
@@ -542,7 +704,7 @@ class AclIndex:
         return len(self.bindings)
 
     # -- matching (the hot path) ---------------------------------------------------------------
-    def match(
+    def match(  # noqa: C901 - hot path, the subject's four views inlined on purpose
         self,
         pkey: PrincipalKey | None,
         host: str,
@@ -565,27 +727,59 @@ class AclIndex:
             return _NO_ACL
         allow_ops = _ALLOW_OPS[operation]
         deny_ops = _DENY_OPS[operation]
-        view = index.views.get(pkey) if pkey is not None else None
         found = None
-        if view is not None:
-            found = _find(view, operation, name, host, address, allow_ops, deny_ops)
         wild = index.wild
-        if wild is not None and wild is not view:
-            other = _find(wild, operation, name, host, address, allow_ops, deny_ops)
-            if other is not None and (
-                found is None
-                or (
-                    found.allow
-                    if found.allow is not other.allow
-                    else _rank(other, name) < _rank(found, name)
-                )
-            ):
-                found = other
+        # The subject's principals, each looked at once (a group principal would join here).
+        own = index.views.get(pkey) if pkey is not None else None
+        for holder in (own, wild if wild is not own else None):
+            if holder is None:
+                continue
+            view = holder.any_host
+            if view is not None:
+                other = _find(view, operation, name, host, address, allow_ops, deny_ops)
+                if other is not None and (found is None or _before(other, found, name)):
+                    found = other
+            by_host = holder.by_host
+            if by_host is not None:
+                view = by_host.get(host)
+                if view is not None:
+                    other = _find(view, operation, name, host, address, allow_ops, deny_ops)
+                    if other is not None and (found is None or _before(other, found, name)):
+                        found = other
         if found is not None:
             return (_ALLOW_ACL if found.allow else _DENY_ACL), found
         if not need_applicable or index.applies(name):
             return _NO_MATCH
         return _NO_ACL
+
+    def any_allowed(
+        self,
+        pkey: PrincipalKey | None,
+        host: str,
+        address: Address,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """``Authorizer.authorizeByResourceType``'s ACL part (after its ``"hardcode"`` probe):
+        may ``operation`` (itself or ALL, no implication) be done on at least one resource?
+
+        Any matching LITERAL ``*`` DENY denies; else any matching ``*`` ALLOW allows; else an
+        ALLOW name that no matching DENY dominates (a DENY literal of the same name, a DENY
+        prefix of it) allows. Each view's names are summarised once per operation
+        (:class:`_Grants`), so a call looks at its views' summaries, not at every ACL.
+        """
+        index = self._types.get(resource_type)
+        if index is None:
+            return False
+        grants: list[_Grants] = []
+        wild = index.wild
+        own = index.views.get(pkey) if pkey is not None else None
+        for holder in (own, wild if wild is not own else None):
+            if holder is not None:
+                grants.extend(holder.grants(host, address, operation))
+        if any(g.deny_star for g in grants):
+            return False
+        return any(g.allow_star for g in grants) or _open_name(grants)
 
     def principal_entries(
         self, resource_type: ResourceType, pkey: PrincipalKey | None
@@ -594,5 +788,5 @@ class AclIndex:
         index = self._types.get(resource_type)
         if index is None:
             return ()
-        view = index.views.get(pkey) if pkey is not None else None
-        return view.entries if view is not None else ()
+        holder = index.views.get(pkey) if pkey is not None else None
+        return tuple(holder.entries) if holder is not None else ()
