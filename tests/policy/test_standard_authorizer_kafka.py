@@ -1,0 +1,91 @@
+"""kafkaguard's ``StandardAuthorizer`` against Kafka 4.3.1's own, on Kafka's JMH dataset.
+
+The ACLs of ``AuthorizerBenchmark`` (``tests/support/jmh_acls.py``: resources × principals,
+a share of DENY, PREFIXED host-specific ACLs, ``*`` ACLs from many hosts) go to both
+authorizers (``tests/support/authorizer_referee.py``: Kafka's in one JVM); every query of
+``decision_queries`` — ``authorize`` of one resource and ``authorizeByResourceType`` — must get
+the same decision from both. ``bench/authorizer_jmh_bench.py`` times the same two.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.model import AclBinding, AclPermissionType
+from kafkaguard.policy.standard import StandardAuthorizer
+from tests.support.authorizer_referee import KafkaAuthorizer, Query
+from tests.support.jmh_acls import decision_queries, jmh_acls
+from tests.support.kafka_broker import KafkaUnavailable, require_kafka
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[KafkaAuthorizer]:
+    classpath = require_kafka()
+    try:
+        referee = KafkaAuthorizer(classpath)
+    except KafkaUnavailable as exc:  # no javac: as require_kafka, fail in CI, else skip
+        if os.environ.get("CI"):
+            pytest.fail(f"Kafka's StandardAuthorizer unavailable in CI: {exc}", pytrace=False)
+        pytest.skip(f"Kafka's StandardAuthorizer unavailable: {exc}")
+    with referee:
+        yield referee
+
+
+def differences(
+    kafka: KafkaAuthorizer, ours: StandardAuthorizer, queries: list[Query]
+) -> list[tuple[Query, bool, bool]]:
+    theirs = kafka.decide(queries)
+    mine = [q.allowed_by(ours) for q in queries]
+    return [(q, a, b) for q, a, b in zip(queries, mine, theirs, strict=True) if a != b]
+
+
+@pytest.mark.parametrize(
+    ("resources", "deny", "allow_everyone"),
+    [(100, 0.0, False), (1000, 20.0, False), (1000, 50.0, True), (300, 100.0, False)],
+)
+def test_decisions_equal_kafkas_on_the_jmh_dataset(
+    kafka: KafkaAuthorizer, resources: int, deny: float, allow_everyone: bool
+) -> None:
+    acls = jmh_acls(resources, 10, deny, seed=resources)
+    kafka.load(acls, allow_everyone=allow_everyone)
+    ours = StandardAuthorizer(AuthorizerConfig(allow_everyone_if_no_acl_found=allow_everyone))
+    ours.load_snapshot(acls)
+    queries = decision_queries(resources, 4000, seed=resources)
+    assert differences(kafka, ours, queries) == []
+    allowed = sum(q.allowed_by(ours) for q in queries)
+    assert 0 < allowed < len(queries)  # both verdicts are asked for
+
+
+def test_decisions_equal_kafkas_after_an_incremental_update(kafka: KafkaAuthorizer) -> None:
+    """A change small enough to be patched into the index (``AclIndex.updated``) decides as
+    Kafka does with the changed ACLs loaded whole: host-specific and '*' ACLs removed, others
+    (new hosts, a DENY on a PREFIXED resource) added."""
+    acls = jmh_acls(2000, 10, 20.0, seed=7)
+    ours = StandardAuthorizer()
+    ours.load_snapshot(acls)
+    rng = random.Random(7)
+    removed = set(rng.sample([b for b in acls if b.entry.host != "*"], 60))
+    added = [
+        AclBinding(
+            b.pattern,
+            replace(
+                b.entry,
+                host=rng.choice(["127.0.0.1", "127.0.0.2", "*"]),
+                permission_type=rng.choice([AclPermissionType.ALLOW, AclPermissionType.DENY]),
+            ),
+        )
+        for b in rng.sample(acls, 40)
+    ]
+    changed = frozenset(acls) - removed | frozenset(added)
+    ours.load_snapshot(changed)
+    assert ours.acl_index.bindings == changed
+    kafka.load(changed)
+    assert differences(kafka, ours, decision_queries(2000, 4000, seed=8)) == []
