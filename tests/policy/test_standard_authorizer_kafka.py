@@ -9,9 +9,7 @@ the same decision from both. ``bench/authorizer_jmh_bench.py`` times the same tw
 
 from __future__ import annotations
 
-import os
 import random
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -21,28 +19,14 @@ from kafkaguard.policy.model import AclBinding, AclPermissionType
 from kafkaguard.policy.standard import StandardAuthorizer
 from tests.support.authorizer_referee import KafkaAuthorizer, Query
 from tests.support.jmh_acls import decision_queries, jmh_acls
-from tests.support.kafka_broker import KafkaUnavailable, require_kafka
 
 pytestmark = pytest.mark.kafka
 
 
-@pytest.fixture(scope="module")
-def kafka() -> Iterator[KafkaAuthorizer]:
-    classpath = require_kafka()
-    try:
-        referee = KafkaAuthorizer(classpath)
-    except KafkaUnavailable as exc:  # no javac: as require_kafka, fail in CI, else skip
-        if os.environ.get("CI"):
-            pytest.fail(f"Kafka's StandardAuthorizer unavailable in CI: {exc}", pytrace=False)
-        pytest.skip(f"Kafka's StandardAuthorizer unavailable: {exc}")
-    with referee:
-        yield referee
-
-
 def differences(
-    kafka: KafkaAuthorizer, ours: StandardAuthorizer, queries: list[Query]
+    kafka_authorizer: KafkaAuthorizer, ours: StandardAuthorizer, queries: list[Query]
 ) -> list[tuple[Query, bool, bool]]:
-    theirs = kafka.decide(queries)
+    theirs = kafka_authorizer.decide(queries)
     mine = [q.allowed_by(ours) for q in queries]
     return [(q, a, b) for q, a, b in zip(queries, mine, theirs, strict=True) if a != b]
 
@@ -52,19 +36,21 @@ def differences(
     [(100, 0.0, False), (1000, 20.0, False), (1000, 50.0, True), (300, 100.0, False)],
 )
 def test_decisions_equal_kafkas_on_the_jmh_dataset(
-    kafka: KafkaAuthorizer, resources: int, deny: float, allow_everyone: bool
+    kafka_authorizer: KafkaAuthorizer, resources: int, deny: float, allow_everyone: bool
 ) -> None:
     acls = jmh_acls(resources, 10, deny, seed=resources)
-    kafka.load(acls, allow_everyone=allow_everyone)
+    kafka_authorizer.load(acls, allow_everyone=allow_everyone)
     ours = StandardAuthorizer(AuthorizerConfig(allow_everyone_if_no_acl_found=allow_everyone))
     ours.load_snapshot(acls)
     queries = decision_queries(resources, 4000, seed=resources)
-    assert differences(kafka, ours, queries) == []
+    assert differences(kafka_authorizer, ours, queries) == []
     allowed = sum(q.allowed_by(ours) for q in queries)
     assert 0 < allowed < len(queries)  # both verdicts are asked for
 
 
-def test_decisions_equal_kafkas_after_an_incremental_update(kafka: KafkaAuthorizer) -> None:
+def test_decisions_equal_kafkas_after_an_incremental_update(
+    kafka_authorizer: KafkaAuthorizer,
+) -> None:
     """A change small enough to be patched into the index (``AclIndex.updated``) decides as
     Kafka does with the changed ACLs loaded whole: host-specific and '*' ACLs removed, others
     (new hosts, a DENY on a PREFIXED resource) added."""
@@ -87,5 +73,5 @@ def test_decisions_equal_kafkas_after_an_incremental_update(kafka: KafkaAuthoriz
     changed = frozenset(acls) - removed | frozenset(added)
     ours.load_snapshot(changed)
     assert ours.acl_index.bindings == changed
-    kafka.load(changed)
-    assert differences(kafka, ours, decision_queries(2000, 4000, seed=8)) == []
+    kafka_authorizer.load(changed)
+    assert differences(kafka_authorizer, ours, decision_queries(2000, 4000, seed=8)) == []

@@ -18,8 +18,6 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from kafkaguard.policy.authorizer import (
     Action,
@@ -37,7 +35,7 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.standard import StandardAuthorizer
 from tests.support.kafka_broker import cache_dir, check_runtime, log_config_args
-from tests.support.kafka_referee import compiled_classes
+from tests.support.kafka_referee import JvmProgram, compiled_classes
 
 SOURCE = Path(__file__).with_name("AuthorizerReferee.java")
 JVM_OPTS = ["-Xss8m", "-Xmx3g", "-Djava.awt.headless=true"]
@@ -103,7 +101,7 @@ def acl_line(binding: AclBinding) -> str:
     return "\t".join([*map(_checked, fields), e.operation.name, e.permission_type.name])
 
 
-class KafkaAuthorizer:
+class KafkaAuthorizer(JvmProgram):
     """One JVM running ``AuthorizerReferee``; use as a context manager or call :meth:`close`."""
 
     def __init__(self, classpath: str | None = None) -> None:
@@ -120,35 +118,15 @@ class KafkaAuthorizer:
             text=True,
         )
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def close(self) -> None:
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
+        super().close()
         self._dir.cleanup()
 
     def _ask(self, *fields: str) -> list[str]:
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._proc.stdin.write("\t".join(fields) + "\n")
         self._proc.stdin.flush()
-        line = self._proc.stdout.readline()
+        line: str = self._proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the authorizer referee JVM exited ({self._proc.poll()})")
         status, *answer = line.rstrip("\n").split("\t")

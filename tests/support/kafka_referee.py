@@ -75,20 +75,11 @@ class Pending:
         return answers
 
 
-class KafkaReferee:
-    """One JVM running ``Referee``; use as a context manager or call :meth:`close`."""
+class JvmProgram:
+    """A Java program answering on its stdout what it reads on its stdin; use as a context
+    manager or call :meth:`close`, which ends its input and waits for it (10 s, then kills)."""
 
-    def __init__(self, classpath: str | None = None) -> None:
-        classpath = classpath or check_runtime()
-        classes = compiled_classes(classpath)
-        self._lock = threading.Lock()
-        self._proc = subprocess.Popen(
-            ["java", "-Xss8m", "-XX:+UseSerialGC", "-cp", f"{classes}{os.pathsep}{classpath}"]
-            + ["Referee"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+    _proc: subprocess.Popen[Any]
 
     def __enter__(self) -> Self:
         return self
@@ -112,6 +103,22 @@ class KafkaReferee:
                 self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
+
+
+class KafkaReferee(JvmProgram):
+    """One JVM running ``Referee``; use as a context manager or call :meth:`close`."""
+
+    def __init__(self, classpath: str | None = None) -> None:
+        classpath = classpath or check_runtime()
+        classes = compiled_classes(classpath)
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            ["java", "-Xss8m", "-XX:+UseSerialGC", "-cp", f"{classes}{os.pathsep}{classpath}"]
+            + ["Referee"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
 
     # -- batches -------------------------------------------------------------------------------
     def submit(self, ops: Sequence[dict[str, Any]]) -> Pending:
