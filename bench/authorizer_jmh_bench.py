@@ -107,11 +107,13 @@ def kafka_round(kafka: KafkaAuthorizer, acls: list[AclBinding], budget: float) -
     return figures
 
 
-def check_decisions(kafka: KafkaAuthorizer, acls: list[AclBinding], size: int, count: int) -> int:
+def check_decisions(
+    kafka: KafkaAuthorizer, acls: list[AclBinding], size: int, count: int, by_type: int | None
+) -> int:
     """Both authorizers' decisions on the same queries; exits at the first difference."""
     authorizer, _ = python_load(acls)
     kafka.load(acls)
-    queries = decision_queries(size, count)
+    queries = decision_queries(size, count, by_type=by_type)
     ours = [q.allowed_by(authorizer) for q in queries]
     theirs = kafka.decide(queries)
     differ = [(q, a, b) for q, a, b in zip(queries, ours, theirs, strict=True) if a != b]
@@ -129,7 +131,13 @@ def main() -> None:
     parser.add_argument("--deny", type=float, default=20.0, help="percentage of DENY ACLs")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup-rounds", type=int, default=1)
-    parser.add_argument("--queries", type=int, default=200_000)
+    parser.add_argument("--queries", type=int, default=200_000, help="authorize() compared")
+    parser.add_argument(
+        "--by-type-queries",
+        type=int,
+        default=None,
+        help="authorizeByResourceType queries compared (default: all 360 combinations)",
+    )
     parser.add_argument("--batch-seconds", type=float, default=0.5)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -141,7 +149,7 @@ def main() -> None:
     with KafkaAuthorizer() as kafka:
         for size in sizes:
             acls = jmh_acls(size, args.acls, args.deny)
-            checked = check_decisions(kafka, acls, size, args.queries)
+            checked = check_decisions(kafka, acls, size, args.queries, args.by_type_queries)
             sides: dict[str, list[Figures]] = {"kafkaguard": [], "kafka": []}
             for round_no in range(args.warmup_rounds + args.rounds):
                 order = ["kafkaguard", "kafka"] if round_no % 2 else ["kafka", "kafkaguard"]
