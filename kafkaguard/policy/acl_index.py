@@ -211,12 +211,38 @@ def _rank(entry: Entry, name: str) -> int:
     return 0 if pattern.name == name else sys.maxsize
 
 
-def _before(entry: Entry, found: Entry, name: str) -> bool:
+def _before(entry: Entry, found: Entry, name: str, pkey: PrincipalKey | None) -> bool:
     """Does ``entry`` decide before ``found``: a DENY before any ALLOW, else the earlier bucket
-    in scan order (on a tie, the one found first stays)?"""
+    in scan order, else (same bucket) the requester's own ACL before ``User:*``'s?"""
     if entry.allow is not found.allow:
         return found.allow
-    return _rank(entry, name) < _rank(found, name)
+    rank, other = _rank(entry, name), _rank(found, name)
+    if rank != other:
+        return rank < other
+    return entry.binding.entry.principal == pkey != found.binding.entry.principal
+
+
+def _host_find(
+    host_views: dict[PrincipalKey, dict[str, _View]],
+    pkey: PrincipalKey | None,
+    host: str,
+    address: Address,
+    operation: AclOperation,
+    name: str,
+    found: Entry | None,
+) -> Entry | None:
+    """``found`` (from the host-'*' views) or what the request's own host's views of its
+    principal and ``User:*`` decide before it (the subject's principals, each once)."""
+    allow_ops = _ALLOW_OPS[operation]
+    deny_ops = _DENY_OPS[operation]
+    for key in (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY):
+        per_host = host_views.get(key) if key is not None else None
+        view = per_host.get(host) if per_host is not None else None
+        if view is not None:
+            other = _find(view, operation, name, host, address, allow_ops, deny_ops)
+            if other is not None and (found is None or _before(other, found, name, pkey)):
+                found = other
+    return found
 
 
 _new_entry = tuple.__new__  # Entry's own __new__ is a Python function: 2x slower at load
@@ -406,13 +432,16 @@ class _Principal:
 
     def __init__(self, entries: list[Entry]) -> None:
         self.entries = entries
-        self.networked = [e for e in entries if e.network is not None]
+        self.networked: list[Entry] = []
         any_host: list[Entry] = []
         by_host: dict[str, list[Entry]] = {}
         for entry in entries:
             host = entry.host
-            if host == WILDCARD_HOST or entry.network is not None:
+            if host == WILDCARD_HOST:
                 any_host.append(entry)
+            elif entry.network is not None:
+                any_host.append(entry)
+                self.networked.append(entry)
             else:
                 bucket = by_host.get(host)
                 if bucket is None:
@@ -526,7 +555,18 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
 class _TypeIndex:
     """Everything about one resource type: the per-principal views, and what any ACL covers."""
 
-    __slots__ = ("lengths", "literal_count", "prefix_count", "star", "views", "walk", "wild")
+    __slots__ = (
+        "any_views",
+        "host_views",
+        "lengths",
+        "literal_count",
+        "prefix_count",
+        "star",
+        "views",
+        "walk",
+        "wild",
+        "wild_principal",
+    )
 
     def __init__(
         self,
@@ -536,7 +576,13 @@ class _TypeIndex:
         walk: tuple[dict[str, bool], tuple[int, ...]] | None = None,
     ) -> None:
         self.views = views
-        self.wild = views.get(USER_WILDCARD_KEY)
+        # What a request reads: each principal's host-'*' view, and the specific hosts' views
+        # only where some principal has any (None, the usual case, costs the request nothing).
+        self.any_views = {k: p.any_host for k, p in views.items() if p.any_host is not None}
+        host_views = {k: p.by_host for k, p in views.items() if p.by_host is not None}
+        self.host_views = host_views or None
+        self.wild_principal = views.get(USER_WILDCARD_KEY)
+        self.wild = self.any_views.get(USER_WILDCARD_KEY)
         self.literal_count = literal_count
         self.prefix_count = prefix_count
         self.star = WILDCARD_RESOURCE in literal_count
@@ -715,7 +761,7 @@ class AclIndex:
         return len(self.bindings)
 
     # -- matching (the hot path) ---------------------------------------------------------------
-    def match(  # noqa: C901 - hot path, the subject's four views inlined on purpose
+    def match(
         self,
         pkey: PrincipalKey | None,
         host: str,
@@ -738,25 +784,24 @@ class AclIndex:
             return _NO_ACL
         allow_ops = _ALLOW_OPS[operation]
         deny_ops = _DENY_OPS[operation]
+        view = index.any_views.get(pkey) if pkey is not None else None
         found = None
+        if view is not None:
+            found = _find(view, operation, name, host, address, allow_ops, deny_ops)
         wild = index.wild
-        # The subject's principals, each looked at once (a group principal would join here).
-        own = index.views.get(pkey) if pkey is not None else None
-        for holder in (own, wild if wild is not own else None):
-            if holder is None:
-                continue
-            view = holder.any_host
-            if view is not None:
-                other = _find(view, operation, name, host, address, allow_ops, deny_ops)
-                if other is not None and (found is None or _before(other, found, name)):
-                    found = other
-            by_host = holder.by_host
-            if by_host is not None:
-                view = by_host.get(host)
-                if view is not None:
-                    other = _find(view, operation, name, host, address, allow_ops, deny_ops)
-                    if other is not None and (found is None or _before(other, found, name)):
-                        found = other
+        if wild is not None and wild is not view:
+            other = _find(wild, operation, name, host, address, allow_ops, deny_ops)
+            if other is not None and (
+                found is None
+                or (
+                    found.allow
+                    if found.allow is not other.allow
+                    else _rank(other, name) < _rank(found, name)
+                )
+            ):
+                found = other
+        if index.host_views is not None:
+            found = _host_find(index.host_views, pkey, host, address, operation, name, found)
         if found is not None:
             return (_ALLOW_ACL if found.allow else _DENY_ACL), found
         if not need_applicable or index.applies(name):
@@ -783,7 +828,7 @@ class AclIndex:
         if index is None:
             return False
         grants: list[_Grants] = []
-        wild = index.wild
+        wild = index.wild_principal
         own = index.views.get(pkey) if pkey is not None else None
         for holder in (own, wild if wild is not own else None):
             if holder is not None:
