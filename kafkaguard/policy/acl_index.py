@@ -65,6 +65,7 @@ import contextlib
 import enum
 import gc
 import ipaddress
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
@@ -307,6 +308,8 @@ class _Grants(NamedTuple):
 
     ``open_*`` are the ALLOW names no DENY of the *same* view dominates (a DENY literal of the
     same name, or a DENY prefix of it): only they can survive the DENYs of all views together.
+    ``open_stem`` is their longest common prefix: another view's DENY prefix of it dominates
+    them all at once (a team's prefix DENY from one host, over its names ALLOWed from ``*``).
     """
 
     deny_star: bool
@@ -316,6 +319,7 @@ class _Grants(NamedTuple):
     deny_lengths: tuple[int, ...]
     open_literal: tuple[str, ...]
     open_prefix: tuple[str, ...]
+    open_stem: str
 
 
 def _dominated(name: str, grants: _Grants) -> bool:
@@ -363,12 +367,16 @@ def _grants(entries: Iterable[Entry], operation: AclOperation, networks: bool = 
         tuple(sorted({len(p) for p in deny_prefix})),
         (),
         (),
+        "",
     )
+    open_literal = tuple(
+        n for n in allow_literal if n not in deny_literal and not _dominated(n, own)
+    )
+    open_prefix = tuple(n for n in allow_prefix if not _dominated(n, own))
     return own._replace(
-        open_literal=tuple(
-            n for n in allow_literal if n not in deny_literal and not _dominated(n, own)
-        ),
-        open_prefix=tuple(n for n in allow_prefix if not _dominated(n, own)),
+        open_literal=open_literal,
+        open_prefix=open_prefix,
+        open_stem=os.path.commonprefix([*open_literal, *open_prefix]),
     )
 
 
@@ -471,6 +479,8 @@ def _open_name(grants: list[_Grants]) -> bool:
     are already applied: :attr:`_Grants.open_literal`)?"""
     for g in grants:
         others = [o for o in grants if o is not g]
+        if g.open_stem and any(_dominated(g.open_stem, o) for o in others):
+            continue  # a DENY prefix of the stem every open name starts with: none survives
         for name in g.open_literal:
             if not any(name in o.deny_literal or _dominated(name, o) for o in others):
                 return True

@@ -15,10 +15,24 @@ from dataclasses import replace
 import pytest
 
 from kafkaguard.policy.config import AuthorizerConfig
-from kafkaguard.policy.model import AclBinding, AclPermissionType
+from kafkaguard.policy.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from kafkaguard.policy.standard import StandardAuthorizer
 from tests.support.authorizer_referee import KafkaAuthorizer, Query
-from tests.support.jmh_acls import decision_queries, jmh_acls
+from tests.support.jmh_acls import (
+    BY_TYPE_HOST,
+    PRINCIPAL,
+    RESOURCE_PREFIX,
+    decision_queries,
+    jmh_acls,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -75,3 +89,25 @@ def test_decisions_equal_kafkas_after_an_incremental_update(
     assert ours.acl_index.bindings == changed
     kafka_authorizer.load(changed)
     assert differences(kafka_authorizer, ours, decision_queries(2000, 4000, seed=8)) == []
+
+
+def test_a_prefix_deny_from_one_host_over_names_allowed_from_any(
+    kafka_authorizer: KafkaAuthorizer,
+) -> None:
+    """A DENY on the prefix every TOPIC name starts with, from one host, dominates what
+    ``User:test-user`` may READ from ``*``: by-type answers DENIED from that host only (the
+    shortcut over a view's common stem, ``_Grants.open_stem``), as Kafka's scan of every ACL."""
+    deny = AclBinding(
+        ResourcePattern(ResourceType.TOPIC, RESOURCE_PREFIX, PatternType.PREFIXED),
+        AccessControlEntry(PRINCIPAL, BY_TYPE_HOST, AclOperation.READ, AclPermissionType.DENY),
+    )
+    acls = [*jmh_acls(500, 10, 20.0, seed=3), deny]
+    kafka_authorizer.load(acls)
+    ours = StandardAuthorizer()
+    ours.load_snapshot(acls)
+    queries = decision_queries(500, 2000, seed=3)
+    assert differences(kafka_authorizer, ours, queries) == []
+    by_type = {(q.host, q.operation, q.resource_type): q.allowed_by(ours)
+               for q in queries if q.kind == "by_type" and q.principal == PRINCIPAL}  # fmt: skip
+    assert by_type[(BY_TYPE_HOST, AclOperation.READ, ResourceType.TOPIC)] is False
+    assert by_type[("127.0.0.1", AclOperation.READ, ResourceType.TOPIC)] is True
