@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Final
 
 from kafkaguard.audit.spark.runtime.command import Job, LazySession, Out
+
+HELP: Final = "turn the closed hours of the audit trail into Parquet (incremental)"
+"""The job's line in ``kafkaguard analyze --help``."""
 
 
 def _arguments(compact: argparse.ArgumentParser) -> None:
@@ -40,11 +44,4 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-JOB = Job(
-    "compact",
-    "turn the closed hours of the audit trail into Parquet (incremental)",
-    _arguments,
-    _run,
-    windowed=False,
-    kafka=False,  # the proxy's local directory only
-)
+JOB = Job("compact", HELP, _arguments, _run, windowed=False, kafka=False)  # a local path

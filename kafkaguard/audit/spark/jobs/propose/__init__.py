@@ -6,8 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Final
 
 from kafkaguard.audit.spark.runtime.command import Job, LazySession, Out, window_input
+
+HELP: Final = "least-privilege ACLs for the observed access"
+"""The job's line in ``kafkaguard analyze --help``."""
 
 
 def _arguments(propose: argparse.ArgumentParser) -> None:
@@ -76,10 +80,4 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-JOB = Job(
-    "propose",
-    "least-privilege ACLs for the observed access",
-    _arguments,
-    _run,
-    check=_check,
-)
+JOB = Job("propose", HELP, _arguments, _run, _check)

@@ -7,8 +7,12 @@ import argparse
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from kafkaguard.audit.spark.runtime.command import Job, LazySession, Out, window, window_input
+
+HELP: Final = "decisions by principal/resource/operation/listener"
+"""The job's line in ``kafkaguard analyze --help``."""
 
 
 def _arguments(report: argparse.ArgumentParser) -> None:
@@ -72,4 +76,4 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-JOB = Job("report", "decisions by principal/resource/operation/listener", _arguments, _run)
+JOB = Job("report", HELP, _arguments, _run)

@@ -4,8 +4,12 @@ decisions is :mod:`.usage`."""
 from __future__ import annotations
 
 import argparse
+from typing import Final
 
 from kafkaguard.audit.spark.runtime.command import Job, LazySession, Out, window_input
+
+HELP: Final = "ACLs in the current store that matched no decision"
+"""The job's line in ``kafkaguard analyze --help``."""
 
 
 def _arguments(unused: argparse.ArgumentParser) -> None:
@@ -33,10 +37,4 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-JOB = Job(
-    "unused",
-    "ACLs in the current store that matched no decision",
-    _arguments,
-    _run,
-    connect=False,  # the replay runs on RDDs with a broadcast policy
-)
+JOB = Job("unused", HELP, _arguments, _run, connect=False)  # replays on RDDs: no Connect

@@ -7,12 +7,15 @@ import argparse
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from kafkaguard.audit.spark.runtime.command import Job, LazySession, Out, parse_conf
 
 if TYPE_CHECKING:
     from kafkaguard.audit.spark.jobs.watch.stream import SpikeRule
+
+HELP: Final = "stream the audit topic: alert on new principals, new denials, would-deny spikes"
+"""The job's line in ``kafkaguard analyze --help``."""
 
 
 def _arguments(watch: argparse.ArgumentParser) -> None:
@@ -121,12 +124,4 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-JOB = Job(
-    "watch",
-    "stream the audit topic: alert on new principals, new denials, would-deny spikes",
-    _arguments,
-    _run,
-    check=_check,
-    windowed=False,
-    connect=False,  # its state is kept on the driver
-)
+JOB = Job("watch", HELP, _arguments, _run, _check, windowed=False, connect=False)

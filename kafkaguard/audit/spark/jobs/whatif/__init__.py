@@ -4,8 +4,12 @@ and its flips are :mod:`.flips`."""
 from __future__ import annotations
 
 import argparse
+from typing import Final
 
 from kafkaguard.audit.spark.runtime.command import Job, LazySession, Out, window_input
+
+HELP: Final = "replay the window against another ACL set"
+"""The job's line in ``kafkaguard analyze --help``."""
 
 
 def _arguments(whatif: argparse.ArgumentParser) -> None:
@@ -52,10 +56,4 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
     return 3 if args.fail_on_breakage and breaking else 0
 
 
-JOB = Job(
-    "whatif",
-    "replay the window against another ACL set",
-    _arguments,
-    _run,
-    connect=False,  # the replay runs on RDDs with a broadcast policy
-)
+JOB = Job("whatif", HELP, _arguments, _run, connect=False)  # replays on RDDs: no Connect
