@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from kafkaguard.audit.spark.session import build_session
+from kafkaguard.audit.spark.runtime.session import build_session
+from tests.support.analyze_data import write_audit
+from tests.support.replay_data import TRAIL
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +36,9 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def replay_trail(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The trail of :mod:`tests.support.replay_data`, written once per module that asks."""
+    return str(write_audit(tmp_path_factory.mktemp("trail"), TRAIL))
