@@ -32,7 +32,7 @@ Each job is timed from reading the files to its last output; events/s is records
 runtime dependency: ``pip install -e '.[bench]'``): in every round, right after the Spark
 jobs on the same input, DuckDB runs ``propose``'s aggregation (:func:`observed_grants`) and
 the report's cube with its main roll-ups, on the same compacted Parquet and on the same JSON
-lines (validated as :func:`kafkaguard.audit.spark.source.valid_records` does), and the first
+lines (validated as :func:`kafkaguard.audit.spark.trail.source.valid_records` does), and the first
 round checks that DuckDB's rows equal Spark's.
 
 ``--cold`` (issue 29) runs every job as users run it instead: each a fresh ``kafkaguard
@@ -76,20 +76,20 @@ sys.path.insert(0, str(REPO))
 from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from kafkaguard.audit.spark.compact import compact  # noqa: E402
-from kafkaguard.audit.spark.html_report import render  # noqa: E402
-from kafkaguard.audit.spark.output import write_tables  # noqa: E402
-from kafkaguard.audit.spark.proposal import render_acl_file  # noqa: E402
-from kafkaguard.audit.spark.propose import propose  # noqa: E402
-from kafkaguard.audit.spark.report import (  # noqa: E402
+from kafkaguard.audit.spark.jobs.compact.parquet import compact  # noqa: E402
+from kafkaguard.audit.spark.jobs.propose.grants import propose  # noqa: E402
+from kafkaguard.audit.spark.jobs.report.cube import (  # noqa: E402
     LARGE_TABLES,
     Report,
     build_report,
     report_data,
 )
-from kafkaguard.audit.spark.schema import FIELD_NAMES  # noqa: E402
-from kafkaguard.audit.spark.session import build_session  # noqa: E402
-from kafkaguard.audit.spark.source import (  # noqa: E402
+from kafkaguard.audit.spark.render.html import render  # noqa: E402
+from kafkaguard.audit.spark.runtime.output import write_tables  # noqa: E402
+from kafkaguard.audit.spark.runtime.session import build_session  # noqa: E402
+from kafkaguard.audit.spark.solver.proposal import render_acl_file  # noqa: E402
+from kafkaguard.audit.spark.trail.schema import FIELD_NAMES  # noqa: E402
+from kafkaguard.audit.spark.trail.source import (  # noqa: E402
     TimeRange,
     partition_filters,
     read_audit,
@@ -306,7 +306,7 @@ DUCKDB_JSON_COLUMNS = {
     "reason": "VARCHAR",
 }
 """The fields the reference reads from a JSON line (others are skipped), typed as
-:data:`kafkaguard.audit.spark.schema.AUDIT_SCHEMA` types them."""
+:data:`kafkaguard.audit.spark.trail.schema.AUDIT_SCHEMA` types them."""
 
 DUCKDB_GRANTS = """
 SELECT principal, '*' AS host, operation, resource_type, resource_name,
@@ -362,7 +362,7 @@ DUCKDB_ROLLUPS = {
 
 def duckdb_events(data: Path, compacted: Path | None) -> str:
     """The valid records as a DuckDB relation: the compacted Parquet as it is, or the JSON
-    lines validated as :func:`kafkaguard.audit.spark.source.valid_records` does."""
+    lines validated as :func:`kafkaguard.audit.spark.trail.source.valid_records` does."""
     if compacted is not None:
         return f"read_parquet('{compacted}/date=*/hour=*/*.parquet')"
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in DUCKDB_JSON_COLUMNS.items()) + "}"

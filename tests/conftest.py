@@ -16,9 +16,9 @@ pytest.register_assert_rewrite("tests.support")
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclBinding
@@ -26,13 +26,14 @@ from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.proxy.app.server import ProxyServer
 from kafkaguard.proxy.config import BrokerPorts
 from kafkaguard.tansu import TansuBroker, free_base
+from tests.support.authorizer_referee import KafkaAuthorizer
 from tests.support.kafka_broker import (
     KafkaBroker,
     KafkaUnavailable,
     require_kafka,
     session_broker,
 )
-from tests.support.kafka_referee import KafkaReferee
+from tests.support.kafka_referee import JvmProgram, KafkaReferee
 from tests.support.proxy_fixture import (
     TANSU_NODE_ID,
     RunningProxy,
@@ -44,6 +45,8 @@ from tests.support.proxy_fixture import (
 from tests.support.pure_python import OPTION as PURE_PYTHON_SELECTION
 from tests.support.pure_python import selected as in_pure_python_selection
 from tests.support.zookeeper import ZooKeeperFactory, ZooKeeperServer, missing_reason, unique_chroot
+
+_Program = TypeVar("_Program", bound=JvmProgram)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -206,17 +209,29 @@ def kafka_referee(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
     yield from session_broker("referee", tmp_path_factory.mktemp("kafka-referee"))
 
 
+def _kafka_program(start: Callable[[str], _Program], what: str) -> Iterator[_Program]:
+    """A Java program on Kafka 4.3.1's classpath for the session, stopped at its end.
+    Skipped without Java 17, javac or the jars, failed in CI."""
+    classpath = require_kafka()
+    try:
+        program = start(classpath)
+    except KafkaUnavailable as exc:  # no javac: as require_kafka, fail in CI, else skip
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} unavailable in CI: {exc}", pytrace=False)
+        pytest.skip(f"{what} unavailable: {exc}")
+    with program:
+        yield program
+
+
 @pytest.fixture(scope="session")
 def kafka_reader() -> Iterator[KafkaReferee]:
     """Kafka 4.3.1's own readers (and ``java.util.regex``) in one JVM for the session
-    (``tests/support/kafka_referee.py``): no broker. Skipped without Java 17 or the jars,
-    failed in CI."""
-    classpath = require_kafka()
-    try:
-        referee = KafkaReferee(classpath)
-    except KafkaUnavailable as exc:  # no javac: as require_kafka, fail in CI, else skip
-        if os.environ.get("CI"):
-            pytest.fail(f"Kafka's readers unavailable in CI: {exc}", pytrace=False)
-        pytest.skip(f"Kafka's readers unavailable: {exc}")
-    with referee:
-        yield referee
+    (``tests/support/kafka_referee.py``): no broker."""
+    yield from _kafka_program(KafkaReferee, "Kafka's readers")
+
+
+@pytest.fixture(scope="session")
+def kafka_authorizer() -> Iterator[KafkaAuthorizer]:
+    """Kafka 4.3.1's ``StandardAuthorizer`` in one JVM for the session
+    (``tests/support/authorizer_referee.py``): no broker; each ``load`` replaces its ACLs."""
+    yield from _kafka_program(KafkaAuthorizer, "Kafka's StandardAuthorizer")

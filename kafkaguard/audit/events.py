@@ -1,8 +1,8 @@
 """The audit record: one JSON object per line, schema version 1 (the audit contract).
 
 This module owns the record the proxy writes and the Spark jobs read
-(:mod:`kafkaguard.audit.spark.schema` mirrors :data:`FIELD_NAMES`; a test keeps the two equal),
-and the conversion of a :class:`~kafkaguard.policy.audit_log.DecisionEvent` into it. It is
+(:mod:`kafkaguard.audit.spark.trail.schema` mirrors :data:`FIELD_NAMES`; a test keeps the two
+equal), and the conversion of a :class:`~kafkaguard.policy.audit_log.DecisionEvent` into it. It is
 pure: no I/O, no clock (times are passed in as epoch seconds).
 
 Fields, in order (the JSON keys are exactly these)::

@@ -10,8 +10,13 @@ gather every ACL of the resource type that is LITERAL with the exact name or ``*
 with a prefix of the name; any matching DENY wins; else any matching ALLOW; else "no ACL
 applies" (→ ``allow.everyone.if.no.acl.found``) or default deny.
 
-Only ACLs of the requesting principal and of ``User:*`` can *match*, so the ACLs are indexed
-per (resource type, principal key) first, in a :class:`_View`:
+Only ACLs of the requesting principal and of ``User:*`` can *match*, and only those from host
+``*`` or the request's own host, so the ACLs are indexed per (resource type, principal key)
+first (a :class:`_Principal`), then per host key: one :class:`_View` for host ``*`` (with
+``host_cidr``, the network ACLs too) and one per specific host. A request reads at most four
+views (its principal's and ``User:*``'s, each for ``*`` and its host), however many hosts the
+ACLs name: Kafka's JMH ``AuthorizerBenchmark`` gives one principal 20,000 ``*`` ACLs from as
+many hosts, which ``StandardAuthorizerData.findAclRule`` scans on every call. In a view:
 
 * ``literal[name]`` holds the principal's LITERAL ACLs, including the ``*`` ones (also kept as
   ``star``);
@@ -19,10 +24,15 @@ per (resource type, principal key) first, in a :class:`_View`:
   the prefix lengths ``L`` this principal uses, shortest first. The walk dict also holds every
   prefix's *stems* at those lengths (as empty tuples), so the probe stops at the first miss.
 
-A request therefore costs a few hash probes in at most two small views (its own and
-``User:*``'s), however many other principals hold prefixes of the same name. Views are keyed
-by the ACL's principal text (see :func:`principal_key`), and a view's ``*`` ACLs, when none
-has a specific host, are also decided once per operation (``star_by_op``).
+A request therefore costs a few hash probes in a few small views, however many other
+principals hold prefixes of the same name. Principals are keyed by the ACL's principal text
+(see :func:`principal_key`), and a view's ``*`` ACLs, when none has a specific host, are also
+decided once per operation (``star_by_op``).
+
+``authorizeByResourceType`` (KIP-679) reads the same views through a summary per view and
+operation (:class:`_Grants`: the ALLOW and DENY names of that operation or ALL, and the ALLOW
+names no DENY of the view itself dominates), made on the view's first such question; Kafka's
+default method lists every ACL of the resource type on each call.
 
 Whether *any* ACL (of anybody) applies to the resource only matters when nothing matched: it
 separates "no ACL" (``allow.everyone.if.no.acl.found``) from "ACLs apply, none matched". That
@@ -37,15 +47,16 @@ rank (its step in that scan).
 
 Worked example (request: User:bob READ TOPIC ``alpha`` from 10.0.0.1)::
 
-    views[TOPIC][User:bob].literal["alpha"]   (none)
-    views[TOPIC][User:bob].walk["alp"]        DENY READ *        DENY  -> DENIED, stop
-    views[TOPIC][User:*]                      scanned too; reported only if its DENY ranks
-                                              before "alp" (e.g. a LITERAL "alpha")
+    views[TOPIC][User:bob].any_host.literal["alpha"]   (none)
+    views[TOPIC][User:bob].any_host.walk["alp"]        DENY READ *        DENY  -> DENIED
+    views[TOPIC][User:bob].by_host["10.0.0.1"]         (none)
+    views[TOPIC][User:*]                               scanned too; reported only if its DENY
+                                                       ranks before "alp" (a LITERAL "alpha")
 
-The snapshot is never mutated: a change builds a new ``AclIndex`` (cheaply, by copying the
-per-type dicts, rebuilding only the touched principals' views and patching the per-type prefix
-walk) that the authorizer swaps in whole, so readers never lock. This module does no I/O and
-no logging.
+The snapshot is never mutated (the by-type summaries are derived from it and cached in the
+views): a change builds a new ``AclIndex`` (cheaply, by copying the per-type dicts, rebuilding
+only the touched principals' views and patching the per-type prefix walk) that the authorizer
+swaps in whole, so readers never lock. This module does no I/O and no logging.
 """
 
 from __future__ import annotations
@@ -54,8 +65,9 @@ import contextlib
 import enum
 import gc
 import ipaddress
+import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from kafkaguard.policy.model import (
@@ -170,7 +182,7 @@ def _entry(binding: AclBinding, host_cidr: bool) -> Entry:
 
 
 def _scan(
-    entries: tuple[Entry, ...],
+    entries: Sequence[Entry],
     host: str,
     address: Address,
     allow_ops: frozenset[AclOperation],
@@ -200,6 +212,41 @@ def _rank(entry: Entry, name: str) -> int:
     return 0 if pattern.name == name else sys.maxsize
 
 
+def _before(entry: Entry, found: Entry, name: str, pkey: PrincipalKey | None) -> bool:
+    """Does ``entry`` decide before ``found``: a DENY before any ALLOW, else the earlier bucket
+    in scan order, else (same bucket) the requester's own ACL before ``User:*``'s?"""
+    if entry.allow is not found.allow:
+        return found.allow
+    rank, other = _rank(entry, name), _rank(found, name)
+    if rank != other:
+        return rank < other
+    return entry.binding.entry.principal == pkey != found.binding.entry.principal
+
+
+def _host_find(
+    host_views: dict[PrincipalKey, dict[str, _View]],
+    pkey: PrincipalKey | None,
+    host: str,
+    address: Address,
+    operation: AclOperation,
+    name: str,
+    found: Entry | None,
+) -> Entry | None:
+    """``found`` (from the host-'*' views) or what the request's own host's views of its
+    principal and ``User:*`` decide before it (the subject's principals, each once)."""
+    allow_ops = _ALLOW_OPS[operation]
+    deny_ops = _DENY_OPS[operation]
+    for key in (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY):
+        per_host = host_views.get(key) if key is not None else None
+        view = per_host.get(host) if per_host is not None else None
+        if view is not None:
+            other = _find(view, operation, name, host, address, allow_ops, deny_ops)
+            if other is not None and (found is None or _before(other, found, name, pkey)):
+                found = other
+    return found
+
+
+_new_entry = tuple.__new__  # Entry's own __new__ is a Python function: 2x slower at load
 _DENY_ACL = AclMatch.DENY_ACL
 _ALLOW_ACL = AclMatch.ALLOW_ACL
 _ANY_ADDRESS = ipaddress.IPv4Address(0)  # for scans where every host is '*'
@@ -255,25 +302,107 @@ def _patched_walk(
     return walk, lengths
 
 
+class _Grants(NamedTuple):
+    """What one view's ACLs grant for one operation to ``authorizeByResourceType`` (KIP-679):
+    the names its ALLOW and DENY ACLs of that operation or ALL carry, per pattern type.
+
+    ``open_*`` are the ALLOW names no DENY of the *same* view dominates (a DENY literal of the
+    same name, or a DENY prefix of it): only they can survive the DENYs of all views together.
+    ``open_stem`` is their longest common prefix: another view's DENY prefix of it dominates
+    them all at once (a team's prefix DENY from one host, over its names ALLOWed from ``*``).
+    """
+
+    deny_star: bool
+    allow_star: bool
+    deny_literal: frozenset[str]
+    deny_prefix: frozenset[str]
+    deny_lengths: tuple[int, ...]
+    open_literal: tuple[str, ...]
+    open_prefix: tuple[str, ...]
+    open_stem: str
+
+
+def _dominated(name: str, grants: _Grants) -> bool:
+    """Is the name under one of the view's DENY prefixes (``Authorizer.authorizeByResourceType``
+    tries every prefix ``name[:1]`` … ``name``; only the lengths in use can hit)?"""
+    prefixes = grants.deny_prefix
+    size = len(name)
+    for length in grants.deny_lengths:
+        if length > size:
+            return False
+        if name[:length] in prefixes:
+            return True
+    return False
+
+
+def _grants(entries: Iterable[Entry], operation: AclOperation, networks: bool = False) -> _Grants:
+    """The summary of the entries of one host key: those from host ``*`` or one host (a
+    view's), or those naming a network (``networks``, with ``host_cidr``)."""
+    deny_star = allow_star = False
+    deny_literal: set[str] = set()
+    deny_prefix: set[str] = set()
+    allow_literal: dict[str, None] = {}  # insertion-ordered sets
+    allow_prefix: dict[str, None] = {}
+    for entry in entries:
+        if entry.operation is not operation and entry.operation is not AclOperation.ALL:
+            continue
+        if (entry.network is not None) is not networks:
+            continue
+        pattern = entry.binding.pattern
+        literal = pattern.pattern_type is _LITERAL
+        if literal and pattern.name == WILDCARD_RESOURCE:
+            if entry.allow:
+                allow_star = True
+            else:
+                deny_star = True
+        elif entry.allow:
+            (allow_literal if literal else allow_prefix)[pattern.name] = None
+        else:
+            (deny_literal if literal else deny_prefix).add(pattern.name)
+    own = _Grants(
+        deny_star,
+        allow_star,
+        frozenset(deny_literal),
+        frozenset(deny_prefix),
+        tuple(sorted({len(p) for p in deny_prefix})),
+        (),
+        (),
+        "",
+    )
+    open_literal = tuple(
+        n for n in allow_literal if n not in deny_literal and not _dominated(n, own)
+    )
+    open_prefix = tuple(n for n in allow_prefix if not _dominated(n, own))
+    return own._replace(
+        open_literal=open_literal,
+        open_prefix=open_prefix,
+        open_stem=os.path.commonprefix([*open_literal, *open_prefix]),
+    )
+
+
 class _View:
-    """One principal's ACLs on one resource type, indexed for :func:`_find`."""
+    """One principal's ACLs on one resource type from one host key, indexed for :func:`_find`.
 
-    __slots__ = ("entries", "lengths", "literal", "star", "star_by_op", "walk")
+    Buckets are lists built here and never changed afterwards (a list is as fast to scan as a
+    tuple and skips a copy per bucket at load).
+    """
 
-    def __init__(self, entries: tuple[Entry, ...]) -> None:
+    __slots__ = ("entries", "grants", "lengths", "literal", "star", "star_by_op", "walk")
+
+    def __init__(self, entries: list[Entry]) -> None:
         literal: dict[str, list[Entry]] = {}
         prefixed: dict[str, list[Entry]] = {}
         for entry in entries:
             pattern = entry.binding.pattern
-            target = literal if pattern.pattern_type == _LITERAL else prefixed
+            target = literal if pattern.pattern_type is _LITERAL else prefixed
             bucket = target.get(pattern.name)
             if bucket is None:
                 target[pattern.name] = [entry]
             else:
                 bucket.append(entry)
         self.entries = entries
-        self.literal: dict[str, tuple[Entry, ...]] = {k: tuple(v) for k, v in literal.items()}
-        self.star = self.literal.get(WILDCARD_RESOURCE)
+        self.literal = literal
+        self.star = literal.get(WILDCARD_RESOURCE)
         # The principal's '*' ACLs are consulted by nearly every request, and pile up (one per
         # operation, permission and host): when no host is specific, decide them per operation
         # once, here, so a request does one lookup instead of a scan.
@@ -285,11 +414,80 @@ class _View:
                 found = _scan(star, WILDCARD_HOST, _ANY_ADDRESS, _ALLOW_OPS[op], _DENY_OPS[op])
                 if found is not None:
                     self.star_by_op[op] = found
-        self.walk: dict[str, tuple[Entry, ...]] = {}
+        self.walk: dict[str, Sequence[Entry]] = {}
         self.lengths: tuple[int, ...] = ()
         if prefixed:
             stems, self.lengths = _stems(prefixed)
-            self.walk = {k: tuple(prefixed[k]) if real else _STEM for k, real in stems.items()}
+            self.walk = {k: prefixed[k] if real else _STEM for k, real in stems.items()}
+        self.grants: dict[AclOperation, _Grants] = {}
+        """``authorizeByResourceType``'s summary per operation, made on its first use: derived
+        from the (immutable) entries only, so a concurrent first use computes the same value."""
+
+    def grants_for(self, operation: AclOperation) -> _Grants:
+        found = self.grants.get(operation)
+        if found is None:
+            found = self.grants[operation] = _grants(self.entries, operation)
+        return found
+
+
+class _Principal:
+    """One principal's ACLs on one resource type, split by host: ``any_host`` holds those from
+    host ``*`` (and, with ``host_cidr``, those naming a network), ``by_host`` one view per
+    specific host. A request looks at ``any_host`` and its own host's view only, however many
+    hosts the principal's ACLs name (``AuthorizerBenchmark``: 20,000 on ``*``)."""
+
+    __slots__ = ("any_host", "by_host", "entries", "networked")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self.networked: list[Entry] = []
+        any_host: list[Entry] = []
+        by_host: dict[str, list[Entry]] = {}
+        for entry in entries:
+            host = entry.host
+            if host == WILDCARD_HOST:
+                any_host.append(entry)
+            elif entry.network is not None:
+                any_host.append(entry)
+                self.networked.append(entry)
+            else:
+                bucket = by_host.get(host)
+                if bucket is None:
+                    by_host[host] = [entry]
+                else:
+                    bucket.append(entry)
+        self.any_host = _View(any_host) if any_host else None
+        self.by_host = {h: _View(e) for h, e in by_host.items()} if by_host else None
+
+    def grants(self, host: str, address: Address, operation: AclOperation) -> Iterator[_Grants]:
+        """The summaries of the views a request from ``host`` can match (``any_host``, the
+        host's own) and, with ``host_cidr``, of the networks holding the address (per call)."""
+        if self.any_host is not None:
+            yield self.any_host.grants_for(operation)
+        if self.by_host is not None:
+            view = self.by_host.get(host)
+            if view is not None:
+                yield view.grants_for(operation)
+        if self.networked:
+            inside = [e for e in self.networked if e.network and address in e.network]
+            if inside:
+                yield _grants(inside, operation, networks=True)
+
+
+def _open_name(grants: list[_Grants]) -> bool:
+    """Is some ALLOW name of one summary dominated by no DENY of the others (its own DENYs
+    are already applied: :attr:`_Grants.open_literal`)?"""
+    for g in grants:
+        others = [o for o in grants if o is not g]
+        if g.open_stem and any(_dominated(g.open_stem, o) for o in others):
+            continue  # a DENY prefix of the stem every open name starts with: none survives
+        for name in g.open_literal:
+            if not any(name in o.deny_literal or _dominated(name, o) for o in others):
+                return True
+        for name in g.open_prefix:
+            if not any(_dominated(name, o) for o in others):
+                return True
+    return False
 
 
 def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on purpose
@@ -307,7 +505,7 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
     Each bucket is scanned like :func:`_scan`, inlined here: this is the hot path.
     """
     allow: Entry | None = None
-    entries = view.literal.get(name)
+    entries: Sequence[Entry] | None = view.literal.get(name)
     if entries is not None:
         for entry in entries:
             h = entry.host
@@ -367,17 +565,34 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
 class _TypeIndex:
     """Everything about one resource type: the per-principal views, and what any ACL covers."""
 
-    __slots__ = ("lengths", "literal_count", "prefix_count", "star", "views", "walk", "wild")
+    __slots__ = (
+        "any_views",
+        "host_views",
+        "lengths",
+        "literal_count",
+        "prefix_count",
+        "star",
+        "views",
+        "walk",
+        "wild",
+        "wild_principal",
+    )
 
     def __init__(
         self,
-        views: dict[PrincipalKey, _View],
+        views: dict[PrincipalKey, _Principal],
         literal_count: dict[str, int],
         prefix_count: dict[str, int],
         walk: tuple[dict[str, bool], tuple[int, ...]] | None = None,
     ) -> None:
         self.views = views
-        self.wild = views.get(USER_WILDCARD_KEY)
+        # What a request reads: each principal's host-'*' view, and the specific hosts' views
+        # only where some principal has any (None, the usual case, costs the request nothing).
+        self.any_views = {k: p.any_host for k, p in views.items() if p.any_host is not None}
+        host_views = {k: p.by_host for k, p in views.items() if p.by_host is not None}
+        self.host_views = host_views or None
+        self.wild_principal = views.get(USER_WILDCARD_KEY)
+        self.wild = self.any_views.get(USER_WILDCARD_KEY)
         self.literal_count = literal_count
         self.prefix_count = prefix_count
         self.star = WILDCARD_RESOURCE in literal_count
@@ -437,41 +652,55 @@ class AclIndex:
 
     @classmethod
     def _build(cls, bindings: Iterable[AclBinding], host_cidr: bool) -> AclIndex:
-        frozen = frozenset(bindings)
-        grouped: dict[ResourceType, dict[PrincipalKey, list[AclBinding]]] = {}
+        given = bindings if isinstance(bindings, (list, tuple)) else None
+        frozen = bindings if isinstance(bindings, frozenset) else frozenset(bindings)
+        # A list without duplicates is read in its own order, in which its objects were
+        # allocated: at 2.4M ACLs, the set's hash order costs a cache miss per binding.
+        source = given if given is not None and len(given) == len(frozen) else frozen
+        grouped: dict[ResourceType, dict[PrincipalKey, list[Entry]]] = {}
         literal: dict[ResourceType, dict[str, int]] = {}
         prefixed: dict[ResourceType, dict[str, int]] = {}
-        for binding in frozen:
+        new_entry = _new_entry
+        allow = AclPermissionType.ALLOW
+        for binding in source:
             p = binding.pattern
             ptype = p.pattern_type
-            if ptype == _LITERAL:
-                counts = literal.get(p.resource_type)
+            rtype = p.resource_type
+            if ptype is _LITERAL:
+                counts = literal.get(rtype)
                 if counts is None:
-                    counts = literal[p.resource_type] = {}
-            elif ptype == _PREFIXED:
-                counts = prefixed.get(p.resource_type)
+                    counts = literal[rtype] = {}
+            elif ptype is _PREFIXED:
+                counts = prefixed.get(rtype)
                 if counts is None:
-                    counts = prefixed[p.resource_type] = {}
+                    counts = prefixed[rtype] = {}
             else:
                 continue
-            counts[p.name] = counts.get(p.name, 0) + 1
-            key = binding.entry.principal
-            per_type = grouped.get(p.resource_type)
+            name = p.name
+            counts[name] = counts.get(name, 0) + 1
+            e = binding.entry
+            host = e.host
+            entry = new_entry(
+                Entry,
+                (
+                    host,
+                    e.operation,
+                    e.permission_type is allow,
+                    binding,
+                    _parse_network(host) if host_cidr else None,
+                ),
+            )
+            per_type = grouped.get(rtype)
             if per_type is None:
-                per_type = grouped[p.resource_type] = {}
-            members = per_type.get(key)
+                per_type = grouped[rtype] = {}
+            members = per_type.get(e.principal)
             if members is None:
-                per_type[key] = [binding]
+                per_type[e.principal] = [entry]
             else:
-                members.append(binding)
-        # Entries are made view by view, so that one view's objects sit together in memory: a
-        # lookup touches one view, and at 1M ACLs cache misses are most of its cost.
+                members.append(entry)
         types = {
             rtype: _TypeIndex(
-                {
-                    key: _View(tuple([_entry(b, host_cidr) for b in members]))
-                    for key, members in per_type.items()
-                },
+                {key: _Principal(members) for key, members in per_type.items()},
                 literal.get(rtype, {}),
                 prefixed.get(rtype, {}),
             )
@@ -510,8 +739,8 @@ class AclIndex:
             vanished: list[str] = []
             for key, batch in per_key.items():
                 gone = {b for b, delta in batch if delta < 0}
-                view = views.get(key)
-                kept = [e for e in view.entries if e.binding not in gone] if view else []
+                holder = views.get(key)
+                kept = [e for e in holder.entries if e.binding not in gone] if holder else []
                 for binding, delta in batch:
                     p = binding.pattern
                     if p.pattern_type == _LITERAL:
@@ -526,7 +755,7 @@ class AclIndex:
                     if delta > 0:
                         kept.append(_entry(binding, self.host_cidr))
                 if kept:
-                    views[key] = _View(tuple(kept))
+                    views[key] = _Principal(kept)
                 else:
                     views.pop(key, None)
             if not views:
@@ -565,7 +794,7 @@ class AclIndex:
             return _NO_ACL
         allow_ops = _ALLOW_OPS[operation]
         deny_ops = _DENY_OPS[operation]
-        view = index.views.get(pkey) if pkey is not None else None
+        view = index.any_views.get(pkey) if pkey is not None else None
         found = None
         if view is not None:
             found = _find(view, operation, name, host, address, allow_ops, deny_ops)
@@ -581,11 +810,42 @@ class AclIndex:
                 )
             ):
                 found = other
+        if index.host_views is not None:
+            found = _host_find(index.host_views, pkey, host, address, operation, name, found)
         if found is not None:
             return (_ALLOW_ACL if found.allow else _DENY_ACL), found
         if not need_applicable or index.applies(name):
             return _NO_MATCH
         return _NO_ACL
+
+    def any_allowed(
+        self,
+        pkey: PrincipalKey | None,
+        host: str,
+        address: Address,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """``Authorizer.authorizeByResourceType``'s ACL part (after its ``"hardcode"`` probe):
+        may ``operation`` (itself or ALL, no implication) be done on at least one resource?
+
+        Any matching LITERAL ``*`` DENY denies; else any matching ``*`` ALLOW allows; else an
+        ALLOW name that no matching DENY dominates (a DENY literal of the same name, a DENY
+        prefix of it) allows. Each view's names are summarised once per operation
+        (:class:`_Grants`), so a call looks at its views' summaries, not at every ACL.
+        """
+        index = self._types.get(resource_type)
+        if index is None:
+            return False
+        grants: list[_Grants] = []
+        wild = index.wild_principal
+        own = index.views.get(pkey) if pkey is not None else None
+        for holder in (own, wild if wild is not own else None):
+            if holder is not None:
+                grants.extend(holder.grants(host, address, operation))
+        if any(g.deny_star for g in grants):
+            return False
+        return any(g.allow_star for g in grants) or _open_name(grants)
 
     def principal_entries(
         self, resource_type: ResourceType, pkey: PrincipalKey | None
@@ -594,5 +854,5 @@ class AclIndex:
         index = self._types.get(resource_type)
         if index is None:
             return ()
-        view = index.views.get(pkey) if pkey is not None else None
-        return view.entries if view is not None else ()
+        holder = index.views.get(pkey) if pkey is not None else None
+        return tuple(holder.entries) if holder is not None else ()

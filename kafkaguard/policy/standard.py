@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from kafkaguard.policy.acl_index import (
-    USER_WILDCARD_KEY,
     AclIndex,
     AclMatch,
     Entry,
@@ -57,8 +56,6 @@ from kafkaguard.policy.authorizer import (
 )
 from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.model import (
-    WILDCARD_HOST,
-    WILDCARD_RESOURCE,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -294,13 +291,13 @@ class StandardAuthorizer:
                 )
             )
 
-    def authorize_by_resource_type(  # noqa: C901 - mirrors Kafka's default authorizeByResourceType (KIP-679)
+    def authorize_by_resource_type(
         self, context: RequestContext, operation: AclOperation, resource_type: ResourceType
     ) -> AuthorizationResult:
         """``Authorizer.authorizeByResourceType``'s default method (KIP-679, for InitProducerId).
 
         "May ``operation`` be done on at least one resource of this type?" — no implication;
-        a DENY only cancels an ALLOW whose name it covers.
+        a DENY only cancels an ALLOW whose name it covers (:meth:`AclIndex.any_allowed`).
         """
         if operation in (AclOperation.ANY, AclOperation.UNKNOWN):
             raise ValueError(f"Must specify a non-filter operation type, got {operation.name}")
@@ -309,52 +306,14 @@ class StandardAuthorizer:
         probe = Action(operation, ResourcePattern(resource_type, "hardcode"), 0, True, False)
         if self.authorize(context, [probe])[0] is ALLOWED:
             return ALLOWED
-        index = self._index
-        pkey = principal_key(context.principal)
-        keys = (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY)
-        deny_literal: set[str] = set()
-        deny_prefix: set[str] = set()
-        allow_literal: set[str] = set()
-        allow_prefix: set[str] = set()
-        wildcard_allow = False
-        for key in keys:
-            for entry in index.principal_entries(resource_type, key):
-                if (
-                    entry.host != WILDCARD_HOST
-                    and entry.host != context.host
-                    and (entry.network is None or context.client_address not in entry.network)
-                ):
-                    continue
-                if entry.operation != operation and entry.operation != AclOperation.ALL:
-                    continue
-                pattern = entry.binding.pattern
-                literal = pattern.pattern_type == PatternType.LITERAL
-                if not entry.allow:
-                    if literal and pattern.name == WILDCARD_RESOURCE:
-                        return DENIED
-                    (deny_literal if literal else deny_prefix).add(pattern.name)
-                elif literal and pattern.name == WILDCARD_RESOURCE:
-                    wildcard_allow = True  # a later wildcard DENY still wins
-                else:
-                    (allow_literal if literal else allow_prefix).add(pattern.name)
-        if wildcard_allow:
-            return ALLOWED
-        return self._dominance(allow_literal, allow_prefix, deny_literal, deny_prefix)
-
-    @staticmethod
-    def _dominance(
-        allow_literal: set[str],
-        allow_prefix: set[str],
-        deny_literal: set[str],
-        deny_prefix: set[str],
-    ) -> AuthorizationResult:
-        for literal, names in ((True, allow_literal), (False, allow_prefix)):
-            for name in names:
-                if literal and name in deny_literal:
-                    continue
-                if not any(name[:i] in deny_prefix for i in range(1, len(name) + 1)):
-                    return ALLOWED
-        return DENIED
+        allowed = self._index.any_allowed(
+            principal_key(context.principal),
+            context.host,
+            context.client_address,
+            operation,
+            resource_type,
+        )
+        return ALLOWED if allowed else DENIED
 
     def authorized_operations(
         self, context: RequestContext, resource: ResourcePattern

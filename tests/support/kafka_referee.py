@@ -32,17 +32,19 @@ from tests.support.kafka_broker import KAFKA_VERSION, KafkaUnavailable, cache_di
 SOURCE = Path(__file__).with_name("Referee.java")
 
 
-def compiled_classes(classpath: str) -> Path:
-    """The directory of ``Referee.class``, compiled once per source and classpath."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + classpath.encode()).hexdigest()[:16]
-    target = cache_dir() / f"referee-{KAFKA_VERSION}-{digest}"
-    if (target / "Referee.class").exists():
+def compiled_classes(classpath: str, source: Path = SOURCE) -> Path:
+    """The directory of the class compiled from ``source`` (``Referee.java`` by default), once
+    per source and classpath."""
+    digest = hashlib.sha256(source.read_bytes() + classpath.encode()).hexdigest()[:16]
+    prefix = "referee" if source == SOURCE else source.stem
+    target = cache_dir() / f"{prefix}-{KAFKA_VERSION}-{digest}"
+    if (target / f"{source.stem}.class").exists():
         return target
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     partial.mkdir(parents=True, exist_ok=True)
     try:
         javac = subprocess.run(
-            ["javac", "-nowarn", "-cp", classpath, "-d", str(partial), str(SOURCE)],
+            ["javac", "-nowarn", "-cp", classpath, "-d", str(partial), str(source)],
             capture_output=True,
             text=True,
             timeout=300,
@@ -51,11 +53,11 @@ def compiled_classes(classpath: str) -> Path:
     except FileNotFoundError as exc:
         raise KafkaUnavailable("no `javac` on PATH (`./dev test` installs a JDK)") from exc
     if javac.returncode != 0:
-        raise RuntimeError(f"javac {SOURCE.name} failed:\n{javac.stdout}{javac.stderr}")
+        raise RuntimeError(f"javac {source.name} failed:\n{javac.stdout}{javac.stderr}")
     try:
         partial.rename(target)  # atomic: a concurrent compile's result is as good
     except OSError:
-        if not (target / "Referee.class").exists():
+        if not (target / f"{source.stem}.class").exists():
             raise
     return target
 
@@ -73,20 +75,11 @@ class Pending:
         return answers
 
 
-class KafkaReferee:
-    """One JVM running ``Referee``; use as a context manager or call :meth:`close`."""
+class JvmProgram:
+    """A Java program answering on its stdout what it reads on its stdin; use as a context
+    manager or call :meth:`close`, which ends its input and waits for it (10 s, then kills)."""
 
-    def __init__(self, classpath: str | None = None) -> None:
-        classpath = classpath or check_runtime()
-        classes = compiled_classes(classpath)
-        self._lock = threading.Lock()
-        self._proc = subprocess.Popen(
-            ["java", "-Xss8m", "-XX:+UseSerialGC", "-cp", f"{classes}{os.pathsep}{classpath}"]
-            + ["Referee"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+    _proc: subprocess.Popen[Any]
 
     def __enter__(self) -> Self:
         return self
@@ -110,6 +103,22 @@ class KafkaReferee:
                 self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
+
+
+class KafkaReferee(JvmProgram):
+    """One JVM running ``Referee``; use as a context manager or call :meth:`close`."""
+
+    def __init__(self, classpath: str | None = None) -> None:
+        classpath = classpath or check_runtime()
+        classes = compiled_classes(classpath)
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            ["java", "-Xss8m", "-XX:+UseSerialGC", "-cp", f"{classes}{os.pathsep}{classpath}"]
+            + ["Referee"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
 
     # -- batches -------------------------------------------------------------------------------
     def submit(self, ops: Sequence[dict[str, Any]]) -> Pending:

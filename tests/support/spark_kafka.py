@@ -1,6 +1,6 @@
 """Spark's Kafka source for ``kafkaguard analyze --input kafka://`` and ``analyze watch``:
 resolved by Maven, ahead of time, into the cache directory that ``analyze`` reads
-(:func:`kafkaguard.audit.spark.session.kafka_jars_dir`).
+(:func:`kafkaguard.audit.spark.runtime.session.kafka_jars_dir`).
 
 pyspark ships no Kafka source. ``spark-sql-kafka-0-10_2.13`` and its runtime dependencies
 (``spark-token-provider-kafka-0-10``, ``kafka-clients``, ``commons-pool2``, ...) come from Maven
@@ -30,7 +30,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from kafkaguard.audit.spark.session import (
+from kafkaguard.audit.spark.runtime.session import (
     KAFKA_SOURCE_ARTIFACT,
     KafkaJarsMissing,
     kafka_jars,

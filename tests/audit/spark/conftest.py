@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from kafkaguard.audit.spark.session import build_session
+from kafkaguard.audit.spark.runtime.session import build_session
+from tests.support.analyze_data import write_audit
+from tests.support.replay_data import TRAIL
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +28,12 @@ def spark() -> Iterator[SparkSession]:
             # Tiny inputs: compiling whole-stage code and C2-optimising the JVM cost more
             # than they save (measured: the report fixture 16 s -> 7 s on a loaded 2-core VM).
             "spark.sql.codegen.wholeStage": "false",
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+            # C1 alone gets a 48 MB code cache (240 MB with C2); this JVM serves every Spark
+            # test of its process, and once the cache was full ("CodeCache is full. Compiler
+            # has been disabled") it ran interpreted and a test hit the 300 s timeout.
+            "spark.driver.extraJavaOptions": (
+                "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+            ),
         },
         app_name="kafkaguard-tests",
     )
@@ -34,3 +41,9 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def replay_trail(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The trail of :mod:`tests.support.replay_data`, written once per module that asks."""
+    return str(write_audit(tmp_path_factory.mktemp("trail"), TRAIL))

@@ -32,7 +32,7 @@ from pyspark.sql import SparkSession
 from kafkaguard import cli
 from kafkaguard.audit.config import FORMAT_CLOUDEVENTS, AuditConfig, AuditRule
 from kafkaguard.audit.spark import main as analyze_main
-from kafkaguard.audit.spark.source import read_audit
+from kafkaguard.audit.spark.trail.source import read_audit
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.stores.file import read_acl_file
 from kafkaguard.proxy.sasl import plain

@@ -1,0 +1,79 @@
+"""``kafkaguard analyze unused``: ACL bindings in the current store that matched no decision.
+
+"Matched" is :attr:`kafkaguard.policy.explain.Explanation.matching_acls`: the ACL applies to the
+decision's principal, host and resource and its operation covers the requested one (DENY and ALLOW
+alike), evaluated by :mod:`kafkaguard.audit.spark.runtime.replay` with the proxy's own authorizer.
+An unused ACL is a candidate for removal, not proof: it may serve a monthly job outside the window,
+a super user's request (super users never consult ACLs), or a decision that is not audited (KIP-430
+probes, "list all" filtering) unless the proxy ran with ``audit.include_unlogged``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from kafkaguard.audit.spark.runtime.cache import cached
+from kafkaguard.audit.spark.runtime.replay import Policy, decision_tuples, evaluate
+
+ACL_COLUMNS = (
+    "principal",
+    "host",
+    "operation",
+    "permission",
+    "resource_type",
+    "pattern_type",
+    "resource_name",
+)
+ACL_TABLE_SCHEMA = StructType(
+    [StructField("acl_index", IntegerType(), False)]
+    + [StructField(c, StringType(), False) for c in ACL_COLUMNS]
+)
+
+
+def acl_table(events: DataFrame, policy: Policy) -> DataFrame:
+    rows = [
+        (
+            i,
+            b.entry.principal,
+            b.entry.host,
+            b.entry.operation.name,
+            b.entry.permission_type.name,
+            b.pattern.resource_type.name,
+            b.pattern.pattern_type.name,
+            b.pattern.name,
+        )
+        for i, b in enumerate(policy.acls)
+    ]
+    return events.sparkSession.createDataFrame(rows, ACL_TABLE_SCHEMA)
+
+
+def acl_usage(events: DataFrame, policy: Policy) -> DataFrame:
+    """Every ACL with the decisions (and distinct tuples) it matched and it decided."""
+    replayed = cached(evaluate(decision_tuples(events, with_result=False), policy))
+    matched = (
+        replayed.select(F.explode("matching_acl_indexes").alias("acl_index"), "count")
+        .groupBy("acl_index")
+        .agg(F.sum("count").alias("matched_decisions"), F.count("*").alias("matched_tuples"))
+    )
+    decided = (
+        replayed.where(F.col("deciding_acl_index").isNotNull())
+        .groupBy(F.col("deciding_acl_index").alias("acl_index"))
+        .agg(F.sum("count").alias("decided_decisions"))
+    )
+    return (
+        acl_table(events, policy)
+        .join(matched, "acl_index", "left")
+        .join(decided, "acl_index", "left")
+        .fillna(0, ["matched_decisions", "matched_tuples", "decided_decisions"])
+        .orderBy("acl_index")
+    )
+
+
+def unused_acls(usage: DataFrame) -> DataFrame:
+    return (
+        usage.where(F.col("matched_decisions") == 0)
+        .select("acl_index", *ACL_COLUMNS)
+        .orderBy("acl_index")
+    )
