@@ -53,6 +53,13 @@ Worked example (request: User:bob READ TOPIC ``alpha`` from 10.0.0.1)::
     views[TOPIC][User:*]                               scanned too; reported only if its DENY
                                                        ranks before "alp" (a LITERAL "alpha")
 
+A connection with groups (``Group:`` principals, kafkaguard/policy/groups.py) is decided as
+for a subject holding all of its principals (:meth:`AclIndex.match_subject`): any matching DENY
+on any of them denies, else any matching ALLOW allows. Its principal's and groups' host-``*``
+views are merged into one view per subject, made on the subject's first request and cached in
+the type's index (:meth:`_TypeIndex.subject_view`), so a request reads one view for all of
+them (plus ``User:*``'s and the host views, as above), not one per principal.
+
 The snapshot is never mutated (the by-type summaries are derived from it and cached in the
 views): a change builds a new ``AclIndex`` (cheaply, by copying the per-type dicts, rebuilding
 only the touched principals' views and patching the per-type prefix walk) that the authorizer
@@ -231,12 +238,15 @@ def _host_find(
     operation: AclOperation,
     name: str,
     found: Entry | None,
+    groups: tuple[PrincipalKey, ...] = (),
 ) -> Entry | None:
     """``found`` (from the host-'*' views) or what the request's own host's views of its
-    principal and ``User:*`` decide before it (the subject's principals, each once)."""
+    principal, its ``groups`` and ``User:*`` decide before it (the subject's principals, each
+    once)."""
     allow_ops = _ALLOW_OPS[operation]
     deny_ops = _DENY_OPS[operation]
-    for key in (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY):
+    keys = (pkey,) if pkey == USER_WILDCARD_KEY else (pkey, USER_WILDCARD_KEY)
+    for key in keys + groups if groups else keys:
         per_host = host_views.get(key) if key is not None else None
         view = per_host.get(host) if per_host is not None else None
         if view is not None:
@@ -562,6 +572,12 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
     return allow
 
 
+_SUBJECT_VIEWS_MAX = 10_000
+"""Subjects (a principal and its groups) whose merged view a type's index keeps; when full it
+starts again (a view is rebuilt from the principals' own views on the next request)."""
+Subject = tuple[PrincipalKey | None, tuple[PrincipalKey, ...]]
+
+
 class _TypeIndex:
     """Everything about one resource type: the per-principal views, and what any ACL covers."""
 
@@ -572,6 +588,7 @@ class _TypeIndex:
         "literal_count",
         "prefix_count",
         "star",
+        "subjects",
         "views",
         "walk",
         "wild",
@@ -597,6 +614,34 @@ class _TypeIndex:
         self.prefix_count = prefix_count
         self.star = WILDCARD_RESOURCE in literal_count
         self.walk, self.lengths = walk if walk is not None else _stems(prefix_count)
+        self.subjects: dict[Subject, _View | None] = {}
+        """Merged host-'*' views of subjects with groups (:meth:`subject_view`)."""
+
+    def subject_view(
+        self, pkey: PrincipalKey | None, groups: tuple[PrincipalKey, ...]
+    ) -> _View | None:
+        """One view of the host-'*' ACLs of the principal and its groups (``User:*``'s stay
+        apart, as for a principal alone), the principal's first in each bucket: derived from
+        the immutable views only, so a concurrent first use computes the same value."""
+        subject = (pkey, groups)
+        try:
+            return self.subjects[subject]
+        except KeyError:
+            pass
+        views = [
+            view
+            for key in (pkey, *groups)
+            if key is not None
+            and key != USER_WILDCARD_KEY
+            and (view := self.any_views.get(key)) is not None
+        ]
+        merged = views[0] if len(views) == 1 else None
+        if len(views) > 1:
+            merged = _View([entry for view in views for entry in view.entries])
+        if len(self.subjects) >= _SUBJECT_VIEWS_MAX:
+            self.subjects = {}
+        self.subjects[subject] = merged
+        return merged
 
     def applies(self, name: str) -> bool:
         """Does any ACL of this type, of any principal/host/operation, cover the name?"""
@@ -818,6 +863,45 @@ class AclIndex:
             return _NO_MATCH
         return _NO_ACL
 
+    def match_subject(
+        self,
+        pkey: PrincipalKey | None,
+        groups: tuple[PrincipalKey, ...],
+        host: str,
+        address: Address,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+        need_applicable: bool = True,
+    ) -> tuple[AclMatch, Entry | None]:
+        """:meth:`match` for a subject holding the principal and its ``groups`` (``Group:``
+        principal keys): StandardAuthorizer's rule over all their ACLs, the deciding entry
+        picked as there (the first DENY in scan order, else the first ALLOW; at a tie, the
+        principal's own before the others')."""
+        index = self._types.get(resource_type)
+        if index is None:
+            return _NO_ACL
+        allow_ops = _ALLOW_OPS[operation]
+        deny_ops = _DENY_OPS[operation]
+        view = index.subject_view(pkey, groups)
+        found = None
+        if view is not None:
+            found = _find(view, operation, name, host, address, allow_ops, deny_ops)
+        wild = index.wild
+        if wild is not None:
+            other = _find(wild, operation, name, host, address, allow_ops, deny_ops)
+            if other is not None and (found is None or _before(other, found, name, pkey)):
+                found = other
+        if index.host_views is not None:
+            found = _host_find(
+                index.host_views, pkey, host, address, operation, name, found, groups
+            )
+        if found is not None:
+            return (_ALLOW_ACL if found.allow else _DENY_ACL), found
+        if not need_applicable or index.applies(name):
+            return _NO_MATCH
+        return _NO_ACL
+
     def any_allowed(
         self,
         pkey: PrincipalKey | None,
@@ -825,6 +909,7 @@ class AclIndex:
         address: Address,
         operation: AclOperation,
         resource_type: ResourceType,
+        groups: tuple[PrincipalKey, ...] = (),
     ) -> bool:
         """``Authorizer.authorizeByResourceType``'s ACL part (after its ``"hardcode"`` probe):
         may ``operation`` (itself or ALL, no implication) be done on at least one resource?
@@ -840,7 +925,9 @@ class AclIndex:
         grants: list[_Grants] = []
         wild = index.wild_principal
         own = index.views.get(pkey) if pkey is not None else None
-        for holder in (own, wild if wild is not own else None):
+        holders = [own, wild if wild is not own else None]
+        holders += [index.views.get(g) for g in groups if g != USER_WILDCARD_KEY]
+        for holder in holders:
             if holder is not None:
                 grants.extend(holder.grants(host, address, operation))
         if any(g.deny_star for g in grants):

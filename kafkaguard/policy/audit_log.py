@@ -117,11 +117,16 @@ def audit_message(
     reason: DecisionReason,
     acl: AclBinding | None,
 ) -> str:
-    """``StandardAuthorizerData.buildAuditMessage``, byte for byte."""
+    """``StandardAuthorizerData.buildAuditMessage``, byte for byte; a connection with groups
+    (kafkaguard/policy/groups.py, beyond Kafka) has them named after its principal."""
     pattern = action.resource_pattern
     verdict = "Allowed" if result is AuthorizationResult.ALLOWED else "Denied"
+    groups = context.groups
+    who = context.principal.text
+    if groups:
+        who += f" (groups = {', '.join(g.text for g in groups)})"
     return (
-        f"Principal = {context.principal.text} is {verdict} operation = "
+        f"Principal = {who} is {verdict} operation = "
         f"{action.operation.name} from host = {context.host} on resource = "
         f"{pattern.resource_type.pascal_name}:{pattern.pattern_type.name}:{pattern.name} "
         f"for request = {api_name(context.api_key)} with resourceRefCount = "

@@ -12,7 +12,9 @@ Theory of operation
   future per listener that resolves when the load is done, so listeners open only then.
 * Decisions follow ``StandardAuthorizerData.findAclRule``/``findResult`` exactly (see
   :mod:`.acl_index`); the audit line is ``StandardAuthorizerData.buildAuditMessage``'s.
-* Beyond Kafka, off unless configured: CIDR hosts, per-listener super users / allow-everyone.
+* Beyond Kafka, off unless configured: CIDR hosts, per-listener super users / allow-everyone,
+  group principals (a context's ``groups``: decided as for a subject holding the principal and
+  all its groups, :meth:`AclIndex.match_subject`; ``super_users`` may name a group).
 * ``super_users``, ``allow_everyone_if_no_acl_found`` and the per-listener overrides can be
   replaced at run time (:meth:`StandardAuthorizer.reconfigure`, a configuration reload): they
   are one immutable :class:`_Policies` object, swapped like the index. Kafka reads these two
@@ -220,7 +222,11 @@ class StandardAuthorizer:
             else policies.default
         )
         listener = self.decision_listener
-        if context.principal.text in policy.super_users:
+        groups = context.groups
+        super_users = policy.super_users
+        if context.principal.text in super_users or (
+            groups and any(g.text in super_users for g in groups)
+        ):
             for action in actions:
                 check_literal(action)
                 self._record(context, action, ALLOWED, DecisionReason.SUPER_USER, None, listener)
@@ -230,6 +236,7 @@ class StandardAuthorizer:
         index = self._index
         principal = context.principal  # principal_key(), inlined
         pkey = None if ":" in principal.principal_type else principal.text
+        gkeys = tuple(g.text for g in groups) if groups else ()
         host, address = context.host, context.client_address
         # "Does any ACL apply at all?" only changes a decision under allow.everyone, and only
         # a decision listener reports it otherwise (the audit line does not).
@@ -240,15 +247,27 @@ class StandardAuthorizer:
             pattern = action.resource_pattern
             if pattern.pattern_type != PatternType.LITERAL:
                 check_literal(action)
-            verdict, entry = index.match(
-                pkey,
-                host,
-                address,
-                action.operation,
-                pattern.resource_type,
-                pattern.name,
-                need_applicable,
-            )
+            if gkeys:
+                verdict, entry = index.match_subject(
+                    pkey,
+                    gkeys,
+                    host,
+                    address,
+                    action.operation,
+                    pattern.resource_type,
+                    pattern.name,
+                    need_applicable,
+                )
+            else:
+                verdict, entry = index.match(
+                    pkey,
+                    host,
+                    address,
+                    action.operation,
+                    pattern.resource_type,
+                    pattern.name,
+                    need_applicable,
+                )
             if verdict is _ALLOW_ACL:
                 result, reason = ALLOWED, DecisionReason.ALLOW_ACL
             elif verdict is _DENY_ACL:
@@ -312,6 +331,7 @@ class StandardAuthorizer:
             context.client_address,
             operation,
             resource_type,
+            tuple(g.text for g in context.groups),
         )
         return ALLOWED if allowed else DENIED
 

@@ -33,7 +33,9 @@ def ctx(
     host: str = "192.168.0.1",
     listener: str = "PLAINTEXT",
     api_key: int = 1,
+    groups: tuple[str, ...] = (),
 ) -> RequestContext:
+    """``groups``: group names (``eng``), the connection's ``Group:`` principals."""
     return RequestContext(
         listener_name=listener,
         security_protocol=SecurityProtocol.PLAINTEXT,
@@ -43,6 +45,7 @@ def ctx(
         api_version=0,
         client_id="test",
         correlation_id=7,
+        groups=tuple(KafkaPrincipal("Group", g) for g in groups),
     )
 
 
