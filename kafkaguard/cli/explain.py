@@ -3,7 +3,9 @@ from the same ACL store and settings the proxy would use, with every check Kafka
 a topic that does not exist is auto-created only with CREATE
 (:func:`kafkaguard.policy.explain.auto_creation`). ``--ask-upstream`` asks the config's
 upstream, as the proxy reaches it, whether the topic exists; without it both outcomes are
-printed and, when they differ, the exit status is 3."""
+printed and, when they differ, the exit status is 3. The principal's groups are the configured
+groups file's (``authorizer.extensions.groups.file``) and any ``--member-of``; the output names
+the principal whose ACL decided."""
 
 from __future__ import annotations
 
@@ -37,7 +39,14 @@ from kafkaguard.policy.explain import (
     render_auto_creation,
     render_text,
 )
-from kafkaguard.policy.model import CLUSTER_NAME, AclOperation, ResourcePattern, ResourceType
+from kafkaguard.policy.groups import GroupsFile, group_principals, merged
+from kafkaguard.policy.model import (
+    CLUSTER_NAME,
+    AclOperation,
+    KafkaPrincipal,
+    ResourcePattern,
+    ResourceType,
+)
 from kafkaguard.policy.opa import OpaAuthorizer
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.base import AclStoreError
@@ -66,6 +75,14 @@ _EXPLAIN_ANY_HOST = "0.0.0.0"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="the proxy's configuration")
     parser.add_argument("--principal", required=True, help="e.g. User:alice")
+    parser.add_argument(
+        "--member-of",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a group of the principal (Group:GROUP), repeatable; added to those the configured "
+        "groups file gives it (a token's or certificate's groups are known only to a connection)",
+    )
     parser.add_argument(
         "--host",
         default=None,
@@ -111,8 +128,21 @@ def _explain_request(
         args.host or _EXPLAIN_ANY_HOST,
         listener.name,
         SecurityProtocol(listener.security_protocol),
+        _groups(config, args),
     )
     return listener, context, Action(operation, ResourcePattern(resource_type, name))
+
+
+def _groups(config: ProxyConfig, args: argparse.Namespace) -> tuple[KafkaPrincipal, ...]:
+    """The principal's groups as a connection of it would hold them from the configured groups
+    file (read now; an unreadable one is an error, never no groups), then ``--member-of``."""
+    sources = config.policy.authorizer.groups
+    found: tuple[KafkaPrincipal, ...] = ()
+    if sources.file is not None:
+        groups_file = GroupsFile(sources.file)
+        groups_file.load()  # GroupsError: a ValueError naming file:line
+        found = groups_file.groups_of(KafkaPrincipal.parse(args.principal))
+    return merged(found, group_principals(args.member_of))
 
 
 async def _explain_decision(

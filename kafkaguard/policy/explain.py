@@ -188,6 +188,7 @@ def matching_acls(
     name = pattern.name
     own = principal_key(context.principal)
     keys = [USER_WILDCARD_KEY] if own in (None, USER_WILDCARD_KEY) else [own, USER_WILDCARD_KEY]
+    keys[-1:-1] = [g.text for g in context.groups if g.text not in keys]  # before User:*
     found: list[tuple[int, int, int, Entry]] = []
     for position, key in enumerate(keys):
         for entry in index.principal_entries(pattern.resource_type, key):
@@ -219,8 +220,9 @@ def decision_context(
     host: str,
     listener: str = "",
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+    groups: tuple[KafkaPrincipal, ...] = (),
 ) -> RequestContext:
-    """A request context for offline replay.
+    """A request context for offline replay; ``groups``: the principal's ``Group:`` principals.
 
     ``host`` is any IP text; ACL hosts are compared with it as Java prints it (``::1`` is
     ``0:0:0:0:0:0:0:1``), exactly as the proxy computes it for a connection. Audit records'
@@ -238,6 +240,7 @@ def decision_context(
         api_key=-1,
         api_version=0,
         host=host if "%" in host else java_host_address(address),
+        groups=groups,
     )
 
 
@@ -278,7 +281,7 @@ def _reason_text(
         return OPA_REASONS[reason] + (suffix if reason is DecisionReason.OPA_ERROR else "")
     if reason is DecisionReason.SUPER_USER:
         return (
-            f"{context.principal.text} is a super user: every operation is allowed, "
+            f"{_subject_text(context)} is a super user: every operation is allowed, "
             "ACLs are not consulted"
         )
     if reason is DecisionReason.DENY_ACL:
@@ -302,10 +305,25 @@ def _reason_text(
     if explanation.acls_applied:
         flag = " (so allow.everyone.if.no.acl.found does not apply)" if allow_everyone else ""
         return (
-            f"ACLs exist for this resource{flag}, but none matches {context.principal.text} "
+            f"ACLs exist for this resource{flag}, but none matches {_subject_text(context)} "
             f"from host {context.host} for {action.operation.name} → denied"
         )
     return "no ACL matched; allow.everyone.if.no.acl.found=false → denied"
+
+
+def _subject_text(context: RequestContext) -> str:
+    """``User:alice`` or, with groups, ``User:alice (groups Group:eng, Group:oncall)``."""
+    groups = context.groups
+    if not groups:
+        return context.principal.text
+    return f"{context.principal.text} (groups {', '.join(g.text for g in groups)})"
+
+
+def deciding_principal(explanation: Explanation, context: RequestContext) -> str | None:
+    """Whose ACL decided: the principal itself, ``User:*`` or one of its groups (None: no
+    ACL decided)."""
+    acl = explanation.deciding_acl
+    return None if acl is None else acl.entry.principal
 
 
 def listener_overrides(config: AuthorizerConfig, listener: str) -> dict[str, str]:
@@ -335,7 +353,7 @@ def render_text(
     pattern = action.resource_pattern
     where = f"listener {context.listener_name}, " if context.listener_name else ""
     lines = [
-        f"{explanation.result.value}: {context.principal.text} {action.operation.name} "
+        f"{explanation.result.value}: {_subject_text(context)} {action.operation.name} "
         f"{pattern.resource_type.pascal_name}:{pattern.pattern_type.name}:{pattern.name} "
         f"from host {context.host} ({where}{context.security_protocol.value})",
         f"Reason: {explanation.reason.value}: "
@@ -349,6 +367,9 @@ def render_text(
         lines.append(f"Listener {context.listener_name} overrides: {settings}")
     if explanation.deciding_acl is not None:
         lines.append(f"Deciding ACL: {acl_text(explanation.deciding_acl)}")
+        decider = explanation.deciding_acl.entry.principal
+        if any(g.text == decider for g in context.groups):
+            lines.append(f"Decided by the ACL of {decider}, a group of {context.principal.text}")
     if explanation.matching_acls:
         lines.append(f"Matching ACLs ({len(explanation.matching_acls)}, DENY first):")
         for binding in explanation.matching_acls:
@@ -441,8 +462,10 @@ def explanation_json(
         if explanation.deciding_acl is None
         else acl_json(explanation.deciding_acl),
         "matching_acls": [acl_json(b) for b in explanation.matching_acls],
+        "deciding_principal": deciding_principal(explanation, context),
         "request": {
             "principal": context.principal.text,
+            "groups": [g.text for g in context.groups],
             "host": context.host,
             "listener": context.listener_name,
             "security_protocol": context.security_protocol.value,

@@ -229,8 +229,10 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
             "permission_type": "ALLOW",
         },
         "matching_acls": [document["deciding_acl"]],
+        "deciding_principal": "User:alice",
         "request": {
             "principal": "User:alice",
+            "groups": [],
             "host": "0:0:0:0:0:0:0:1",  # as Java prints it, what ACL hosts are compared with
             "listener": "EXTERNAL",
             "security_protocol": "PLAINTEXT",
@@ -249,6 +251,49 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         },
         "overall_result": "UNDECIDED",
     }
+
+
+def test_groups_from_the_file_and_member_of_name_the_deciding_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "groups.yaml").write_text('version: 1\ngroups:\n  "User:alice": [eng]\n')
+    config = write_config(
+        tmp_path,
+        [
+            acl("Group:eng", Op.WRITE, name="orders"),
+            acl("Group:contractors", Op.WRITE, DENY, name="orders"),
+        ],
+        authorizer_extra="  extensions:\n    groups:\n      file: groups.yaml\n",
+    )
+    assert main(run_explain(config, "User:alice", "WRITE", *ORDERS)) in (0, 3)
+    out = capsys.readouterr().out
+    assert "ALLOWED: User:alice (groups Group:eng) WRITE Topic:LITERAL:orders" in out
+    assert "Deciding ACL: ALLOW WRITE on Topic:LITERAL:orders for Group:eng from host *" in out
+    assert "Decided by the ACL of Group:eng, a group of User:alice" in out
+    args = run_explain(config, "User:alice", "WRITE", *ORDERS, "--member-of", "contractors")
+    assert main([*args, "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["request"]["groups"] == ["Group:eng", "Group:contractors"]
+    assert (document["result"], document["deciding_principal"]) == ("DENIED", "Group:contractors")
+    assert [a["principal"] for a in document["matching_acls"]] == [
+        "Group:contractors",
+        "Group:eng",
+    ]
+    assert main(run_explain(config, "User:bob", "WRITE", *ORDERS)) == 1  # no groups: no ACL
+    assert "none matches User:bob from host" in capsys.readouterr().out
+
+
+def test_an_unreadable_groups_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    groups = tmp_path / "groups.yaml"
+    groups.write_text('version: 1\ngroups:\n  "User:alice": [eng]\n')
+    config = write_config(
+        tmp_path, [], authorizer_extra="  extensions:\n    groups:\n      file: groups.yaml\n"
+    )
+    groups.write_text("version: 1\ngroups:\n  nobody: [eng]\n")  # after the config was checked
+    assert main(run_explain(config, "User:alice", "WRITE", *ORDERS)) == 2
+    assert "groups.yaml:3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
