@@ -22,7 +22,7 @@ import pytest
 
 from kafkaguard.certs import tooling
 from kafkaguard.certs.tls import TlsConfig
-from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
+from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, GroupsConfig, PolicyConfig
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
@@ -119,17 +119,21 @@ StartTlsProxy = Callable[..., RunningProxy]
 
 @pytest.fixture
 def tls_proxy(tansu: TansuBroker, tmp_path: Path, pki: Pki) -> Iterator[StartTlsProxy]:
-    """``tls_proxy(acls, client_auth=..., **tls_overrides)``: an enforcing proxy whose only
-    listener is SSL (named SECURE), with the module's PKI and mapping rules."""
+    """``tls_proxy(acls, client_auth=..., groups=..., **tls_overrides)``: an enforcing proxy
+    whose only listener is SSL (named SECURE), with the module's PKI and mapping rules."""
     started: list[RunningProxy] = []
 
     def start(
-        acls: Iterable[AclBinding], client_auth: str = "required", **tls: object
+        acls: Iterable[AclBinding],
+        client_auth: str = "required",
+        groups: GroupsConfig | None = None,
+        **tls: object,
     ) -> RunningProxy:
         acl_file = tmp_path / f"acls-{len(started)}.yaml"
         acl_file.write_text(format_acl_text(list(acls)), encoding="utf-8")
         policy = PolicyConfig(
-            authorizer=AuthorizerConfig(), acl_store=AclStoreConfig(type="file", path=acl_file)
+            authorizer=AuthorizerConfig(groups=groups or GroupsConfig()),
+            acl_store=AclStoreConfig(type="file", path=acl_file),
         )
         config = proxy_config(tansu.address, policy=policy, name="SECURE")
         settings = TlsConfig(
@@ -291,6 +295,20 @@ def test_mtls_principal_is_the_mapped_dn_confluent(
     assert _confluent_produce(running.bootstrap, _confluent_ssl(pki, pki.alice), topic) == []
     # CN=Bob,OU=eng,O=Acme → User:bob: no ACL, denied.
     errors = _confluent_produce(running.bootstrap, _confluent_ssl(pki, pki.bob), topic)
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_the_certificates_ou_is_a_group_through_ssl_mapping_rules(
+    tls_proxy: StartTlsProxy, pki: Pki, topic: str
+) -> None:
+    """``ssl_mapping_rules`` over the DN Java prints (CN=Bob,OU=eng,O=Acme): Group:eng, whose
+    ACL alone lets bob produce; the same ACLs without the rules refuse him."""
+    groups = GroupsConfig(ssl_mapping_rules="RULE:^CN=[^,]+,OU=([^,]+),O=.*$/$1/")
+    acls = [_topic_acl(topic, "Group:eng", AclOperation.WRITE)]
+    running = tls_proxy(acls, groups=groups)
+    assert _confluent_produce(running.bootstrap, _confluent_ssl(pki, pki.bob), topic) == []
+    without = tls_proxy(acls)
+    errors = _confluent_produce(without.bootstrap, _confluent_ssl(pki, pki.bob), topic)
     assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
 
 
