@@ -54,11 +54,12 @@ Worked example (request: User:bob READ TOPIC ``alpha`` from 10.0.0.1)::
                                                        ranks before "alp" (a LITERAL "alpha")
 
 A connection with groups (``Group:`` principals, kafkaguard/policy/groups.py) is decided as
-for a subject holding all of its principals (:meth:`AclIndex.match_subject`): any matching DENY
-on any of them denies, else any matching ALLOW allows. Its principal's and groups' host-``*``
-views are merged into one view per subject, made on the subject's first request and cached in
-the type's index (:meth:`_TypeIndex.subject_view`), so a request reads one view for all of
-them (plus ``User:*``'s and the host views, as above), not one per principal.
+for a subject holding all of its principals (:meth:`AclIndex.match` with ``groups``): any
+matching DENY on any of them denies, else any matching ALLOW allows. Its principal's and
+groups' host-``*`` views are merged into one view per subject, made on the subject's first
+request and cached in the type's index (:meth:`_TypeIndex.subject_view`), so a request reads
+one view for all of them (plus ``User:*``'s and the host views, as above), not one per
+principal.
 
 The snapshot is never mutated (the by-type summaries are derived from it and cached in the
 views): a change builds a new ``AclIndex`` (cheaply, by copying the per-type dicts, rebuilding
@@ -825,6 +826,7 @@ class AclIndex:
         resource_type: ResourceType,
         name: str,
         need_applicable: bool = True,
+        groups: tuple[PrincipalKey, ...] = (),
     ) -> tuple[AclMatch, Entry | None]:
         """``StandardAuthorizerData.findAclRule`` + ``findResult`` for one LITERAL resource.
 
@@ -833,13 +835,21 @@ class AclIndex:
         matches, ``NO_ACL`` and ``NO_MATCHING_ACL`` are told apart only if ``need_applicable``
         (they decide alike unless ``allow.everyone.if.no.acl.found``); otherwise
         ``NO_MATCHING_ACL`` may also stand for ``NO_ACL``.
+
+        ``groups``: the ``Group:`` principal keys the requester also holds; decided as for a
+        subject holding them all (the first DENY in scan order among all their ACLs, else the
+        first ALLOW; at a tie the principal's own, then the groups', then ``User:*``'s), over
+        the subject's merged view (:meth:`_TypeIndex.subject_view`).
         """
         index = self._types.get(resource_type)
         if index is None:
             return _NO_ACL
         allow_ops = _ALLOW_OPS[operation]
         deny_ops = _DENY_OPS[operation]
-        view = index.any_views.get(pkey) if pkey is not None else None
+        if groups:
+            view = index.subject_view(pkey, groups)
+        else:
+            view = index.any_views.get(pkey) if pkey is not None else None
         found = None
         if view is not None:
             found = _find(view, operation, name, host, address, allow_ops, deny_ops)
@@ -854,43 +864,6 @@ class AclIndex:
                     else _rank(other, name) < _rank(found, name)
                 )
             ):
-                found = other
-        if index.host_views is not None:
-            found = _host_find(index.host_views, pkey, host, address, operation, name, found)
-        if found is not None:
-            return (_ALLOW_ACL if found.allow else _DENY_ACL), found
-        if not need_applicable or index.applies(name):
-            return _NO_MATCH
-        return _NO_ACL
-
-    def match_subject(
-        self,
-        pkey: PrincipalKey | None,
-        groups: tuple[PrincipalKey, ...],
-        host: str,
-        address: Address,
-        operation: AclOperation,
-        resource_type: ResourceType,
-        name: str,
-        need_applicable: bool = True,
-    ) -> tuple[AclMatch, Entry | None]:
-        """:meth:`match` for a subject holding the principal and its ``groups`` (``Group:``
-        principal keys): StandardAuthorizer's rule over all their ACLs, the deciding entry
-        picked as there (the first DENY in scan order, else the first ALLOW; at a tie, the
-        principal's own before the others')."""
-        index = self._types.get(resource_type)
-        if index is None:
-            return _NO_ACL
-        allow_ops = _ALLOW_OPS[operation]
-        deny_ops = _DENY_OPS[operation]
-        view = index.subject_view(pkey, groups)
-        found = None
-        if view is not None:
-            found = _find(view, operation, name, host, address, allow_ops, deny_ops)
-        wild = index.wild
-        if wild is not None:
-            other = _find(wild, operation, name, host, address, allow_ops, deny_ops)
-            if other is not None and (found is None or _before(other, found, name, pkey)):
                 found = other
         if index.host_views is not None:
             found = _host_find(

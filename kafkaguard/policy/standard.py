@@ -14,7 +14,7 @@ Theory of operation
   :mod:`.acl_index`); the audit line is ``StandardAuthorizerData.buildAuditMessage``'s.
 * Beyond Kafka, off unless configured: CIDR hosts, per-listener super users / allow-everyone,
   group principals (a context's ``groups``: decided as for a subject holding the principal and
-  all its groups, :meth:`AclIndex.match_subject`; ``super_users`` may name a group).
+  all its groups, :meth:`AclIndex.match` with ``groups``; ``super_users`` may name a group).
 * ``super_users``, ``allow_everyone_if_no_acl_found`` and the per-listener overrides can be
   replaced at run time (:meth:`StandardAuthorizer.reconfigure`, a configuration reload): they
   are one immutable :class:`_Policies` object, swapped like the index. Kafka reads these two
@@ -247,27 +247,16 @@ class StandardAuthorizer:
             pattern = action.resource_pattern
             if pattern.pattern_type != PatternType.LITERAL:
                 check_literal(action)
-            if gkeys:
-                verdict, entry = index.match_subject(
-                    pkey,
-                    gkeys,
-                    host,
-                    address,
-                    action.operation,
-                    pattern.resource_type,
-                    pattern.name,
-                    need_applicable,
-                )
-            else:
-                verdict, entry = index.match(
-                    pkey,
-                    host,
-                    address,
-                    action.operation,
-                    pattern.resource_type,
-                    pattern.name,
-                    need_applicable,
-                )
+            verdict, entry = index.match(
+                pkey,
+                host,
+                address,
+                action.operation,
+                pattern.resource_type,
+                pattern.name,
+                need_applicable,
+                gkeys,
+            )
             if verdict is _ALLOW_ACL:
                 result, reason = ALLOWED, DecisionReason.ALLOW_ACL
             elif verdict is _DENY_ACL:

@@ -26,12 +26,11 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.tansu import TansuBroker
 from tests.support.jose_tokens import AUDIENCE, ISSUER
-from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread, unique_name
+from tests.support.proxy_fixture import RunningProxy, created_topic, stop_proxy_thread
 from tests.support.sasl_proxy import PASSWORDS, PROVIDER, start_sasl_proxy
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -49,13 +48,8 @@ def _acl(principal: str, permission: AclPermissionType, topic: str) -> AclBindin
 @pytest.fixture
 def topic(proxy: RunningProxy) -> Iterator[str]:
     """A topic created through the allow-all PLAINTEXT proxy (deleted afterwards)."""
-    name = unique_name("groups")
-    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
-    for future in admin.create_topics([NewTopic(name, 1, 1)]).values():
-        future.result(15)
-    yield name
-    for future in admin.delete_topics([name]).values():
-        future.result(15)
+    with created_topic(proxy, "groups") as name:
+        yield name
 
 
 def _start(

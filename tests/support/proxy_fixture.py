@@ -8,9 +8,10 @@ record in memory, so tests use unique topic names (:func:`unique_name`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,23 @@ SESSION_TIMEOUT_MS = 6000
 
 def unique_name(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@contextlib.contextmanager
+def created_topic(proxy: RunningProxy, prefix: str = "t") -> Iterator[str]:
+    """A topic of one partition with a :func:`unique_name`, created through ``proxy`` (the
+    allow-all one) with confluent-kafka's admin client, deleted afterwards."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = unique_name(prefix)
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    for future in admin.create_topics([NewTopic(name, 1, 1)]).values():
+        future.result(15)
+    try:
+        yield name
+    finally:
+        for future in admin.delete_topics([name]).values():
+            future.result(15)
 
 
 def proxy_config(

@@ -36,17 +36,17 @@ from kafkaguard.policy.stores.acl_file_format import format_acl_text
 from kafkaguard.tansu import TansuBroker
 from tests.support.proxy_fixture import (
     RunningProxy,
+    created_topic,
     proxy_config,
     start_proxy_thread,
     stop_proxy_thread,
-    unique_name,
 )
 from tests.support.raw_client import RawKafkaClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 from confluent_kafka import KafkaError, Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -161,13 +161,8 @@ def tls_proxy(tansu: TansuBroker, tmp_path: Path, pki: Pki) -> Iterator[StartTls
 @pytest.fixture
 def topic(proxy: RunningProxy) -> Iterator[str]:
     """A topic created through the allow-all PLAINTEXT proxy (deleted afterwards)."""
-    name = unique_name("tls")
-    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
-    for future in admin.create_topics([NewTopic(name, 1, 1)]).values():
-        future.result(15)
-    yield name
-    for future in admin.delete_topics([name]).values():
-        future.result(15)
+    with created_topic(proxy, "tls") as name:
+        yield name
 
 
 def _confluent_ssl(pki: Pki, who: Identity | None) -> dict[str, str]:
