@@ -6,7 +6,8 @@ with ``--command-config`` properties files as one of three users:
 
 * ``User:admin`` — a super user (manages ACLs),
 * ``User:alice`` — ALL on topics and groups with this module's prefix (PREFIXED ACLs),
-* ``User:bob`` — authenticated, without any ACL.
+* ``User:bob`` — authenticated, without any ACL; in group ``eng`` (a groups file, issue 37),
+  which has no ACL either but the one a test adds.
 
 The expected outputs and exit codes are Kafka's own: every scenario here was first run with
 the same tools against ``kafka_referee`` (Kafka's StandardAuthorizer, same users and ACLs) and
@@ -15,7 +16,7 @@ CLUSTER_AUTHORIZATION_FAILED DescribeAcls error: Kafka puts ``Request Request(pr
 connectionId=<broker address>...) needs DESCRIBE permission.`` there, kafkaguard sends no
 message (the client prints its default, ``Cluster authorization failed.``), so the tests match
 the exception class only. Every run also checks that the upstream's address appears nowhere in
-the tool's output. JVM tool runs are slow (~2-4 s), so there are 18 of them in all.
+the tool's output. JVM tool runs are slow (~2-4 s), so there are 21 of them in all.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
+from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, GroupsConfig, PolicyConfig
 from kafkaguard.policy.model import (
     AccessControlEntry,
     AclBinding,
@@ -149,6 +150,8 @@ def guard(kafka_upstream: KafkaBroker, tmp_path_factory: pytest.TempPathFactory)
         ),
         encoding="utf-8",
     )
+    groups = tmp / "groups.yaml"
+    groups.write_text('version: 1\ngroups:\n  "User:bob": [eng]\n', encoding="utf-8")
     tool_configs = {}
     for user, password in USERS.items():
         path = tmp / f"{user}.properties"
@@ -166,7 +169,9 @@ def guard(kafka_upstream: KafkaBroker, tmp_path_factory: pytest.TempPathFactory)
         sasl=SaslListenerConfig(enabled_mechanisms=("PLAIN",), credentials_file=credentials),
         broker_ports=BrokerPorts(free_base([kafka_upstream.node_id]), {}),
         policy=PolicyConfig(
-            authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"})),
+            authorizer=AuthorizerConfig(
+                super_users=frozenset({"User:admin"}), groups=GroupsConfig(file=groups)
+            ),
             acl_store=AclStoreConfig(type="file", path=acl_file),
         ),
     )
@@ -294,6 +299,28 @@ def test_kafka_acls_add_list_remove_governs_a_client(guard: Guard) -> None:
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert produce_error(bob, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert end_offset(guard, topic) == 1  # only the record written while the ACL existed
+
+
+def test_kafka_acls_add_allow_principal_group_governs_its_member(guard: Guard) -> None:
+    """``--allow-principal Group:eng`` (Kafka's tools accept any principal type): stored,
+    listed and enforced for bob, whom the groups file puts in ``eng``."""
+    topic = guard.prefix + "group-acls"
+    guard.create_topic(topic)
+    bob = guard.client("bob")
+    acl = ("--allow-principal", "Group:eng", "--operation", "Write", "--topic", topic)
+    pattern = f"ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)"
+    entry = "(principal=Group:eng, host=*, operation=WRITE, permissionType=ALLOW)"
+    assert produce_error(bob, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    added = guard.tool(ACL_COMMAND, "admin", "--add", *acl)
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert added.stdout == f"Adding ACLs for resource `{pattern}`: \n \t{entry}\n\n"
+    assert produce_error(bob, topic, b"as Group:eng") is None
+    listed = guard.tool(ACL_COMMAND, "admin", "--list", "--principal", "Group:eng")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert f"Current ACLs for resource `{pattern}`:\n\t{entry}\n" in listed.stdout
+    removed = guard.tool(ACL_COMMAND, "admin", "--remove", "--force", *acl)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert produce_error(bob, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 # -- kafka-consumer-groups ------------------------------------------------------------------------
