@@ -24,6 +24,7 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from kafkaguard.proxy.app import server as server_module
 from kafkaguard.tansu import TansuBroker
 from tests.support.jose_tokens import AUDIENCE, ISSUER
 from tests.support.proxy_fixture import RunningProxy, created_topic, stop_proxy_thread
@@ -146,5 +147,44 @@ def test_an_oauthbearer_tokens_groups_claim_gives_its_groups(
         # a claim that names no group usably fails the authentication (fail closed)
         refused = _produce(running, topic, **_token("erin", groups={"eng": True}))
         assert refused is not None and refused.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        stop_proxy_thread(running)
+
+
+def test_sighup_rereads_the_groups_file_and_an_open_connection_takes_it_at_its_next_request(
+    tansu: TansuBroker, tmp_path: Path, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No poll in this test (an hour apart): only SIGHUP's handler (``ProxyServer.reload``)
+    reads the new file, and the producer's open connection is refused from then on."""
+    monkeypatch.setattr(server_module, "GROUPS_POLL_INTERVAL_S", 3600.0)
+    groups_file = tmp_path / "groups.yaml"
+    groups_file.write_text(GROUPS)
+    acls = [_acl("Group:eng", AclPermissionType.ALLOW, topic)]
+    running = _start(tansu, tmp_path, acls, GroupsConfig(file=groups_file))
+    delivered: list[KafkaError | None] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": running.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "message.timeout.ms": 10000,
+            "enable.idempotence": False,
+            "retries": 0,
+            **_plain("alice"),
+        }
+    )
+    try:
+        producer.produce(topic, b"in eng", on_delivery=lambda err, _msg: delivered.append(err))
+        producer.flush(12)
+        assert delivered == [None]
+        groups_file.write_text(GROUPS.replace("[eng]", "[ops]"))
+        time.sleep(1.5)  # not polled: still in eng
+        producer.produce(topic, b"still", on_delivery=lambda err, _msg: delivered.append(err))
+        producer.flush(12)
+        assert delivered[1] is None
+        running.loop.call_soon_threadsafe(running.server.reload)
+        time.sleep(0.5)
+        producer.produce(topic, b"no more", on_delivery=lambda err, _msg: delivered.append(err))
+        producer.flush(12)
+        assert _code(delivered[2]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         stop_proxy_thread(running)
