@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from kafkaguard.policy.config import GroupsConfig
 from kafkaguard.policy.groups import (
+    GroupResolver,
     GroupsError,
     GroupsFile,
     SslGroupMapper,
     claim_groups,
+    merged,
     parse_groups_text,
 )
 from kafkaguard.policy.model import KafkaPrincipal
@@ -135,3 +138,27 @@ def test_certificate_rules_each_give_a_group() -> None:
 def test_certificate_rules_refuse_default() -> None:
     with pytest.raises(ValueError, match="DEFAULT"):
         SslGroupMapper.parse(r"RULE:^.*OU=([^,]+).*$/$1/, DEFAULT")
+
+
+def test_the_resolver_combines_the_configured_sources(tmp_path: Path) -> None:
+    assert GroupResolver.from_config(GroupsConfig()) is None  # nothing per request then
+    path = tmp_path / "groups.yaml"
+    path.write_text('version: 1\ngroups:\n  "User:alice": [eng]\n')
+    resolver = GroupResolver.from_config(
+        GroupsConfig(
+            file=path, oauthbearer_claim="roles", ssl_mapping_rules="RULE:^.*OU=([^,]+).*$/$1/"
+        )
+    )
+    assert resolver is not None and resolver.generation == 1
+    alice = KafkaPrincipal("User", "alice")
+    assert resolver.of_principal(alice) == (KafkaPrincipal("Group", "eng"),)
+    assert resolver.of_token({"roles": "ops"}) == (KafkaPrincipal("Group", "ops"),)
+    assert resolver.of_token(None) == ()  # PLAIN, SCRAM: no claims
+    assert resolver.of_certificate("CN=a,OU=sre,O=x") == (KafkaPrincipal("Group", "sre"),)
+    assert resolver.of_certificate(None) == ()  # no client certificate
+    only_file = GroupResolver.from_config(GroupsConfig(file=path))
+    assert only_file is not None
+    assert only_file.of_token({"roles": "ops"}) == only_file.of_certificate("OU=sre") == ()
+    assert merged((KafkaPrincipal("Group", "a"),), (KafkaPrincipal("Group", "a"),)) == (
+        KafkaPrincipal("Group", "a"),
+    )
