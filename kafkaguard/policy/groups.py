@@ -29,6 +29,7 @@ import yaml
 
 from kafkaguard.policy.model import KafkaPrincipal
 from kafkaguard.policy.principal_mapping import NoMatchingRuleError, SslPrincipalMapper
+from kafkaguard.policy.stores.file import FileStamp, file_stamp
 
 if TYPE_CHECKING:
     from kafkaguard.policy.config import GroupsConfig
@@ -117,17 +118,6 @@ def _names(names: object) -> list[str]:
     raise GroupsError(f"groups must be a string or a list of strings, got {names!r}")
 
 
-_Stamp = tuple[int, int, int]
-
-
-def _stamp(path: Path) -> _Stamp | None:
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
 class GroupsFile:
     """The groups file, read at start (missing or invalid: an error, as for the ACL file) and
     again by :meth:`refresh` when its (mtime, size, inode) changed. ``generation`` counts the
@@ -137,11 +127,11 @@ class GroupsFile:
         self.path = path
         self.generation = 0
         self._mapping: GroupMap = {}
-        self._stamp: _Stamp | None = None
+        self._stamp: FileStamp | None = None
 
     def load(self) -> None:
         """Read the file now; :class:`GroupsError` (and the old mapping kept) when invalid."""
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         try:
             text = self.path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -153,7 +143,7 @@ class GroupsFile:
     def refresh(self) -> GroupsError | None:
         """Re-read the file if it changed; the error of an invalid one (the mapping in force is
         kept, and the same file is not parsed again until it changes)."""
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp == self._stamp:
             return None
         try:

@@ -32,10 +32,13 @@ from kafkaguard.policy.stores.base import AclStoreError, Snapshot, SnapshotPubli
 
 log = logging.getLogger("kafkaguard.policy.store")
 
-_Stamp = tuple[int, int, int]
+FileStamp = tuple[int, int, int]
+"""(mtime_ns, size, inode): a file replaced or rewritten changes it."""
 
 
-def _stamp(path: Path) -> _Stamp | None:
+def file_stamp(path: Path) -> FileStamp | None:
+    """The file's :data:`FileStamp`, None when it does not exist (also read by the groups
+    file, kafkaguard/policy/groups.py)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -74,9 +77,9 @@ def _parse(text: str, path: Path) -> Snapshot:
         raise AclStoreError(str(exc)) from exc
 
 
-def read_acl_file(path: Path) -> tuple[Snapshot, _Stamp | None]:
+def read_acl_file(path: Path) -> tuple[Snapshot, FileStamp | None]:
     """Parse the file; the stamp is taken before reading so a racing write triggers a reload."""
-    stamp = _stamp(path)
+    stamp = file_stamp(path)
     return _parse(_read_text(path), path), stamp
 
 
@@ -131,7 +134,7 @@ class FileAclStore(SnapshotPublisher):
         self.path = Path(path)
         self.poll_interval_s = poll_interval_s
         self.create_if_missing = create_if_missing
-        self._stamp: _Stamp | None = None
+        self._stamp: FileStamp | None = None
         self._poller: asyncio.Task[None] | None = None
         self._reloading: asyncio.Task[bool] | None = None
         self._write_lock = asyncio.Lock()
@@ -157,7 +160,7 @@ class FileAclStore(SnapshotPublisher):
         try:
             snapshot, stamp = await asyncio.to_thread(read_acl_file, self.path)
         except AclStoreError as exc:
-            self._stamp = _stamp(self.path)  # do not retry the same bad file every second
+            self._stamp = file_stamp(self.path)  # do not retry the same bad file every second
             self.last_error = str(exc)
             log.error(
                 "ACL file rejected, keeping the %d ACLs in force: %s", len(self.snapshot()), exc
@@ -179,7 +182,7 @@ class FileAclStore(SnapshotPublisher):
         while True:
             await asyncio.sleep(self.poll_interval_s)
             try:
-                if _stamp(self.path) != self._stamp:
+                if file_stamp(self.path) != self._stamp:
                     await self.reload()
             except OSError as exc:  # e.g. the directory vanished; keep serving
                 log.warning("cannot check ACL file %s: %s", self.path, exc)
@@ -192,7 +195,7 @@ class FileAclStore(SnapshotPublisher):
                 )
             except OSError as exc:
                 raise AclStoreError(f"{self.path}: cannot write ACL file: {exc}") from exc
-            self._stamp = _stamp(self.path)
+            self._stamp = file_stamp(self.path)
             self.publish(snapshot)
 
     async def add(self, bindings: Collection[AclBinding]) -> None:
