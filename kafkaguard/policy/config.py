@@ -53,6 +53,18 @@ class ListenerPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyInForce:
+    """The two settings in force on one listener, and the configuration key each came from
+    (the listener's ``authorizer.extensions.listeners`` entry replaces the top-level value
+    when it sets one). The authorizer decides with it; doctor and explain report it."""
+
+    super_users: frozenset[str]
+    super_users_key: str
+    allow_everyone_if_no_acl_found: bool
+    allow_everyone_key: str
+
+
+@dataclass(frozen=True, slots=True)
 class GroupsConfig:
     """Extension ``authorizer.extensions.groups``: where a connection's ``Group:`` principals
     come from (kafkaguard/policy/groups.py); all three optional and combinable."""
@@ -84,6 +96,24 @@ class AuthorizerConfig:
     (kafkaguard/policy/internal_topics.py); nobody by default, super users included."""
     groups: GroupsConfig = GroupsConfig()
     """Extension: the group principals of a connection (issue 37)."""
+
+    def in_force(self, listener: str) -> PolicyInForce:
+        """The super users and ``allow_everyone_if_no_acl_found`` on ``listener``."""
+        override = self.listeners.get(listener)
+        own = f"authorizer.extensions.listeners.{listener}."
+        users, users_key = self.super_users, "authorizer.super_users"
+        if override is not None and override.super_users is not None:
+            users, users_key = override.super_users, own + "super_users"
+        allow, allow_key = (
+            self.allow_everyone_if_no_acl_found,
+            "authorizer.allow_everyone_if_no_acl_found",
+        )
+        if override is not None and override.allow_everyone_if_no_acl_found is not None:
+            allow, allow_key = (
+                override.allow_everyone_if_no_acl_found,
+                own + "allow_everyone_if_no_acl_found",
+            )
+        return PolicyInForce(users, users_key, allow, allow_key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,27 +339,19 @@ def listener_overrides(config: AuthorizerConfig, listener: str) -> dict[str, str
     return out
 
 
-def _allow_everyone(config: AuthorizerConfig, listener: str) -> bool:
-    policy = config.listeners.get(listener)
-    if policy is not None and policy.allow_everyone_if_no_acl_found is not None:
-        return policy.allow_everyone_if_no_acl_found
-    return config.allow_everyone_if_no_acl_found
-
-
 def render_text(
     explanation: Explanation, context: RequestContext, action: Action, config: AuthorizerConfig
 ) -> list[str]:
     """The human-readable explanation, one line per item."""
     pattern = action.resource_pattern
+    in_force = config.in_force(context.listener_name)
     where = f"listener {context.listener_name}, " if context.listener_name else ""
     lines = [
         f"{explanation.result.value}: {_subject_text(context)} {action.operation.name} "
         f"{pattern.resource_type.pascal_name}:{pattern.pattern_type.name}:{pattern.name} "
         f"from host {context.host} ({where}{context.security_protocol.value})",
         f"Reason: {explanation.reason.value}: "
-        + _reason_text(
-            explanation, context, action, _allow_everyone(config, context.listener_name)
-        ),
+        + _reason_text(explanation, context, action, in_force.allow_everyone_if_no_acl_found),
     ]
     overrides = listener_overrides(config, context.listener_name)
     if overrides:
@@ -396,7 +388,7 @@ def render_auto_creation(
         else f"Topic existence not checked (--ask-upstream asks the cluster); if {topic} does "
         "not exist:"
     )
-    allow_everyone = _allow_everyone(config, context.listener_name)
+    allow_everyone = config.in_force(context.listener_name).allow_everyone_if_no_acl_found
     lines = [
         head,
         "  the client's Metadata request auto-creates it only with CREATE on "

@@ -56,7 +56,7 @@ from kafkaguard.policy.authorizer import (
     allowed_operations,
     check_literal,
 )
-from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.config import AuthorizerConfig, PolicyInForce
 from kafkaguard.policy.model import (
     AclBinding,
     AclBindingFilter,
@@ -78,14 +78,6 @@ _FULL_REBUILD_RATIO = 0.05  # above 5% changed, rebuilding beats patching bucket
 DecisionListener = Callable[[DecisionEvent], None]
 
 
-class _Policy:
-    __slots__ = ("allow_everyone", "super_users")
-
-    def __init__(self, super_users: frozenset[str], allow_everyone: bool) -> None:
-        self.super_users = super_users
-        self.allow_everyone = allow_everyone
-
-
 class _Policies:
     """The default policy and the per-listener ones, built together from one
     :class:`AuthorizerConfig`: one reference to swap, so a decision never mixes two configs."""
@@ -93,15 +85,9 @@ class _Policies:
     __slots__ = ("by_listener", "default")
 
     def __init__(self, config: AuthorizerConfig) -> None:
-        self.default = _Policy(config.super_users, config.allow_everyone_if_no_acl_found)
-        self.by_listener: dict[str, _Policy] = {
-            name: _Policy(
-                config.super_users if o.super_users is None else o.super_users,
-                config.allow_everyone_if_no_acl_found
-                if o.allow_everyone_if_no_acl_found is None
-                else o.allow_everyone_if_no_acl_found,
-            )
-            for name, o in config.listeners.items()
+        self.default = config.in_force("")
+        self.by_listener: dict[str, PolicyInForce] = {
+            name: config.in_force(name) for name in config.listeners
         }
 
 
@@ -240,7 +226,7 @@ class StandardAuthorizer:
         host, address = context.host, context.client_address
         # "Does any ACL apply at all?" only changes a decision under allow.everyone, and only
         # a decision listener reports it otherwise (the audit line does not).
-        need_applicable = policy.allow_everyone or listener is not None
+        need_applicable = policy.allow_everyone_if_no_acl_found or listener is not None
         enabled = audit_logger.isEnabledFor
         results: list[AuthorizationResult] = []
         for action in actions:
@@ -261,7 +247,7 @@ class StandardAuthorizer:
                 result, reason = ALLOWED, DecisionReason.ALLOW_ACL
             elif verdict is _DENY_ACL:
                 result, reason = DENIED, DecisionReason.DENY_ACL
-            elif verdict is _NO_ACL and policy.allow_everyone:
+            elif verdict is _NO_ACL and policy.allow_everyone_if_no_acl_found:
                 result, reason = ALLOWED, DecisionReason.DEFAULT_ALLOW
             else:
                 result, reason = DENIED, DecisionReason.DEFAULT_DENY

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kafkaguard.cli.doctor.facts import Broker, Facts
+from kafkaguard.policy.config import PolicyInForce
 from kafkaguard.proxy.config import (
     TLS_SECURITY_PROTOCOLS,
     HostPort,
@@ -61,16 +62,6 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
-class ListenerPolicy:
-    """The two authorizer settings in force on one listener, and where each is set."""
-
-    super_users: frozenset[str]
-    super_users_key: str
-    allow_everyone_if_no_acl_found: bool
-    allow_everyone_key: str
-
-
-@dataclass(frozen=True, slots=True)
 class Advertised:
     """What a listener tells clients: its bootstrap address and, per known node, the
     address it gives that broker (None: the node has no port there)."""
@@ -79,27 +70,6 @@ class Advertised:
     nodes: tuple[tuple[int, HostPort | None], ...]
     rule: str
     """How per-broker addresses are formed (``broker_ports: base 9300``, an SNI pattern)."""
-
-
-def listener_policy(config: ProxyConfig, listener: ListenerConfig) -> ListenerPolicy:
-    """The listener's super users and ``allow_everyone_if_no_acl_found``: its
-    ``authorizer.extensions.listeners`` entry replaces the top-level value when set."""
-    authorizer = config.policy.authorizer
-    override = authorizer.listeners.get(listener.name)
-    own = f"authorizer.extensions.listeners.{listener.name}."
-    users, users_key = authorizer.super_users, "authorizer.super_users"
-    if override is not None and override.super_users is not None:
-        users, users_key = override.super_users, own + "super_users"
-    allow, allow_key = (
-        authorizer.allow_everyone_if_no_acl_found,
-        "authorizer.allow_everyone_if_no_acl_found",
-    )
-    if override is not None and override.allow_everyone_if_no_acl_found is not None:
-        allow, allow_key = (
-            override.allow_everyone_if_no_acl_found,
-            own + "allow_everyone_if_no_acl_found",
-        )
-    return ListenerPolicy(users, users_key, allow, allow_key)
 
 
 def advertised(listener: ListenerConfig, brokers: tuple[Broker, ...]) -> Advertised:
@@ -257,7 +227,7 @@ def _listener(
             + " cross the network in the clear"
         )
         yield Finding(section, "listener.no_tls", Status.WARN, name, message)
-    policy = listener_policy(config, listener)
+    policy = config.policy.authorizer.in_force(listener.name)
     if policy.allow_everyone_if_no_acl_found:
         message = (
             f"allow_everyone_if_no_acl_found is true ({policy.allow_everyone_key}): any "
@@ -267,7 +237,7 @@ def _listener(
     yield from _super_users(listener, policy)
 
 
-def _super_users(listener: ListenerConfig, policy: ListenerPolicy) -> Iterator[Finding]:
+def _super_users(listener: ListenerConfig, policy: PolicyInForce) -> Iterator[Finding]:
     """Super users where clients are ``User:ANONYMOUS``: every client of a PLAINTEXT
     listener, and on an SSL listener each client without a certificate unless
     ``client_auth`` is ``required`` (Kafka's ``SslPrincipalMapper`` has no DN to map)."""
@@ -306,7 +276,7 @@ def _authorizer(config: ProxyConfig) -> Iterator[Finding]:
     inherit = [
         ls.name
         for ls in config.listeners
-        if listener_policy(config, ls).allow_everyone_key
+        if config.policy.authorizer.in_force(ls.name).allow_everyone_key
         == "authorizer.allow_everyone_if_no_acl_found"
     ]
     if not inherit:

@@ -15,7 +15,6 @@ from kafkaguard.cli.doctor.checks import (
     Status,
     advertised,
     exit_code,
-    listener_policy,
 )
 from kafkaguard.cli.doctor.facts import Facts
 from kafkaguard.proxy.config import HostPort, ListenerConfig, ProxyConfig
@@ -108,7 +107,7 @@ def _upstream_security(config: ProxyConfig) -> str:
 
 def _listener_lines(config: ProxyConfig, listener: ListenerConfig, facts: Facts) -> list[str]:
     view = advertised(listener, facts.brokers())
-    policy = listener_policy(config, listener)
+    policy = config.policy.authorizer.in_force(listener.name)
     sasl = (
         "SASL " + ", ".join(listener.sasl.enabled_mechanisms)
         if listener.sasl is not None
@@ -189,7 +188,7 @@ def _upstream_json(facts: Facts) -> dict[str, Any]:
 
 def _listener_json(config: ProxyConfig, listener: ListenerConfig, facts: Facts) -> dict[str, Any]:
     view = advertised(listener, facts.brokers())
-    policy = listener_policy(config, listener)
+    policy = config.policy.authorizer.in_force(listener.name)
     return {
         "name": listener.name,
         "security_protocol": listener.security_protocol,
