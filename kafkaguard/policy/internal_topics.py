@@ -4,7 +4,8 @@ The proxy keeps its own state on the cluster it protects: every topic named ``_k
 (the ACL and SCRAM store topics, the default audit topic) and the configured audit topic.
 A client that could write them could grant itself any ACL; one that could read them would
 read every principal's decisions. So, whatever the ACLs and ``super_users`` say, an action on
-such a topic is denied to every principal the operator has not named in
+such a topic is denied to every connection none of whose principals (its principal or one of
+its ``Group:`` principals, issue 37) the operator has named in
 ``authorizer.internal_topics.principals``.
 
 :class:`InternalTopicGuard` wraps any :class:`~kafkaguard.policy.authorizer.Authorizer`: every
@@ -54,7 +55,8 @@ class InternalTopics:
     """Internal topics beyond the prefix: the configured audit topic."""
     principals: frozenset[str] = frozenset()
     """``authorizer.internal_topics.principals``: ``Type:name`` strings, compared with the
-    principal's text as ``super_users`` are; their requests are authorized as usual."""
+    principal's text and its groups' as ``super_users`` are; their requests are authorized as
+    usual."""
 
     unified: frozenset[str] = field(init=False, repr=False, compare=False)
     """:attr:`names` as :func:`unify_collision_chars` makes them."""
@@ -70,9 +72,20 @@ class InternalTopics:
         unified = unify_collision_chars(topic)
         return unified.startswith(INTERNAL_TOPIC_PREFIX) or unified in self.unified
 
+    def named(self, context: RequestContext) -> bool:
+        """Whether ``principals`` names the connection: its principal or one of its groups, as
+        ``super_users`` is matched (kafkaguard/policy/standard.py; a group named there stands
+        for every member, docs/groups.md)."""
+        principals = self.principals
+        if not principals:
+            return False
+        return context.principal.text in principals or any(
+            g.text in principals for g in context.groups
+        )
+
     def refused(self, context: RequestContext, topic: str) -> bool:
-        """Whether ``context``'s principal may not touch ``topic`` at all."""
-        return self.internal(topic) and context.principal.text not in self.principals
+        """Whether ``context``'s principals may not touch ``topic`` at all."""
+        return self.internal(topic) and not self.named(context)
 
 
 class InternalTopicGuard:
@@ -125,7 +138,7 @@ class InternalTopicGuard:
             if action.resource_pattern.resource_type is _TOPIC
             and rules.internal(action.resource_pattern.name)
         }
-        if not refused or context.principal.text in rules.principals:
+        if not refused or rules.named(context):
             return self.inner.authorize(context, actions)
         asked = [a for i, a in enumerate(actions) if i not in refused]
         answers = iter(self.inner.authorize(context, asked) if asked else ())

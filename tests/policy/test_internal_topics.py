@@ -52,6 +52,28 @@ def test_a_named_principal_is_authorized_by_the_authorizer_alone() -> None:
     assert g.authorize(ctx("User:su"), [Action(Op.WRITE, topic("audit"))]) == [ALLOWED]
 
 
+def test_a_named_group_admits_its_members_as_super_users_does() -> None:
+    g = guard(frozenset({"Group:backup"}))
+    action = [Action(Op.READ, topic("_kafkaguard-acls"))]
+    assert g.authorize(ctx("User:bob", groups=("backup",)), action) == [ALLOWED]
+    assert g.authorize(ctx("User:bob", groups=("eng",)), action) == [DENIED]
+    assert g.authorize(ctx("User:bob"), action) == [DENIED]
+    assert not g.refused(ctx("User:bob", groups=("eng", "backup")), "_kafkaguard-acls")
+    assert g.refused(ctx("User:backup"), "_kafkaguard-acls")  # a group is not a user
+    ops = g.authorized_operations(ctx("User:bob", groups=("backup",)), topic("_kafkaguard-acls"))
+    assert Op.READ in ops
+
+
+def test_a_super_user_group_is_refused_until_internal_topics_names_a_group_of_its_member() -> None:
+    inner = authorizer([], super_users="Group:admins")
+    member = ctx("User:carol", groups=("admins",))
+    actions = [Action(Op.WRITE, topic("orders")), Action(Op.WRITE, topic("audit"))]
+    closed = InternalTopicGuard(inner, InternalTopics(frozenset({"audit"})))
+    assert closed.authorize(member, actions) == [ALLOWED, DENIED]
+    named = InternalTopics(frozenset({"audit"}), frozenset({"Group:admins"}))
+    assert InternalTopicGuard(inner, named).authorize(member, actions) == [ALLOWED, ALLOWED]
+
+
 def test_authorized_operations_of_an_internal_topic_are_none_for_a_super_user() -> None:
     g = guard()
     assert g.authorized_operations(ctx("User:su"), topic("_kafkaguard-users")) == set()
