@@ -32,11 +32,15 @@ Theory of operation
   :class:`AclsNotManagedError`.
 * Decisions are audited like ACL decisions: Kafka's audit line and the audit trail's event,
   with the reason ``OpaAllow``, ``OpaDeny`` or ``OpaError``.
+* ``super_users`` (the option and ``authorizer.super_users``) may name ``Group:`` principals,
+  as the standard authorizer's; a configuration reload applies them (:meth:`reconfigure`,
+  the options of :data:`RELOADABLE_OPTIONS`); every other option takes a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.client
 import json
 import logging
@@ -47,6 +51,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason, log_decision
@@ -99,6 +104,10 @@ OPTIONS: Final = (
     "max_in_flight",
     "health_interval_ms",
 )
+
+RELOADABLE_OPTIONS: Final = frozenset({"super_users"})
+"""The options a configuration reload applies (kafkaguard/proxy/app/reload.py): the others
+make the HTTP client, the pool and the cache, which a restart makes anew."""
 
 
 class OpaError(Exception):
@@ -460,6 +469,36 @@ class OpaAuthorizer:
         self._logged: dict[str, tuple[float, int]] = {}
         self.ready = True
 
+    reloadable_options: Final = RELOADABLE_OPTIONS
+    """For the reload plan: which ``authorizer.options`` :meth:`reconfigure` applies."""
+
+    def reconfigure(self, config: AuthorizerConfig) -> None:
+        """Apply a reloaded ``authorizer:`` section: the super users (``authorizer.super_users``
+        and the ``super_users`` option), from the next decision on every connection, as
+        ``StandardAuthorizer.reconfigure`` applies Kafka's ``super.users``. The other options
+        are kept (the reload plan names them as needing a restart); cached decisions stay
+        valid, since a super user is recognised before the cache is asked."""
+        kept = {k: v for k, v in self.config.options.items() if k not in RELOADABLE_OPTIONS}
+        kept.update((k, v) for k, v in config.options.items() if k in RELOADABLE_OPTIONS)
+        try:
+            parsed = OpaOptions.parse(kept, config.super_users)
+        except ValueError as exc:  # load_config checked the file: a caller's mistake
+            raise ValueError(f"authorizer.options: {exc}") from exc
+        self.options = dataclasses.replace(self.options, super_users=parsed.super_users)
+        self.config = dataclasses.replace(
+            config, class_path=self.config.class_path, options=MappingProxyType(kept)
+        )
+
+    def _super_user(self, context: RequestContext) -> bool:
+        """The principal or one of its groups is a super user (``StandardAuthorizer``'s
+        ``super.users`` check, with kafkaguard's groups, docs/groups.md)."""
+        super_users = self.options.super_users
+        if not super_users:
+            return False
+        return context.principal.text in super_users or any(
+            g.text in super_users for g in getattr(context, "groups", ())
+        )
+
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, listeners: Sequence[str]) -> Mapping[str, Awaitable[None]]:
         """Listeners open at once (as the plugin's ``start``): while OPA cannot be asked,
@@ -522,7 +561,7 @@ class OpaAuthorizer:
         (on the event loop) or asks OPA in the calling thread (tools, no loop running)."""
         for action in actions:
             check_literal(action)
-        if context.principal.text in self.options.super_users:
+        if self._super_user(context):
             return [
                 self._record(context, action, True, DecisionReason.SUPER_USER) for action in actions
             ]
@@ -666,7 +705,7 @@ class OpaAuthorizer:
         if resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
             raise ValueError(f"Must specify a non-filter resource type, got {resource_type.name}")
         action = Action(operation, ResourcePattern(resource_type, "", PatternType.PREFIXED), 0)
-        if context.principal.text in self.options.super_users:
+        if self._super_user(context):
             return self._record(context, action, True, DecisionReason.SUPER_USER)
         return self._decide(context, [action])[0]
 

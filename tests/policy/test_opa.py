@@ -47,7 +47,7 @@ ALLOWED = AuthorizationResult.ALLOWED
 DENIED = AuthorizationResult.DENIED
 
 
-def context(user: str, correlation_id: int = 7) -> RequestContext:
+def context(user: str, correlation_id: int = 7, groups: tuple[str, ...] = ()) -> RequestContext:
     return RequestContext(
         listener_name="SASL_PLAINTEXT",
         security_protocol=SecurityProtocol.SASL_PLAINTEXT,
@@ -57,6 +57,7 @@ def context(user: str, correlation_id: int = 7) -> RequestContext:
         api_version=11,
         client_id="orders-app",
         correlation_id=correlation_id,
+        groups=tuple(KafkaPrincipal("Group", g) for g in groups),
     )
 
 
@@ -303,6 +304,36 @@ def test_unreachable_opa_denies_unless_allow_on_error(caplog: pytest.LogCaptureF
         assert "denied" in caplog.text
         opened = authorizer(url, allow_on_error=True)
         assert opened.authorize(context("alice-producer"), [write("alice-orders")]) == [ALLOWED]
+
+
+def test_a_super_user_group_admits_its_members_without_asking() -> None:
+    with refusing_port() as port:  # a lookup would fail, and deny
+        opa = authorizer(f"http://127.0.0.1:{port}{V0_URL_PATH}", super_users="Group:admins")
+        assert opa.authorize(context("carol", groups=("eng", "admins")), [write("x")]) == [ALLOWED]
+        assert opa.authorize(context("carol", groups=("eng",)), [write("x")]) == [DENIED]
+        assert opa.authorize(context("admins"), [write("x")]) == [DENIED]  # a user, not a group
+        assert opa.counters.lookups == {"allowed": 0, "denied": 0, "error": 2}
+
+
+def test_reconfigure_applies_the_super_users_and_keeps_the_other_options() -> None:
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}{V0_URL_PATH}"
+        events: list[DecisionEvent] = []
+        opa = authorizer(url, events, timeout_ms=500)
+        assert opa.authorize(context("alice-producer"), [write("x")]) == [DENIED]
+        reloaded = {"url": "http://127.0.0.1:1/elsewhere", "super_users": "User:alice-producer"}
+        opa.reconfigure(AuthorizerConfig(class_path="other:Class", options=reloaded))
+        assert opa.authorize(context("alice-producer"), [write("x")]) == [ALLOWED]
+        assert events[-1].reason is DecisionReason.SUPER_USER
+        assert (opa.options.url, opa.options.timeout_ms) == (url, 500)
+        kept = {"url": url, "timeout_ms": 500, "super_users": "User:alice-producer"}
+        assert dict(opa.config.options) == kept
+        assert opa.config.class_path == "kafkaguard.policy.opa:OpaAuthorizer"
+        # Kafka's super.users (authorizer.super_users) is reloaded too; the option removed.
+        opa.reconfigure(AuthorizerConfig(super_users=frozenset({"Group:ops"}), options={}))
+        assert opa.authorize(context("alice-producer"), [write("x")]) == [DENIED]
+        assert opa.authorize(context("bob", groups=("ops",)), [write("x")]) == [ALLOWED]
+        assert "super_users" not in opa.config.options
 
 
 def test_error_lines_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:

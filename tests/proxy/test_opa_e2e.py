@@ -6,7 +6,8 @@ server running the Rego v0 policy in the OPA Kafka plugin's style
 ``alice-producer`` writes topics starting with ``alice-`` and ``bob-producer`` is refused
 there (TOPIC_AUTHORIZATION_FAILED); with OPA stopped a decision not in the cache is refused
 and ``/readyz`` names OPA; once it is back, the same produce succeeds. DescribeAcls answers
-SECURITY_DISABLED: the OPA authorizer manages no ACLs.
+SECURITY_DISABLED: the OPA authorizer manages no ACLs. A configuration reload applies the
+``super_users`` option.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 import pytest
 
 from kafkaguard.policy.config import AuthorizerConfig, PolicyConfig
+from kafkaguard.policy.opa import OpaAuthorizer
 from kafkaguard.proxy.app.metrics import ProxyCollector
 from kafkaguard.tansu import TansuBroker
+from tests.proxy.app.test_reload import Listener, proxy_from, reload, write_config
 from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread, unique_name
 from tests.support.sasl_proxy import start_sasl_proxy
@@ -92,16 +95,7 @@ def _client(setup: OpaSetup, user: str) -> dict[str, Any]:
 
 def produce(setup: OpaSetup, user: str, topic: str) -> int | None:
     """One record, flushed: None when acknowledged, else the error code."""
-    producer = Producer(_client(setup, user))
-    outcome: list[int | None] = []
-
-    def done(error: Any, _message: Any) -> None:
-        outcome.append(None if error is None else error.code())
-
-    producer.produce(topic, b"hello", on_delivery=done)
-    producer.flush(15)
-    assert outcome, "no delivery report within 15 s"
-    return outcome[0]
+    return deliver(Producer(_client(setup, user)), topic)
 
 
 def _until(condition: Any, timeout_s: float = 10.0) -> None:
@@ -170,3 +164,60 @@ def test_describe_acls_answers_security_disabled(opa_setup: OpaSetup) -> None:
             admin.describe_acls(everything)
     finally:
         admin.close()
+
+
+def test_a_reload_applies_the_super_users_option_to_open_connections(
+    tansu: TansuBroker, tmp_path: Path
+) -> None:
+    """SIGHUP's reload (``reload_config``) reaches the OPA authorizer's ``super_users``
+    option: ``User:ANONYMOUS`` on PLAINTEXT, refused by the policy (it is no ``*-producer``),
+    produces once the option names it; the url is kept."""
+    topic = unique_name("anon")
+    admin = AdminClient({"bootstrap.servers": str(tansu.address), "log_level": 0})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    opa = OpaServer(V0_POLICY, tmp_path / "opa.log", v0=True)
+    opa.start()
+    listener = Listener("PLAINTEXT")
+
+    def body(super_users: str) -> str:
+        return (
+            "authorizer:\n  class: kafkaguard.policy.opa:OpaAuthorizer\n  options:\n"
+            f"    url: {opa.url(V0_URL_PATH)}\n    super_users: '{super_users}'\n"
+        )
+
+    path = write_config(tmp_path / "c.yaml", tansu, [listener], body("User:ops"))
+    try:
+        with proxy_from(path) as running:
+            client = {
+                "bootstrap.servers": f"127.0.0.1:{listener.port}",
+                "message.timeout.ms": 10000,
+                "enable.idempotence": False,
+                "log_level": 0,
+            }
+            assert deliver(Producer(client), topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            write_config(path, tansu, [listener], body("User:ops;User:ANONYMOUS"))
+            plan = reload(running)
+            assert plan is not None
+            assert (plan.applied, plan.restart_needed) == (("authorizer.options.super_users",), ())
+            # A new producer: librdkafka keeps the refused topic in error and would not send.
+            assert deliver(Producer(client), topic) is None
+            authorizer = running.server.authorizer
+            assert isinstance(authorizer, OpaAuthorizer)
+            assert authorizer.options.url == opa.url(V0_URL_PATH)
+            assert authorizer.counters.lookups["denied"] >= 1
+    finally:
+        opa.stop()
+        admin.delete_topics([topic])[topic].result(15)
+
+
+def deliver(producer: Any, topic: str) -> int | None:
+    """One record through ``producer``, flushed: None when acknowledged, else the error."""
+    outcome: list[int | None] = []
+
+    def done(error: Any, _message: Any) -> None:
+        outcome.append(None if error is None else error.code())
+
+    producer.produce(topic, b"hello", on_delivery=done)
+    producer.flush(15)
+    assert outcome, "no delivery report within 15 s"
+    return outcome[0]

@@ -34,8 +34,10 @@ until a restart. ``upstream.*``; a listener's ``security_protocol``, ``bind_host
 ``advertised_host``, ``broker_ports``, ``ssl`` and ``sasl`` sections (or rename it, on
 another port: it is removed and added); ``admin``, ``metrics``, ``audit``, ``acl_store``,
 ``workers``;
-``authorizer.class``, ``authorizer.options`` and ``authorizer.extensions.groups`` (the groups
-file's contents need no reload); ``limits.authentication_threads`` and
+``authorizer.class``, ``authorizer.options`` (except the options a pluggable authorizer names
+in its ``reloadable_options``, such as the OPA authorizer's ``super_users``: applied as
+``authorizer.options.<name>``) and ``authorizer.extensions.groups`` (the groups file's contents
+need no reload); ``limits.authentication_threads`` and
 ``limits.authentication_queue_size``. Certificate, key and CA files, and SASL credential
 files, need no reload: they are re-read when they change (kafkaguard/certs/tls.py,
 kafkaguard/proxy/sasl/credentials.py).
@@ -48,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Final
 
 from kafkaguard.policy.config import PolicyConfig
@@ -174,8 +177,25 @@ def _listeners(
     return tuple(listeners), applied, restart, added, removed
 
 
+def _options(
+    running: Mapping[str, Any], new: Mapping[str, Any], reloadable: frozenset[str]
+) -> tuple[Mapping[str, Any], list[str], bool]:
+    """``authorizer.options``: (options to run with: the running ones with the ``reloadable``
+    keys as the new file has them; the reloadable options that changed; whether any other
+    did)."""
+    changed = {key for key in {*running, *new} if running.get(key) != new.get(key)}
+    kept = {key: value for key, value in running.items() if key not in reloadable}
+    kept.update((key, value) for key, value in new.items() if key in reloadable)
+    applied = [f"authorizer.options.{key}" for key in sorted(changed & reloadable)]
+    return MappingProxyType(kept), applied, bool(changed - reloadable)
+
+
 def _policy(
-    running: PolicyConfig, new: PolicyConfig, *, reconfigurable: bool
+    running: PolicyConfig,
+    new: PolicyConfig,
+    *,
+    reconfigurable: bool,
+    reloadable_options: frozenset[str],
 ) -> tuple[PolicyConfig, list[str], list[str]]:
     """``authorizer:`` and ``acl_store:``: (policy to run with, applied, restart needed)."""
     old_authorizer, new_authorizer = running.authorizer, new.authorizer
@@ -183,15 +203,20 @@ def _policy(
     restart = _changed(running.acl_store, new.acl_store, "acl_store.")
     if not reconfigurable:  # a pluggable authorizer without reconfigure()
         return running, [], changed + restart
+    options, applied, others = _options(
+        old_authorizer.options, new_authorizer.options, reloadable_options
+    )
     authorizer = replace(
         new_authorizer,
         class_path=old_authorizer.class_path,
-        options=old_authorizer.options,
+        options=options,
         groups=old_authorizer.groups,
     )
-    applied = [name for name in changed if name not in _AUTHORIZER_FIXED]
-    restart = [name for name in changed if name in _AUTHORIZER_FIXED] + restart
-    return PolicyConfig(authorizer, running.acl_store), applied, restart
+    fixed = [name for name in changed if name in _AUTHORIZER_FIXED]
+    if not others and "authorizer.options" in fixed:  # only reloadable options changed
+        fixed.remove("authorizer.options")
+    applied = [name for name in changed if name not in _AUTHORIZER_FIXED] + applied
+    return PolicyConfig(authorizer, running.acl_store), applied, fixed + restart
 
 
 def _upstream(
@@ -224,13 +249,17 @@ def plan_reload(
     new: ProxyConfig,
     *,
     reconfigurable_authorizer: bool = True,
+    reloadable_options: frozenset[str] = frozenset(),
     embedded_upstream: bool = False,
 ) -> ReloadPlan:
     """Compare the running configuration with a new, valid one.
 
     ``reconfigurable_authorizer``: the authorizer can take a new ``authorizer:`` section
-    (``StandardAuthorizer.reconfigure``); ``embedded_upstream``: the proxy runs in front of
-    the embedded broker of ``kafkaguard demo`` (``upstream.embedded: true``)."""
+    (``StandardAuthorizer.reconfigure``); ``reloadable_options``: the ``authorizer.options``
+    its ``reconfigure`` applies (the authorizer's ``reloadable_options``, e.g. the OPA
+    authorizer's ``super_users``; the others need a restart); ``embedded_upstream``: the
+    proxy runs in front of the embedded broker of ``kafkaguard demo``
+    (``upstream.embedded: true``)."""
     upstream, restart = _upstream(running.upstream, new.upstream, embedded=embedded_upstream)
     limits, applied, later = _limits(running.limits, new.limits)
     restart += later
@@ -240,7 +269,10 @@ def plan_reload(
     applied += now
     restart += later
     policy, now, later = _policy(
-        running.policy, new.policy, reconfigurable=reconfigurable_authorizer
+        running.policy,
+        new.policy,
+        reconfigurable=reconfigurable_authorizer,
+        reloadable_options=reloadable_options,
     )
     applied += now
     restart += later

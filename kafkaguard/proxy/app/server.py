@@ -316,6 +316,7 @@ class ProxyServer:
                 self.config,
                 new,
                 reconfigurable_authorizer=callable(getattr(self.authorizer, "reconfigure", None)),
+                reloadable_options=frozenset(getattr(self.authorizer, "reloadable_options", ())),
                 embedded_upstream=self.embedded_upstream,
             )
             try:

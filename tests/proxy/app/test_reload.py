@@ -171,6 +171,45 @@ def test_an_authorizer_without_reconfigure_keeps_its_settings() -> None:
     assert plan.config.policy.authorizer.super_users == frozenset({"User:admin"})
 
 
+OPA = """\
+authorizer:
+  class: kafkaguard.policy.opa:OpaAuthorizer
+  options:
+    url: http://127.0.0.1:8181/v1/data/kafka/authz/allow
+    super_users: 'User:ops'
+"""
+
+
+def test_reloadable_options_of_a_pluggable_authorizer_are_applied_the_others_kept() -> None:
+    listeners = RUNNING.split("authorizer:")[0]
+    running = _parse(listeners + OPA)
+    edited = OPA.replace("'User:ops'", "'User:ops;Group:admins'")
+    plan = plan_reload(
+        running,
+        _parse(listeners + edited),
+        reloadable_options=frozenset({"super_users"}),
+    )
+    assert (plan.applied, plan.restart_needed) == (("authorizer.options.super_users",), ())
+    options = plan.config.policy.authorizer.options
+    assert options["super_users"] == "User:ops;Group:admins"
+
+    moved = edited.replace(":8181/", ":8182/")
+    plan = plan_reload(
+        plan.config,
+        _parse(listeners + moved.replace("'User:ops;", "'")),
+        reloadable_options=frozenset({"super_users"}),
+    )
+    assert plan.applied == ("authorizer.options.super_users",)
+    assert plan.restart_needed == ("authorizer.options",)  # the url: a restart
+    assert dict(plan.config.policy.authorizer.options) == {
+        "url": "http://127.0.0.1:8181/v1/data/kafka/authz/allow",
+        "super_users": "Group:admins",
+    }
+    # Without reloadable options (the standard authorizer's), options are a restart as before.
+    plan = plan_reload(running, _parse(listeners + edited))
+    assert (plan.applied, plan.restart_needed) == ((), ("authorizer.options",))
+
+
 def test_a_listener_override_is_named_once_per_listener() -> None:
     edited = RUNNING.replace(
         "max_connections_per_ip: 100",
