@@ -289,6 +289,12 @@ class _Http:
         conn.close()
         self._local.conn = None
 
+    def close(self) -> None:
+        """Close the calling thread's connection, if it has one."""
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._drop(conn)
+
     def decide(self, body: bytes) -> bool:
         """POST the input document to the decision URL; ``result`` must be a boolean."""
         path = self.parts.path or "/"
@@ -313,6 +319,37 @@ class _Http:
         except OpaError as exc:
             return str(exc)
         return None if status == 200 else f"GET /health answered HTTP {status}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCheck:
+    """What :func:`check_server` found: OPA's health and one decision, or why not."""
+
+    health_url: str
+    health_error: str | None
+    """None: ``GET /health`` answered 200."""
+    decision: bool | None
+    """The decision URL's boolean for the probe; None when it gave none."""
+    decision_error: str | None
+    """Why no boolean came (an :class:`OpaError`'s text: its reason first)."""
+
+
+def check_server(options: OpaOptions, context: RequestContext, action: Action) -> ServerCheck:
+    """Ask the OPA server of ``options`` what the authorizer asks it (blocking; each call
+    bounded by ``timeout_ms``): ``GET /health`` as ``/readyz`` does, then the decision URL
+    for ``context`` and ``action`` as a lookup does (``kafkaguard doctor``)."""
+    http = _Http(options.url, options.timeout_ms / 1000)
+    parts = http.parts
+    health_url = f"{parts.scheme}://{parts.netloc}/health"
+    health_error = http.health()
+    try:
+        decision: bool | None = http.decide(json.dumps(input_document(context, action)).encode())
+        decision_error = None
+    except OpaError as exc:
+        decision, decision_error = None, str(exc)
+    finally:
+        http.close()
+    return ServerCheck(health_url, health_error, decision, decision_error)
 
 
 CacheKey = tuple[Any, ...]

@@ -19,11 +19,13 @@ DESCRIPTION = """\
 Check a configuration against the world as kafkaguard run would meet it, and print a
 checklist: each upstream bootstrap server (reachable, over the upstream TLS and SASL), the
 broker addresses the cluster advertises (which clients must not be able to reach), each
-listener and the addresses it advertises, the ACL store (loaded, how many ACLs, where from),
-super users and allow_everyone_if_no_acl_found per listener. Warnings: a listener without TLS
-on a non-loopback address, allow_everyone_if_no_acl_found true, super users on a PLAINTEXT
-listener, a broker advertising one of the proxy's own addresses. Nothing is bound, no ACL
-written, no topic created.
+listener and the addresses it advertises, the ACL store (loaded, how many ACLs, where from;
+a Kafka-topic store's cleanup.policy, delete.retention.ms and retention.ms), super users and
+allow_everyone_if_no_acl_found per listener, and with the OPA authorizer its server's
+/health and a probe decision. Warnings: a listener without TLS on a non-loopback address,
+allow_everyone_if_no_acl_found true, super users on a PLAINTEXT listener, a broker
+advertising one of the proxy's own addresses, OPA's allow_on_error true. Nothing is bound,
+no ACL written, no topic created.
 A check that could not run is a failure.
 Exit status: 0 nothing wrong, 1 a check failed or a warning applies (--allow-warnings: 0 on
 warnings alone), 2 usage error."""

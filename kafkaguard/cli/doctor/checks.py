@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kafkaguard.cli.doctor.facts import Broker, Facts
+from kafkaguard.cli.doctor.facts import Broker, Facts, TopicFacts
 from kafkaguard.policy.config import PolicyInForce
 from kafkaguard.proxy.config import (
     TLS_SECURITY_PROTOCOLS,
@@ -48,6 +48,7 @@ class Section(StrEnum):
     BROKERS = "brokers"
     LISTENERS = "listeners"
     ACL_STORE = "acl_store"
+    AUTHORIZER = "authorizer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,7 @@ def evaluate(facts: Facts) -> list[Finding]:
         findings += _listener(config, listener, facts.brokers())
     findings += _authorizer(config)
     findings += _store(facts)
+    findings += _opa(facts)
     return findings
 
 
@@ -293,6 +295,8 @@ def _store(facts: Facts) -> Iterator[Finding]:
     if store is None:
         yield Finding(section, "acl_store", Status.FAIL, None, "was not loaded")
         return
+    if store.topic is not None:
+        yield _topic(store.topic)
     if store.error is not None or store.count is None:
         message = f"does not load: {store.error or 'no reason given'}"
         yield Finding(section, "acl_store", Status.FAIL, store.source, message)
@@ -301,6 +305,56 @@ def _store(facts: Facts) -> Iterator[Finding]:
     if store.note:
         message += f" ({store.note})"
     yield Finding(section, "acl_store", Status.PASS, store.source, message)
+
+
+def _topic(topic: TopicFacts) -> Finding:
+    """A Kafka-topic store's topic, judged by the rule its start applies (``unsafe_settings``:
+    a cleanup policy deleting by age, less delete retention than configured)."""
+    subject = f"topic {topic.name}"
+    values = dict(topic.settings)
+    described = ", ".join(
+        f"{key}={'(not given)' if value is None else value}" for key, value in topic.settings
+    )
+    if topic.unsafe is None:
+        message = (
+            f"{described}: no record is removed before a proxy has read it "
+            "(retention.ms deletes nothing under cleanup.policy=compact)"
+        )
+        return Finding(Section.ACL_STORE, "acl_store.topic", Status.PASS, subject, message)
+    message = topic.unsafe
+    if "delete" in (values.get("cleanup.policy") or "delete"):
+        message += f"; retention.ms={values.get('retention.ms') or '(not given)'} applies"
+    return Finding(Section.ACL_STORE, "acl_store.topic", Status.FAIL, subject, message)
+
+
+def _opa(facts: Facts) -> Iterator[Finding]:
+    """The OPA authorizer's server: what ``/readyz`` and every uncached decision depend on."""
+    opa = facts.opa
+    if opa is None:
+        return
+    section = Section.AUTHORIZER
+    if opa.health_error is None:
+        yield Finding(section, "opa.health", Status.PASS, opa.health_url, "answers 200")
+    else:
+        message = f"{opa.health_error}: /readyz would report OPA down"
+        yield Finding(section, "opa.health", Status.FAIL, opa.health_url, message)
+    outcome = "allowed (allow_on_error)" if opa.allow_on_error else "denied"
+    if opa.decision_error is None:
+        answer = "true" if opa.decision else "false"
+        message = f"answers {answer} for a probe ({opa.probe}): a boolean, as a decision must be"
+        yield Finding(section, "opa.decision", Status.PASS, opa.url, message)
+    else:
+        message = (
+            f"gives no boolean for a probe ({opa.probe}): {opa.decision_error}; every "
+            f"decision not in the cache would be {outcome}"
+        )
+        yield Finding(section, "opa.decision", Status.FAIL, opa.url, message)
+    if opa.allow_on_error:
+        message = (
+            "authorizer.options.allow_on_error is true: while OPA cannot be asked, or answers "
+            "no boolean, every request is allowed (fail open)"
+        )
+        yield Finding(section, "opa.allow_on_error", Status.WARN, None, message)
 
 
 def exit_code(findings: list[Finding], *, allow_warnings: bool) -> int:

@@ -47,6 +47,40 @@ class BrokerProbe:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicFacts:
+    """A Kafka-topic ACL store's topic as DescribeConfigs gave it (issue 35)."""
+
+    name: str
+    settings: tuple[tuple[str, str | None], ...]
+    """:data:`TOPIC_SETTINGS` and their values (None: the broker gave none)."""
+    unsafe: str | None
+    """Why the store refuses the topic at start (``topic_table.unsafe_settings``, naming the
+    setting and the fix); None: it loses no record a proxy has not read."""
+
+
+TOPIC_SETTINGS = ("cleanup.policy", "delete.retention.ms", "retention.ms")
+"""The topic configs that decide whether records a proxy has not read can be removed."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpaFacts:
+    """The OPA server of ``authorizer.class: kafkaguard.policy.opa:OpaAuthorizer``, asked as
+    the authorizer asks it (``check_server``)."""
+
+    url: str
+    """``authorizer.options.url``: the decision."""
+    health_url: str
+    health_error: str | None
+    """Why ``GET /health`` failed; None: it answered 200."""
+    probe: str
+    """The probe decision asked, as one line (principal, operation, resource)."""
+    decision: bool | None
+    decision_error: str | None
+    """Why the decision URL gave no boolean; None: it did (``decision``)."""
+    allow_on_error: bool
+
+
+@dataclass(frozen=True, slots=True)
 class StoreFacts:
     """The ACL store the configuration names, loaded through the configured authorizer."""
 
@@ -60,6 +94,8 @@ class StoreFacts:
     note: str | None = None
     """Something true about a loaded store that an operator should know (a Kafka-topic store
     whose topic the proxy will create at its start)."""
+    topic: TopicFacts | None = None
+    """A Kafka-topic store's existing topic; None for other stores and a missing topic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +113,8 @@ class Facts:
     bootstrap: tuple[BootstrapProbe, ...] = ()
     broker_probes: tuple[BrokerProbe, ...] = ()
     store: StoreFacts | None = None
+    opa: OpaFacts | None = None
+    """None unless the authorizer is OPA."""
 
     def brokers(self) -> tuple[Broker, ...]:
         """Every broker any bootstrap server listed (:func:`listed_brokers`)."""

@@ -2,7 +2,9 @@
 read exactly as ``kafkaguard run`` does it (``load_config``, ``check_files``, the
 ``UpstreamCluster`` probe and Metadata request, ``build_authorizer`` over ``build_store``),
 so what doctor finds is what the proxy would meet. Nothing is bound and no ACL written; a
-Kafka-topic store's topic is described, not created (its store's start would create it). A
+Kafka-topic store's topic is described, not created (its store's start would create it), and
+its configs judged by the rule the store's start applies (``unsafe_settings``). With the OPA
+authorizer, its server is asked ``GET /health`` and one probe decision (``check_server``). A
 ZooKeeper store's start creates its empty ``/kafka-acl`` paths when missing, as Kafka's
 ``AclAuthorizer`` does (``zkClient.createAclPaths``), and that is the only write.
 
@@ -14,32 +16,50 @@ is recorded with its reason in :class:`~kafkaguard.cli.doctor.facts.Facts`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import ipaddress
 import ssl
 from pathlib import Path
 from typing import Any, Final
 
 from kafkaguard.certs.tls import TlsError
 from kafkaguard.cli.doctor.facts import (
+    TOPIC_SETTINGS,
     BootstrapProbe,
     Broker,
     BrokerProbe,
     Facts,
+    OpaFacts,
     StoreFacts,
+    TopicFacts,
     listed_brokers,
 )
 from kafkaguard.config_tree import ConfigError
-from kafkaguard.policy.config import build_authorizer, build_store
-from kafkaguard.policy.stores.base import AclStoreError
+from kafkaguard.policy.authorizer import Action, RequestContext, SecurityProtocol
+from kafkaguard.policy.config import (
+    OPA_AUTHORIZER_CLASS,
+    build_authorizer,
+    build_store,
+    kafka_topic_settings,
+)
+from kafkaguard.policy.model import AclOperation, KafkaPrincipal, ResourcePattern, ResourceType
+from kafkaguard.policy.opa import OpaOptions, check_server
+from kafkaguard.policy.stores.base import AclStore, AclStoreError
 from kafkaguard.protocol.errors import ProtocolError
 from kafkaguard.proxy.app.config_files import check_files
 from kafkaguard.proxy.app.server import audit_connection
 from kafkaguard.proxy.config import HostPort, ProxyConfig, config_warnings, load_config
 from kafkaguard.proxy.net.cluster import UpstreamCluster, fetch_api_versions, fetch_brokers
 from kafkaguard.proxy.sasl.client import UpstreamAuthenticationError
-from kafkaguard.topic_table import TopicTableError, is_compacted, topic_cleanup_policy
+from kafkaguard.topic_table import TopicTableError, topic_configs, unsafe_settings
 
 STORE_LOAD_TIMEOUT_S: Final = 30.0
 """The ACL store's first full load (a ZooKeeper session, a Kafka topic read) within this."""
+PROBE_PRINCIPAL: Final = KafkaPrincipal("User", "kafkaguard-doctor")
+PROBE_ACTION: Final = Action(
+    AclOperation.DESCRIBE, ResourcePattern(ResourceType.TOPIC, "kafkaguard-doctor-probe")
+)
+"""The decision doctor asks OPA: any boolean answer shows the URL names a rule that decides."""
 
 _CONNECTION_ERRORS: Final = (OSError, TimeoutError, ProtocolError, UpstreamAuthenticationError)
 _STORE_ERRORS: Final = (
@@ -86,6 +106,7 @@ async def gather(config_path: Path, config: ProxyConfig) -> Facts:
         bootstrap=bootstrap,
         broker_probes=broker_probes,
         store=await _store(config),
+        opa=await _opa(config),
     )
 
 
@@ -154,7 +175,8 @@ async def _broker(cluster: UpstreamCluster, broker: Broker) -> BrokerProbe:
 async def _store(config: ProxyConfig) -> StoreFacts:
     """The store built and loaded through the configured authorizer class, as the proxy's
     start loads it (``Authorizer.start`` for every listener), then closed. A Kafka-topic
-    store's topic is only described first: its start would create a missing one."""
+    store's topic is only described first: its start would create a missing one, and
+    refuse one whose configs could lose records (then it is not loaded)."""
     cfg = config.policy.acl_store
     try:
         connection = audit_connection(config.upstream) if cfg.type == "kafka" else None
@@ -164,44 +186,91 @@ async def _store(config: ProxyConfig) -> StoreFacts:
     source = store.description
     if cfg.type == "memory":
         source = "memory (no acl_store section: ACLs live in this process only)"
+    topic: TopicFacts | None = None
     if connection is not None:
-        unloaded = await _topic_state(config, source, connection)
+        unloaded, topic = await _topic_state(config, source, connection)
         if unloaded is not None:
             await store.close()
             return unloaded
+    return dataclasses.replace(await _load(config, store, source), topic=topic)
+
+
+async def _load(config: ProxyConfig, store: AclStore, source: str) -> StoreFacts:
+    kind = config.policy.acl_store.type
     try:
         authorizer = build_authorizer(config.policy, store=store)
     except (*_STORE_ERRORS, AttributeError, TypeError) as exc:
         await store.close()
-        return StoreFacts(cfg.type, source, error=f"authorizer.class: {exc}")
+        return StoreFacts(kind, source, error=f"authorizer.class: {exc}")
     try:
         ready = authorizer.start([listener.name for listener in config.listeners])
         async with asyncio.timeout(STORE_LOAD_TIMEOUT_S):
             for future in ready.values():
                 await future
-        return StoreFacts(cfg.type, source, count=len(store.snapshot()))
+        return StoreFacts(kind, source, count=len(store.snapshot()))
     except _STORE_ERRORS as exc:
-        return StoreFacts(cfg.type, source, error=_reason(exc, STORE_LOAD_TIMEOUT_S))
+        return StoreFacts(kind, source, error=_reason(exc, STORE_LOAD_TIMEOUT_S))
     finally:
         await authorizer.close()
 
 
 async def _topic_state(
     config: ProxyConfig, source: str, connection: dict[str, Any]
-) -> StoreFacts | None:
-    """A Kafka-topic store's topic described (creating nothing): the facts when it is not
-    there or not compacted (so nothing is to be loaded), None when it is to be read."""
+) -> tuple[StoreFacts | None, TopicFacts | None]:
+    """A Kafka-topic store's topic described (DescribeConfigs, creating nothing): (the
+    store's facts when there is nothing to load: no topic, or one the store refuses; the
+    topic's settings when it exists)."""
     cfg = config.policy.acl_store
     try:
-        policy = await asyncio.to_thread(
-            topic_cleanup_policy, connection, cfg.topic, config.upstream.connect_timeout_s
+        configs = await asyncio.to_thread(
+            topic_configs, connection, cfg.topic, config.upstream.connect_timeout_s
         )
     except _STORE_ERRORS as exc:
-        return StoreFacts(cfg.type, source, error=f"cannot describe topic {cfg.topic}: {exc}")
-    if policy is None:
+        error = f"cannot describe topic {cfg.topic}: {exc}"
+        return StoreFacts(cfg.type, source, error=error), None
+    if configs is None:
         note = f"topic {cfg.topic} does not exist yet: the proxy creates it, compacted"
-        return StoreFacts(cfg.type, source, count=0, note=note)
-    if not is_compacted(policy):
-        error = f"topic {cfg.topic} has cleanup.policy={policy}, not compact"
-        return StoreFacts(cfg.type, source, error=error)
-    return None
+        return StoreFacts(cfg.type, source, count=0, note=note), None
+    topic = TopicFacts(
+        cfg.topic,
+        tuple((key, configs.get(key)) for key in TOPIC_SETTINGS),
+        unsafe_settings(kafka_topic_settings(cfg), configs),
+    )
+    if topic.unsafe is not None:
+        error = f"the proxy refuses topic {cfg.topic} at start (acl_store.topic)"
+        return StoreFacts(cfg.type, source, error=error, topic=topic), topic
+    return None, topic
+
+
+async def _opa(config: ProxyConfig) -> OpaFacts | None:
+    """With the OPA authorizer: its server's health and a probe decision, asked off the loop
+    as the authorizer asks them (each bounded by ``timeout_ms``)."""
+    authorizer = config.policy.authorizer
+    if authorizer.class_path != OPA_AUTHORIZER_CLASS:
+        return None
+    options = OpaOptions.parse(authorizer.options, authorizer.super_users)  # load_config checked
+    listener = config.listeners[0]
+    context = RequestContext(
+        listener_name=listener.name,
+        security_protocol=SecurityProtocol(listener.security_protocol),
+        principal=PROBE_PRINCIPAL,
+        client_address=ipaddress.ip_address("127.0.0.1"),
+        api_key=3,  # Metadata: the request a DESCRIBE on a topic comes from
+        api_version=12,
+        client_id="kafkaguard-doctor",
+    )
+    check = await asyncio.to_thread(check_server, options, context, PROBE_ACTION)
+    pattern = PROBE_ACTION.resource_pattern
+    probe = (
+        f"{PROBE_ACTION.operation.name} on {pattern.resource_type.name.title()}:"
+        f"{pattern.pattern_type.name}:{pattern.name} by {PROBE_PRINCIPAL} on {listener.name}"
+    )
+    return OpaFacts(
+        url=options.url,
+        health_url=check.health_url,
+        health_error=check.health_error,
+        probe=probe,
+        decision=check.decision,
+        decision_error=check.decision_error,
+        allow_on_error=options.allow_on_error,
+    )

@@ -66,6 +66,7 @@ def render_text(facts: Facts, findings: list[Finding], *, allow_warnings: bool) 
             "  allow_everyone_if_no_acl_found: "
             f"{_bool(authorizer.allow_everyone_if_no_acl_found)} (top level; per listener above)"
         )
+        lines += _section(findings, Section.AUTHORIZER)
     lines += ["", _verdict(findings, allow_warnings=allow_warnings)]
     return lines
 
@@ -156,7 +157,7 @@ def report_json(facts: Facts, findings: list[Finding], *, allow_warnings: bool) 
         if config is None
         else [_listener_json(config, listener, facts) for listener in config.listeners],
         "acl_store": None if facts.store is None else _store_json(facts),
-        "authorizer": None if config is None else _authorizer_json(config),
+        "authorizer": None if config is None else _authorizer_json(config, facts),
     }
 
 
@@ -217,13 +218,32 @@ def _store_json(facts: Facts) -> dict[str, Any]:
         "acl_count": store.count,
         "error": store.error,
         "note": store.note,
+        "topic": None
+        if store.topic is None
+        else {
+            "name": store.topic.name,
+            "configs": dict(store.topic.settings),
+            "error": store.topic.unsafe,
+        },
     }
 
 
-def _authorizer_json(config: ProxyConfig) -> dict[str, Any]:
+def _authorizer_json(config: ProxyConfig, facts: Facts) -> dict[str, Any]:
     authorizer = config.policy.authorizer
+    opa = facts.opa
     return {
         "class": authorizer.class_path,
         "super_users": sorted(authorizer.super_users),
         "allow_everyone_if_no_acl_found": authorizer.allow_everyone_if_no_acl_found,
+        "opa": None
+        if opa is None
+        else {
+            "url": opa.url,
+            "health_url": opa.health_url,
+            "healthy": opa.health_error is None,
+            "health_error": opa.health_error,
+            "decision": opa.decision,
+            "decision_error": opa.decision_error,
+            "allow_on_error": opa.allow_on_error,
+        },
     }

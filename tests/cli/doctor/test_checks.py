@@ -18,7 +18,16 @@ from kafkaguard.cli.doctor.checks import (
     evaluate,
     exit_code,
 )
-from kafkaguard.cli.doctor.facts import BootstrapProbe, Broker, BrokerProbe, Facts, StoreFacts
+from kafkaguard.cli.doctor.facts import (
+    TOPIC_SETTINGS,
+    BootstrapProbe,
+    Broker,
+    BrokerProbe,
+    Facts,
+    OpaFacts,
+    StoreFacts,
+    TopicFacts,
+)
 from kafkaguard.cli.doctor.report import render_text, report_json
 from kafkaguard.config_tree import ConfigSection
 from kafkaguard.proxy.config import HostPort, ProxyConfig, is_loopback, parse_config
@@ -228,6 +237,102 @@ def test_a_store_that_did_not_load_fails() -> None:
     store = StoreFacts("file", "file /x/acls.yaml", error="/x/acls.yaml: No such file")
     (finding,) = by_check(evaluate(healthy(config(), store=store)), "acl_store")
     assert finding.status is Status.FAIL and "No such file" in finding.message
+
+
+def kafka_store(**settings: str) -> StoreFacts:
+    """A Kafka-topic store whose topic ``acls`` has ``settings`` (``_`` for ``.``), judged by
+    the store's own rule."""
+    from kafkaguard.topic_table import TopicSettings, unsafe_settings
+
+    configs = {key.replace("_", "."): value for key, value in settings.items()}
+    topic = TopicFacts(
+        "acls",
+        tuple((key, configs.get(key)) for key in TOPIC_SETTINGS),
+        unsafe_settings(TopicSettings("acls"), configs),
+    )
+    if topic.unsafe is not None:
+        return StoreFacts("kafka", "kafka topic acls", error="refused", topic=topic)
+    return StoreFacts("kafka", "kafka topic acls", count=2, topic=topic)
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"cleanup_policy": "delete"}, "cleanup.policy=delete"),
+        ({"cleanup_policy": "compact,delete", "retention_ms": "1000"}, "retention.ms=1000"),
+        (
+            {"cleanup_policy": "compact", "delete_retention_ms": "1000"},
+            "delete.retention.ms=1000",
+        ),
+    ],
+)
+def test_a_store_topic_that_could_lose_unread_records_fails_naming_the_setting(
+    settings: dict[str, str], named: str
+) -> None:
+    store = kafka_store(**settings)
+    findings = evaluate(healthy(config(), store=store))
+    (topic,) = by_check(findings, "acl_store.topic")
+    assert (topic.status, topic.subject) == (Status.FAIL, "topic acls")
+    assert named in topic.message and "kafka-configs.sh --alter" in topic.message
+    assert [f.status for f in by_check(findings, "acl_store")] == [Status.FAIL]
+
+
+def test_a_compacted_store_topic_with_enough_delete_retention_passes() -> None:
+    store = kafka_store(cleanup_policy="compact", delete_retention_ms="604800000")
+    findings = evaluate(healthy(config(), store=store))
+    (topic,) = by_check(findings, "acl_store.topic")
+    assert topic.status is Status.PASS
+    assert topic.message.startswith(
+        "cleanup.policy=compact, delete.retention.ms=604800000, retention.ms=(not given): "
+    )
+    assert exit_code(findings, allow_warnings=False) == 0
+
+
+OPA_URL = "http://127.0.0.1:8181/v1/data/kafka/authz/allow"
+
+
+def opa(**changes: Any) -> OpaFacts:
+    facts = OpaFacts(
+        url=OPA_URL,
+        health_url="http://127.0.0.1:8181/health",
+        health_error=None,
+        probe="DESCRIBE on Topic:LITERAL:p by User:kafkaguard-doctor on L",
+        decision=False,
+        decision_error=None,
+        allow_on_error=False,
+    )
+    return replace(facts, **changes)
+
+
+def test_a_healthy_opa_answering_a_boolean_passes() -> None:
+    findings = evaluate(healthy(config(), opa=opa()))
+    assert [(f.check, f.status) for f in findings if f.check.startswith("opa.")] == [
+        ("opa.health", Status.PASS),
+        ("opa.decision", Status.PASS),
+    ]
+    assert "answers false for a probe" in by_check(findings, "opa.decision")[0].message
+    assert exit_code(findings, allow_warnings=False) == 0
+
+
+def test_an_unreachable_opa_fails_naming_the_url_and_the_error() -> None:
+    error = "unreachable: ConnectionRefusedError: [Errno 111] Connection refused"
+    findings = evaluate(healthy(config(), opa=opa(health_error=error, decision_error=error)))
+    (health,) = by_check(findings, "opa.health")
+    assert (health.status, health.subject) == (Status.FAIL, "http://127.0.0.1:8181/health")
+    assert health.message.startswith(error)
+    (decision,) = by_check(findings, "opa.decision")
+    assert (decision.status, decision.subject) == (Status.FAIL, OPA_URL)
+    assert error in decision.message and decision.message.endswith("would be denied")
+
+
+def test_allow_on_error_is_a_warning_that_opa_fails_open() -> None:
+    findings = evaluate(healthy(config(), opa=opa(allow_on_error=True)))
+    (warning,) = by_check(findings, "opa.allow_on_error")
+    assert warning.status is Status.WARN and "fail open" in warning.message
+    assert exit_code(findings, allow_warnings=False) == 1
+    assert exit_code(findings, allow_warnings=True) == 0
+    failing = evaluate(healthy(config(), opa=opa(allow_on_error=True, decision_error="x")))
+    assert by_check(failing, "opa.decision")[0].message.endswith("allowed (allow_on_error)")
 
 
 def test_a_node_without_a_port_fails() -> None:

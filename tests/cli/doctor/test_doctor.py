@@ -1,7 +1,9 @@
 """``kafkaguard doctor`` against a real Tansu broker on loopback: it prints the broker
 addresses the cluster advertises, fails on planted unsafe settings and on an unreachable
 upstream (naming the server), ``--allow-warnings`` and ``--json`` behave as documented, and
-the commands docs/doctor.md shows run as written."""
+the commands docs/doctor.md shows run as written. With the OPA authorizer, against a real OPA
+(tests/support/opa.py) and one that is not there; a Kafka-topic store's topic settings on
+Apache Kafka 4.3.1."""
 
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ from kafkaguard.policy.stores.zookeeper import ZooKeeperAclStore
 from kafkaguard.proxy.config import HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
 from kafkaguard.topic_table import topic_cleanup_policy
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer
 from tests.support.ports import refusing_port
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread
 from tests.support.sasl_proxy import PASSWORDS, start_sasl_proxy
@@ -258,6 +262,8 @@ def test_a_kafka_topic_store_is_read_and_counted(
     code, out = doctor(capsys, config)
     assert code == 0, out
     assert f"[ ok ] kafka topic {topic} on {tansu.address}: 1 ACL loaded\n" in out
+    # The topic the store created: compacted, with the store's delete retention.
+    assert f"[ ok ] topic {topic}: cleanup.policy=compact, delete.retention.ms=604800000, " in out
 
 
 def test_a_zookeeper_store_is_read_and_counted(
@@ -398,3 +404,139 @@ def test_the_documented_commands_run_as_written(
     for command in commands:
         assert main(command[1:]) == 0, command
     capsys.readouterr()
+
+
+# -- the OPA authorizer's server (tests/support/opa.py) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
+    server = OpaServer(V0_POLICY, tmp_path_factory.mktemp("opa") / "opa.log", v0=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def opa_authorizer(url: str, *options: str) -> str:
+    """The ``authorizer:`` lines of the OPA authorizer asking ``url``."""
+    return "\n".join(
+        ["class: kafkaguard.policy.opa:OpaAuthorizer", "options:", f"  url: {url}"]
+        + [f"  {line}" for line in options]
+    )
+
+
+def test_a_healthy_opa_answering_the_decision_url_passes(
+    tansu: TansuBroker, opa_server: OpaServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = opa_server.url(V0_URL_PATH)
+    config = write_config(tmp_path, [tansu.address], authorizer=opa_authorizer(url))
+    code, out = doctor(capsys, config)
+    assert code == 0, out
+    assert f"  [ ok ] {opa_server.base}/health: answers 200\n" in out
+    # The v0 policy allows every DESCRIBE: OPA's own answer, not a default.
+    assert f"  [ ok ] {url}: answers true for a probe (DESCRIBE on Topic:LITERAL:" in out
+    document = json.loads(doctor(capsys, config, "--json")[1])
+    assert document["authorizer"]["opa"] == {
+        "url": url,
+        "health_url": f"{opa_server.base}/health",
+        "healthy": True,
+        "health_error": None,
+        "decision": True,
+        "decision_error": None,
+        "allow_on_error": False,
+    }
+
+
+def test_a_decision_url_naming_no_boolean_rule_fails(
+    tansu: TansuBroker, opa_server: OpaServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = opa_server.url("/v1/data/kafka/authz")  # the package: an object, not a boolean
+    code, out = doctor(
+        capsys, write_config(tmp_path, [tansu.address], authorizer=opa_authorizer(url))
+    )
+    assert code == 1
+    assert f"  [ ok ] {opa_server.base}/health: answers 200\n" in out
+    assert re.search(
+        rf"\[FAIL\] {re.escape(url)}: gives no boolean for a probe .*: not_boolean: result is "
+        r"\{.*\}, not a boolean; every decision not in the cache would be denied\n",
+        out,
+    ), out
+
+
+def test_an_unreachable_opa_fails_naming_the_url_and_allow_on_error_warns(
+    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str], down: HostPort
+) -> None:
+    url = f"http://{down}{V0_URL_PATH}"
+    authorizer = opa_authorizer(url, "allow_on_error: true", "timeout_ms: 2000")
+    code, out = doctor(capsys, write_config(tmp_path, [tansu.address], authorizer=authorizer))
+    assert code == 1
+    assert re.search(
+        rf"\[FAIL\] http://{down}/health: unreachable: ConnectionRefusedError: .*: /readyz "
+        "would report OPA down\n",
+        out,
+    ), out
+    assert re.search(
+        rf"\[FAIL\] {re.escape(url)}: gives no boolean for a probe .*: unreachable: "
+        r"ConnectionRefusedError: .*would be allowed \(allow_on_error\)\n",
+        out,
+    ), out
+    assert "[WARN] authorizer.options.allow_on_error is true: " in out
+    assert "(fail open)" in out
+
+
+# -- a Kafka-topic store's topic settings on Apache Kafka 4.3.1 (issue 35) -----------------
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("configs", "named"),
+    [
+        ({"cleanup.policy": "delete"}, "has cleanup.policy=delete, not compact"),
+        (
+            {"cleanup.policy": "compact,delete", "retention.ms": "3600000"},
+            "has cleanup.policy=compact,delete, not compact",
+        ),
+        (
+            {"cleanup.policy": "compact", "delete.retention.ms": "60000"},
+            "has delete.retention.ms=60000, below the 604800000 configured",
+        ),
+        ({"cleanup.policy": "compact", "delete.retention.ms": "604800000"}, None),
+    ],
+)
+def test_a_store_topic_that_could_lose_unread_records_fails_naming_the_setting(
+    kafka_upstream: KafkaBroker,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    configs: dict[str, str],
+    named: str | None,
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"doctor-acls-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({**kafka_upstream.admin_config(), "log_level": 0})
+    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
+    try:
+        server = HostPort("127.0.0.1", kafka_upstream.port)
+        config = with_store(write_config(tmp_path, [server]), f"{{type: kafka, topic: {topic}}}")
+        code, out = doctor(capsys, config)
+        document = json.loads(doctor(capsys, config, "--json")[1])
+    finally:
+        admin.delete_topics([topic])[topic].result(30)
+    described = document["acl_store"]["topic"]
+    assert described["name"] == topic
+    assert described["configs"]["cleanup.policy"] == configs["cleanup.policy"]
+    assert described["configs"]["retention.ms"] == configs.get("retention.ms", "604800000")
+    if named is None:
+        assert code == 0, out
+        assert (
+            f"[ ok ] topic {topic}: cleanup.policy=compact, delete.retention.ms=604800000, " in out
+        )
+        assert document["acl_store"]["acl_count"] == 0
+        return
+    assert code == 1
+    assert f"[FAIL] topic {topic}: topic {topic} {named}" in out
+    assert f"--entity-name {topic} --add-config" in out
+    assert f"does not load: the proxy refuses topic {topic} at start (acl_store.topic)" in out
+    assert described["error"].startswith(f"topic {topic} {named}")
