@@ -1,5 +1,5 @@
-"""OPA authorizer benchmark (issue 37, item 5): a decision's latency cold and cached, and what
-a produce round trip pays with OPA.
+"""OPA authorizer benchmark (issue 37, item 5): a decision's latency cold and cached, REST
+and in process (``mode: wasm``), and what a produce round trip pays with OPA.
 
 Run: ``.venv/bin/python bench/opa_bench.py [--decisions 500] [--produces 500]``. Needs the OPA
 binary of tests/support/opa.py (``python -m tests.support.opa`` builds it). Prints two tables;
@@ -9,12 +9,14 @@ figures go to bench/RESULTS.md under "## Issue 37: OPA as the authorizer".
    tests/support/opa_policies/: *cold* is a cache miss as the proxy meets it (``authorize``
    raises ``DecisionPendingError``, the lookup is awaited, ``authorize`` again answers from
    the cache), each for a new topic; *cached* is ``authorize`` answered from the cache; the
+   same policy compiled by ``opa build -t wasm`` and evaluated in process (``mode: wasm``:
+   a miss is evaluated inside ``authorize``), REST and wasm taking turns; the
    StandardAuthorizer over 3 ACLs is the reference.
 2. Produce round trips: confluent-kafka over SASL/PLAIN → kafkaguard → Tansu, one record per
    round trip (produce, flush), acks=1, to two topics in turn, one producer per proxy, the
-   three proxies in turns of 50 round trips: the StandardAuthorizer with four ACLs, OPA with
-   its cache, and OPA with a cache of one entry (each produce, to the other topic than the
-   last, misses it and asks OPA).
+   four proxies in turns of 50 round trips: the StandardAuthorizer with four ACLs, OPA with
+   its cache, OPA with a cache of one entry (each produce, to the other topic than the
+   last, misses it and asks OPA), and ``mode: wasm`` with a cache of one entry.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from kafkaguard.policy.model import (
 from kafkaguard.policy.opa import OpaAuthorizer
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.tansu import TansuBroker
-from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer
+from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer, build_wasm_bundle
 from tests.support.proxy_fixture import stop_proxy_thread
 from tests.support.sasl_proxy import start_sasl_proxy
 
@@ -81,24 +83,44 @@ def _us(samples: list[float]) -> str:
     return f"{statistics.median(ordered) * 1e6:10.1f} {p99 * 1e6:10.1f}"
 
 
-async def decisions(url: str, n: int) -> dict[str, list[float]]:
-    opa = OpaAuthorizer(AuthorizerConfig(class_path=CLASS, options={"url": url}))
-    cold, cached = [], []
-    for i in range(n):
-        ctx, actions = _context(i), [_write(f"alice-{i}")]
-        started = time.perf_counter()
-        try:
-            opa.authorize(ctx, actions)
-        except DecisionPendingError as pending:
-            await pending.ready
-            opa.authorize(ctx, actions)
-        cold.append(time.perf_counter() - started)
-    for i in range(n):
-        ctx, actions = _context(n + i), [_write(f"alice-{i}")]
-        started = time.perf_counter()
+async def _cold(opa: OpaAuthorizer, i: int) -> float:
+    """One decision not in the cache, as the proxy meets it (REST: pending, awaited, asked
+    again; wasm: evaluated in ``authorize``)."""
+    ctx, actions = _context(i), [_write(f"alice-{i}")]
+    started = time.perf_counter()
+    try:
         opa.authorize(ctx, actions)
-        cached.append(time.perf_counter() - started)
-    await opa.close()
+    except DecisionPendingError as pending:
+        await pending.ready
+        opa.authorize(ctx, actions)
+    return time.perf_counter() - started
+
+
+def _cached(opa: OpaAuthorizer, i: int, n: int) -> float:
+    ctx, actions = _context(n + i), [_write(f"alice-{i}")]
+    started = time.perf_counter()
+    opa.authorize(ctx, actions)
+    return time.perf_counter() - started
+
+
+async def decisions(url: str, bundle: Path, n: int) -> dict[str, list[float]]:
+    """REST and wasm in turns (one decision each), so that load changes hit both alike."""
+    rest = OpaAuthorizer(AuthorizerConfig(class_path=CLASS, options={"url": url}))
+    wasm = OpaAuthorizer(
+        AuthorizerConfig(class_path=CLASS, options={"mode": "wasm", "bundle": str(bundle)})
+    )
+    cold: list[float] = []
+    cached: list[float] = []
+    wasm_cold: list[float] = []
+    wasm_cached: list[float] = []
+    for i in range(n):
+        cold.append(await _cold(rest, i))
+        wasm_cold.append(await _cold(wasm, i))
+    for i in range(n):
+        cached.append(_cached(rest, i, n))
+        wasm_cached.append(_cached(wasm, i, n))
+    for opa in (rest, wasm):
+        await opa.close()
     standard = StandardAuthorizer(AuthorizerConfig())
     standard.load_snapshot(
         acl_binding(ResourceType.TOPIC, f"alice-{i}", f"User:{USER}", AclOperation.WRITE)
@@ -113,6 +135,8 @@ async def decisions(url: str, n: int) -> dict[str, list[float]]:
     return {
         "OPA, cold (cache miss, lookup awaited)": cold,
         "OPA, cached": cached,
+        "OPA wasm, cold (cache miss, evaluated)": wasm_cold,
+        "OPA wasm, cached": wasm_cached,
         "StandardAuthorizer, 3 ACLs": reference,
     }
 
@@ -155,7 +179,9 @@ class _Client:
         return samples
 
 
-def produces(url: str, tansu: TansuBroker, directory: Path, n: int) -> dict[str, list[float]]:
+def produces(
+    url: str, bundle: Path, tansu: TansuBroker, directory: Path, n: int
+) -> dict[str, list[float]]:
     topics = ("alice-bench-0", "alice-bench-1")
     acls = [
         acl_binding(ResourceType.TOPIC, topic, f"User:{USER}", op, AclPermissionType.ALLOW)
@@ -170,6 +196,12 @@ def produces(url: str, tansu: TansuBroker, directory: Path, n: int) -> dict[str,
         "OPA, cache of 1 (each produce asks OPA)": PolicyConfig(
             authorizer=AuthorizerConfig(
                 class_path=CLASS, options={"url": url, "cache_maximum_size": 1}
+            )
+        ),
+        "OPA wasm, cache of 1 (each produce evaluates)": PolicyConfig(
+            authorizer=AuthorizerConfig(
+                class_path=CLASS,
+                options={"mode": "wasm", "bundle": str(bundle), "cache_maximum_size": 1},
             )
         ),
     }
@@ -218,13 +250,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             asyncio.run(tansu.wait_ready())
             url = opa.url(V0_URL_PATH)
+            bundle = build_wasm_bundle(
+                V0_POLICY, "kafka/authz/allow", directory / "bundle.tar.gz", v0=True
+            )
             print(f"{'decision (authorize, one action)':45} {'median µs':>10} {'p99 µs':>10}")
-            for name, samples in asyncio.run(decisions(url, args.decisions)).items():
+            for name, samples in asyncio.run(decisions(url, bundle, args.decisions)).items():
                 print(f"{name:45} {_us(samples)}")
             print(
                 f"\n{'produce round trip (1 record, acks=1)':45} {'median µs':>10} {'p99 µs':>10}"
             )
-            for name, samples in produces(url, tansu, directory, args.produces).items():
+            for name, samples in produces(url, bundle, tansu, directory, args.produces).items():
                 print(f"{name:45} {_us(samples)}")
         finally:
             tansu.stop()

@@ -175,12 +175,7 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
     if not isinstance(options, dict):
         raise section.error("options", f"must be a mapping, got {options!r}")
     if class_path == OPA_AUTHORIZER_CLASS:  # its options are checked here, with file:line
-        from kafkaguard.policy.opa import OpaOptions
-
-        try:
-            OpaOptions.parse(options, frozenset())
-        except ValueError as exc:
-            raise section.error("options", str(exc)) from exc
+        options = _opa_options(section, options)
     internal = section.section("internal_topics")
     internal_principals = _super_users(internal, "principals") or frozenset()
     internal.reject_unknown()
@@ -209,6 +204,25 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
         internal_topic_principals=internal_principals,
         groups=groups,
     )
+
+
+def _opa_options(section: ConfigSection, options: dict[str, Any]) -> dict[str, Any]:
+    """The OPA authorizer's options checked (kafkaguard/policy/opa.py), its ``mode: wasm``
+    bundle made relative to the config file's directory and read."""
+    from kafkaguard.policy.opa import OpaOptions
+    from kafkaguard.policy.opa_wasm import WasmBundle, WasmPolicyError
+
+    try:
+        parsed = OpaOptions.parse(options, frozenset())
+        if parsed.bundle is not None:
+            bundle = _relative_to(section, Path(parsed.bundle))
+            WasmBundle.read(bundle)
+            options = {**options, "bundle": str(bundle)}
+    except WasmPolicyError as exc:
+        raise section.error("options", f"bundle: {exc}") from exc
+    except ValueError as exc:
+        raise section.error("options", str(exc)) from exc
+    return options
 
 
 def _groups(section: ConfigSection) -> GroupsConfig:

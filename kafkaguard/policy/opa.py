@@ -51,6 +51,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -77,6 +78,7 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
+from kafkaguard.policy.opa_wasm import WasmBundle, WasmEvalError, WasmPolicy, WasmPolicyError
 from kafkaguard.policy.stores.base import AclStore
 
 logger = logging.getLogger("kafkaguard.opa")
@@ -87,10 +89,18 @@ ERROR_TTL_S: Final = 1.0
 """How long a failed lookup's outcome is cached: long enough for the request asked again."""
 LOG_INTERVAL_S: Final = 1.0
 """At most one error line per reason per this many seconds."""
-ERROR_REASONS: Final = ("unreachable", "timeout", "http_status", "not_boolean", "bad_response")
+ERROR_REASONS: Final = (
+    "unreachable",
+    "timeout",
+    "http_status",
+    "not_boolean",
+    "bad_response",
+    "wasm_trap",
+)
 """Why a lookup failed (``kafkaguard_opa_errors_total{reason}``): no connection to OPA, no
 answer within ``timeout_ms``, an HTTP status other than 200, a ``result`` that is missing or
-not a boolean (an undefined rule, a wrong path in ``url``), a body that is not JSON."""
+not a boolean (an undefined rule, a wrong path in ``url``), a body that is not JSON, the
+WebAssembly module trapping (``mode: wasm``)."""
 NOT_MANAGED: Final = (
     "ACLs are not managed by kafkaguard.policy.opa:OpaAuthorizer: OPA's policy decides"
 )
@@ -103,7 +113,13 @@ OPTIONS: Final = (
     "timeout_ms",
     "max_in_flight",
     "health_interval_ms",
+    "mode",
+    "bundle",
+    "entrypoint",
 )
+MODES: Final = ("rest", "wasm")
+"""``rest``: each decision asked of an OPA server (the reference, the default); ``wasm``: the
+policy's WebAssembly build evaluated in process (kafkaguard/policy/opa_wasm.py)."""
 
 RELOADABLE_OPTIONS: Final = frozenset({"super_users"})
 """The options a configuration reload applies (kafkaguard/proxy/app/reload.py): the others
@@ -123,6 +139,7 @@ class OpaOptions:
     """``authorizer.options`` of :class:`OpaAuthorizer`, checked."""
 
     url: str
+    """The decision URL (``mode: rest``; empty with ``mode: wasm``)."""
     allow_on_error: bool = False
     cache_maximum_size: int = 50_000
     cache_expire_after_seconds: float = 3600.0
@@ -130,6 +147,13 @@ class OpaOptions:
     timeout_ms: int = 1000
     max_in_flight: int = 8
     health_interval_ms: int = 5000
+    mode: str = "rest"
+    bundle: str | None = None
+    """``mode: wasm``: the bundle ``opa build -t wasm`` wrote (the configuration makes a
+    relative path relative to its file's directory)."""
+    entrypoint: str | None = None
+    """``mode: wasm``: the rule to evaluate (``kafka/authz/allow``); the bundle's only one
+    by default."""
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], super_users: frozenset[str]) -> OpaOptions:
@@ -140,9 +164,10 @@ class OpaOptions:
             raise ValueError(
                 f"unknown option(s) {', '.join(unknown)} (OpaAuthorizer knows {', '.join(OPTIONS)})"
             )
-        url = options.get("url")
+        mode, bundle, entrypoint = _mode(options)
+        url = options.get("url") if mode == "rest" or "url" in options else ""
         parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-        if (
+        if mode == "rest" and (
             not isinstance(url, str)
             or parts is None
             or parts.scheme not in ("http", "https")
@@ -152,6 +177,9 @@ class OpaOptions:
                 "url: the OPA decision URL is required, e.g. "
                 f"http://127.0.0.1:8181/v1/data/kafka/authz/allow (got {url!r})"
             )
+        if mode == "wasm" and url:
+            raise ValueError("url: not with mode: wasm (the policy is evaluated in process)")
+        assert isinstance(url, str)
         allow_on_error = options.get("allow_on_error", False)
         if not isinstance(allow_on_error, bool):
             raise ValueError(f"allow_on_error: a boolean, got {allow_on_error!r}")
@@ -171,7 +199,25 @@ class OpaOptions:
             timeout_ms=_number(options, "timeout_ms", 1000, 1),
             max_in_flight=_number(options, "max_in_flight", 8, 1),
             health_interval_ms=_number(options, "health_interval_ms", 5000, 1),
+            mode=mode,
+            bundle=bundle,
+            entrypoint=entrypoint,
         )
+
+
+def _mode(options: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """``mode``, ``bundle`` and ``entrypoint``, checked together."""
+    mode = options.get("mode", "rest")
+    if mode not in MODES:
+        raise ValueError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
+    bundle, entrypoint = options.get("bundle"), options.get("entrypoint")
+    if mode == "rest" and (bundle is not None or entrypoint is not None):
+        raise ValueError("bundle and entrypoint: only with mode: wasm")
+    if mode == "wasm" and (not isinstance(bundle, str) or not bundle):
+        raise ValueError(f"bundle: mode wasm needs the opa build -t wasm bundle, got {bundle!r}")
+    if entrypoint is not None and (not isinstance(entrypoint, str) or not entrypoint):
+        raise ValueError(f"entrypoint: a rule path like kafka/authz/allow, got {entrypoint!r}")
+    return mode, bundle, entrypoint
 
 
 def _super_users(text: str) -> frozenset[str]:
@@ -325,9 +371,10 @@ class _Http:
 class ServerCheck:
     """What :func:`check_server` found: OPA's health and one decision, or why not."""
 
-    health_url: str
+    health_url: str | None
+    """None with ``mode: wasm`` (no server)."""
     health_error: str | None
-    """None: ``GET /health`` answered 200."""
+    """None: ``GET /health`` answered 200 (or there is no server)."""
     decision: bool | None
     """The decision URL's boolean for the probe; None when it gave none."""
     decision_error: str | None
@@ -337,7 +384,14 @@ class ServerCheck:
 def check_server(options: OpaOptions, context: RequestContext, action: Action) -> ServerCheck:
     """Ask the OPA server of ``options`` what the authorizer asks it (blocking; each call
     bounded by ``timeout_ms``): ``GET /health`` as ``/readyz`` does, then the decision URL
-    for ``context`` and ``action`` as a lookup does (``kafkaguard doctor``)."""
+    for ``context`` and ``action`` as a lookup does (``kafkaguard doctor``). With
+    ``mode: wasm``: the bundle instantiated and the decision evaluated in process."""
+    if options.mode == "wasm":
+        try:
+            allowed = _wasm_policy(options).decide(input_document(context, action)["input"])
+        except (ValueError, WasmEvalError) as exc:
+            return ServerCheck(None, None, None, str(exc))
+        return ServerCheck(None, None, allowed, None)
     http = _Http(options.url, options.timeout_ms / 1000)
     parts = http.parts
     health_url = f"{parts.scheme}://{parts.netloc}/health"
@@ -475,6 +529,15 @@ class _HeldRequests:
         return True
 
 
+def _wasm_policy(options: OpaOptions) -> WasmPolicy:
+    """``mode: wasm``'s module, instantiated (errors name the option)."""
+    assert options.bundle is not None
+    try:
+        return WasmPolicy(WasmBundle.read(Path(options.bundle)), options.entrypoint)
+    except WasmPolicyError as exc:
+        raise ValueError(f"bundle: {exc}") from exc
+
+
 class OpaAuthorizer:
     """The KIP-504 :class:`~kafkaguard.policy.authorizer.Authorizer` asking OPA (module doc)."""
 
@@ -505,6 +568,16 @@ class OpaAuthorizer:
         self._health_error: str | None = "not checked yet"
         self._logged: dict[str, tuple[float, int]] = {}
         self.ready = True
+        self._wasm: WasmPolicy | None = None
+        """``mode: wasm``: the policy in process; decisions not cached are evaluated at once,
+        on the caller's thread (no server, no health to check)."""
+        if self.options.mode == "wasm":
+            try:
+                self._wasm = _wasm_policy(self.options)
+            except ValueError as exc:
+                raise ValueError(f"authorizer.options: {exc}") from exc
+            self._health_error = None
+            self.counters.healthy = True
 
     reloadable_options: Final = RELOADABLE_OPTIONS
     """For the reload plan: which ``authorizer.options`` :meth:`reconfigure` applies."""
@@ -541,7 +614,7 @@ class OpaAuthorizer:
         """Listeners open at once (as the plugin's ``start``): while OPA cannot be asked,
         requests are denied and ``/readyz`` says why."""
         loop = asyncio.get_running_loop()
-        if self._health is None:
+        if self._health is None and self._wasm is None:
             self._health = loop.create_task(self._check_health(), name="opa-health")
         futures: dict[str, Awaitable[None]] = {}
         for name in listeners:
@@ -619,11 +692,14 @@ class OpaAuthorizer:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 loop = None
-            if loop is not None:
+            if loop is not None and self._wasm is None:
                 self._held.hold(context)
                 raise DecisionPendingError(self._look_up(loop, context, actions, keys, missing))
             for i in missing:
-                found[i] = self._outcome(self._blocking_lookup(context, actions[i]))
+                answer = self._blocking_lookup(context, actions[i])
+                found[i] = outcome = self._outcome(answer)
+                if self._wasm is not None:  # in process: cached as a lookup's answer is
+                    self._cache(keys[i], answer, outcome)
         return [
             self._record(context, action, entry[0], entry[1])
             for action, entry in zip(actions, found, strict=True)
@@ -681,19 +757,35 @@ class OpaAuthorizer:
         finally:
             self._lookups.pop(key, None)
         self.counters.lookup_seconds += time.monotonic() - started
-        allowed_now, reason = self._outcome(allowed)
+        outcome = self._outcome(allowed)
+        self._cache(key, allowed, outcome)
+        return outcome
+
+    def _cache(self, key: CacheKey, answer: bool | OpaError, outcome: Outcome) -> None:
+        """Keep ``outcome`` for ``cache_expire_after_seconds`` (an error's for at most
+        :data:`ERROR_TTL_S`)."""
         ttl = self.options.cache_expire_after_seconds
-        if isinstance(allowed, OpaError):
+        if isinstance(answer, OpaError):
             ttl = min(ttl, ERROR_TTL_S)
-        self.cache.put(key, allowed_now, reason, time.monotonic() + ttl)
-        return allowed_now, reason
+        self.cache.put(key, outcome[0], outcome[1], time.monotonic() + ttl)
 
     def _blocking_lookup(self, context: RequestContext, action: Action) -> bool | OpaError:
-        body = json.dumps(input_document(context, action)).encode()
+        """The decision asked in the calling thread: evaluated in process (``mode: wasm``),
+        else POSTed to OPA."""
+        document = input_document(context, action)
+        wasm = self._wasm
         try:
-            return self._http.decide(body)
+            if wasm is not None:
+                started = time.monotonic()
+                try:
+                    return wasm.decide(document["input"])
+                finally:
+                    self.counters.lookup_seconds += time.monotonic() - started
+            return self._http.decide(json.dumps(document).encode())
         except OpaError as exc:
             return exc
+        except WasmEvalError as exc:
+            return OpaError(exc.reason, str(exc))
 
     def _outcome(self, answer: bool | OpaError) -> Outcome:
         """Count the lookup; an error is logged (rate-limited) and decided by

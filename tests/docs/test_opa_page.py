@@ -1,7 +1,8 @@
 """docs/opa.md as an operator follows it: the page's ``opa`` commands run as written (the
 address made a free loopback port) on the Rego v0 policy of tests/support/opa_policies/, and
 the page's configuration, pointed at that server, decides as the policy says, both with the
-v0 policy loaded ``--v0-compatible`` and after ``opa fmt --v0-v1``."""
+v0 policy loaded ``--v0-compatible`` and after ``opa fmt --v0-v1``; its ``opa build -t wasm``
+command and ``mode: wasm`` configuration decide alike in process."""
 
 from __future__ import annotations
 
@@ -74,3 +75,20 @@ def test_the_pages_commands_and_configuration(tmp_path: Path) -> None:
         finally:
             server.stop()
     assert served == 2
+
+
+def test_the_wasm_mode_commands_and_configuration(tmp_path: Path) -> None:
+    """The ``opa build -t wasm`` line run as written over the v0 policy, then the page's
+    ``mode: wasm`` configuration (its bundle relative to the configuration file) decides."""
+    binary = require_opa()
+    shutil.copy(V0_POLICY, tmp_path / "policy.rego")
+    heading = "## In process: `mode: wasm`"
+    (command,) = docs.commands("opa.md", heading, "opa")
+    subprocess.run([str(binary), *command[1:]], cwd=tmp_path, check=True, timeout=120)
+    (snippet,) = docs.blocks("opa.md", heading, "yaml")
+    section = ConfigSection.from_value(yaml.safe_load(snippet), str(tmp_path / "config.yaml"))
+    authorizer = OpaAuthorizer(parse_authorizer_config(section.section("authorizer")))
+    assert authorizer.options.mode == "wasm"
+    assert _decide(authorizer, "alice-producer") is AuthorizationResult.ALLOWED
+    assert _decide(authorizer, "bob-producer") is AuthorizationResult.DENIED
+    assert authorizer.counters.errors == dict.fromkeys(authorizer.counters.errors, 0)

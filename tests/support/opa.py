@@ -9,7 +9,8 @@ when there is no Go toolchain at all (and fails in CI, ``CI`` set).
 :class:`OpaServer` runs ``opa run --server`` on a loopback port with one policy of
 :data:`POLICIES`: ``kafka_authz_v0.rego`` (Rego v0, the OPA Kafka plugin's style, loaded with
 ``--v0-compatible``) or ``kafka_authz_v1.rego`` (Rego v1). It can be stopped and started
-again on the same port (OPA gone mid-test, then back).
+again on the same port (OPA gone mid-test, then back). :func:`build_wasm_bundle` compiles a
+policy for the authorizer's ``mode: wasm``.
 """
 
 from __future__ import annotations
@@ -109,6 +110,15 @@ class OpaServer:
 
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:]
+
+
+def build_wasm_bundle(policy: Path, entrypoint: str, out: Path, *, v0: bool) -> Path:
+    """``opa build -t wasm -e ENTRYPOINT`` over ``policy`` into ``out`` (a ``.tar.gz``): the
+    bundle of the OPA authorizer's ``mode: wasm``."""
+    argv = [str(require_opa()), "build", "-t", "wasm", "-e", entrypoint, "-o", str(out)]
+    argv += ["--v0-compatible"] if v0 else []
+    subprocess.run([*argv, str(policy)], check=True, capture_output=True, timeout=120)
+    return out
 
 
 if __name__ == "__main__":

@@ -333,9 +333,9 @@ def _opa(facts: Facts) -> Iterator[Finding]:
     if opa is None:
         return
     section = Section.AUTHORIZER
-    if opa.health_error is None:
+    if opa.health_url is not None and opa.health_error is None:
         yield Finding(section, "opa.health", Status.PASS, opa.health_url, "answers 200")
-    else:
+    elif opa.health_url is not None:  # None: mode wasm, in process, no server to ask
         message = f"{opa.health_error}: /readyz would report OPA down"
         yield Finding(section, "opa.health", Status.FAIL, opa.health_url, message)
     outcome = "allowed (allow_on_error)" if opa.allow_on_error else "denied"

@@ -68,8 +68,9 @@ class OpaFacts:
     the authorizer asks it (``check_server``)."""
 
     url: str
-    """``authorizer.options.url``: the decision."""
-    health_url: str
+    """``authorizer.options.url``: the decision (``mode: wasm``: the bundle and entrypoint)."""
+    health_url: str | None
+    """None with ``mode: wasm``: no server to ask."""
     health_error: str | None
     """Why ``GET /health`` failed; None: it answered 200."""
     probe: str

@@ -265,8 +265,12 @@ async def _opa(config: ProxyConfig) -> OpaFacts | None:
         f"{PROBE_ACTION.operation.name} on {pattern.resource_type.name.title()}:"
         f"{pattern.pattern_type.name}:{pattern.name} by {PROBE_PRINCIPAL} on {listener.name}"
     )
+    where = options.url
+    if options.mode == "wasm":
+        rule = options.entrypoint or "its only one"
+        where = f"bundle {options.bundle} (mode wasm, entrypoint {rule})"
     return OpaFacts(
-        url=options.url,
+        url=where,
         health_url=check.health_url,
         health_error=check.health_error,
         probe=probe,

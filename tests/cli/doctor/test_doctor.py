@@ -37,7 +37,7 @@ from kafkaguard.proxy.config import HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
 from kafkaguard.topic_table import topic_cleanup_policy
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer
+from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer, build_wasm_bundle
 from tests.support.ports import refusing_port
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread
 from tests.support.sasl_proxy import PASSWORDS, start_sasl_proxy
@@ -484,6 +484,20 @@ def test_an_unreachable_opa_fails_naming_the_url_and_allow_on_error_warns(
     ), out
     assert "[WARN] authorizer.options.allow_on_error is true: " in out
     assert "(fail open)" in out
+
+
+def test_mode_wasm_evaluates_the_probe_in_process_and_asks_no_server(
+    tansu: TansuBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = build_wasm_bundle(V0_POLICY, "kafka/authz/allow", tmp_path / "b.tar.gz", v0=True)
+    authorizer = "\n".join(
+        ["class: kafkaguard.policy.opa:OpaAuthorizer", "options:", "  mode: wasm"]
+        + [f"  bundle: {bundle.name}"]
+    )
+    code, out = doctor(capsys, write_config(tmp_path, [tansu.address], authorizer=authorizer))
+    assert code == 0, out
+    assert f"[ ok ] bundle {bundle} (mode wasm, entrypoint its only one): answers true" in out
+    assert "/health" not in out
 
 
 # -- a Kafka-topic store's topic settings on Apache Kafka 4.3.1 (issue 35) -----------------
