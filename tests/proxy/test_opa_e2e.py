@@ -25,7 +25,7 @@ from kafkaguard.policy.opa import OpaAuthorizer
 from kafkaguard.proxy.app.metrics import ProxyCollector
 from kafkaguard.tansu import TansuBroker
 from tests.proxy.app.test_reload import Listener, proxy_from, reload, write_config
-from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer
+from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer, build_wasm_bundle
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread, unique_name
 from tests.support.sasl_proxy import start_sasl_proxy
 
@@ -221,3 +221,37 @@ def deliver(producer: Any, topic: str) -> int | None:
     producer.flush(15)
     assert outcome, "no delivery report within 15 s"
     return outcome[0]
+
+
+def test_mode_wasm_produces_follow_the_policy_with_no_server(
+    opa_setup: OpaSetup, tansu: TansuBroker, tmp_path: Path
+) -> None:
+    """The same policy compiled by ``opa build -t wasm`` and evaluated in the proxy: the same
+    produces allowed and refused, with the OPA server stopped (nothing asks it)."""
+    opa_setup.opa.stop()
+    bundle = build_wasm_bundle(V0_POLICY, "kafka/authz/allow", tmp_path / "b.tar.gz", v0=True)
+    authorizer = AuthorizerConfig(
+        class_path="kafkaguard.policy.opa:OpaAuthorizer",
+        options={"mode": "wasm", "bundle": str(bundle)},
+    )
+    (tmp_path / "wasm").mkdir()
+    running = start_sasl_proxy(
+        tansu,
+        tmp_path / "wasm",
+        [],
+        mechanisms=("PLAIN",),
+        policy=PolicyConfig(authorizer=authorizer),
+        passwords=PASSWORDS,
+    )
+    try:
+        setup = OpaSetup(running, opa_setup.opa, opa_setup.topics)
+        own, _ = setup.topics
+        assert produce(setup, "alice-producer", own) is None
+        assert produce(setup, "bob-producer", own) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert list(running.server.not_ready()) == []
+        metrics = _metrics(setup)
+        assert metrics[("kafkaguard_opa_lookups_total", ("allowed",))] >= 2  # DESCRIBE, WRITE
+        assert metrics[("kafkaguard_opa_lookups_total", ("denied",))] >= 1
+        assert metrics[("kafkaguard_opa_lookups_total", ("error",))] == 0
+    finally:
+        stop_proxy_thread(running)

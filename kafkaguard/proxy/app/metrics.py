@@ -454,7 +454,7 @@ def _opa_families(counters: OpaCounters, cache: DecisionCache) -> Iterator[Metri
     errors = CounterMetricFamily(
         "kafkaguard_opa_errors",
         "OPA lookups that failed, by reason (unreachable, timeout, http_status, not_boolean, "
-        "bad_response): each denied, or allowed under allow_on_error.",
+        "bad_response, wasm_trap): each denied, or allowed under allow_on_error.",
         labels=["reason"],
     )
     for reason, count in counters.errors.items():
