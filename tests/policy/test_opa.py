@@ -40,7 +40,14 @@ from kafkaguard.policy.model import (
 )
 from kafkaguard.policy.opa import OpaAuthorizer, OpaOptions, input_document
 from tests.policy.test_explain import run_explain, write_config
-from tests.support.opa import V0_POLICY, V0_URL_PATH, V1_POLICY, V1_URL_PATH, OpaServer
+from tests.support.opa import (
+    V0_POLICY,
+    V0_URL_PATH,
+    V1_POLICY,
+    V1_URL_PATH,
+    OpaServer,
+    running_opa,
+)
 from tests.support.ports import refusing_port
 
 ALLOWED = AuthorizationResult.ALLOWED
@@ -77,22 +84,14 @@ def authorizer(
 
 @pytest.fixture(scope="module")
 def opa_v0(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
-    server = OpaServer(V0_POLICY, tmp_path_factory.mktemp("opa") / "opa.log", v0=True)
-    server.start()
-    try:
+    with running_opa(V0_POLICY, tmp_path_factory.mktemp("opa"), v0=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def opa_v1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
-    server = OpaServer(V1_POLICY, tmp_path_factory.mktemp("opa") / "opa.log", v0=False)
-    server.start()
-    try:
+    with running_opa(V1_POLICY, tmp_path_factory.mktemp("opa"), v0=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 # -- the input document and the options ----------------------------------------------------

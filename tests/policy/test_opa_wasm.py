@@ -5,7 +5,6 @@ decide is an error that denies; the options and the configuration's checks."""
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
 import subprocess
 from collections.abc import Iterator
@@ -16,17 +15,13 @@ import pytest
 
 from kafkaguard.cli import main
 from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason
-from kafkaguard.policy.authorizer import (
-    Action,
-    AuthorizationResult,
-    RequestContext,
-    SecurityProtocol,
-)
+from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.config import AuthorizerConfig
-from kafkaguard.policy.model import AclOperation, KafkaPrincipal, ResourcePattern, ResourceType
+from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
 from kafkaguard.policy.opa import OpaAuthorizer, OpaOptions
 from kafkaguard.policy.opa_wasm import WasmBundle, WasmPolicy, WasmPolicyError
 from tests.policy.test_explain import write_config
+from tests.policy.test_opa import context
 from tests.support.opa import (
     V0_POLICY,
     V0_URL_PATH,
@@ -35,6 +30,7 @@ from tests.support.opa import (
     OpaServer,
     build_wasm_bundle,
     require_opa,
+    running_opa,
 )
 
 ALLOWED = AuthorizationResult.ALLOWED
@@ -44,20 +40,6 @@ POLICIES = {
     "v0": (V0_POLICY, "kafka/authz/allow", V0_URL_PATH, True),
     "v1": (V1_POLICY, "kafkaguard/authz/allow", V1_URL_PATH, False),
 }
-
-
-def context(user: str, groups: tuple[str, ...] = (), listener: str = "SASL_SSL") -> RequestContext:
-    return RequestContext(
-        listener_name=listener,
-        security_protocol=SecurityProtocol.SASL_SSL,
-        principal=KafkaPrincipal("User", user),
-        client_address=ipaddress.ip_address("127.0.0.1"),
-        api_key=0,
-        api_version=11,
-        client_id="orders-app",
-        correlation_id=7,
-        groups=tuple(KafkaPrincipal("Group", g) for g in groups),
-    )
 
 
 def authorizer(events: list[DecisionEvent] | None = None, **options: Any) -> OpaAuthorizer:
@@ -73,12 +55,8 @@ def policy(
     source, entrypoint, _, v0 = POLICIES[request.param]
     directory = tmp_path_factory.mktemp(f"wasm-{request.param}")
     bundle = build_wasm_bundle(source, entrypoint, directory / "bundle.tar.gz", v0=v0)
-    server = OpaServer(source, directory / "opa.log", v0=v0)
-    server.start()
-    try:
+    with running_opa(source, directory, v0=v0) as server:
         yield bundle, server
-    finally:
-        server.stop()
 
 
 USERS = ("alice-producer", "alice-consumer", "bob-producer", "carol", "ext-dave")
@@ -107,7 +85,7 @@ def test_wasm_decides_every_input_as_the_rest_mode_does(
     for user, groups, (kind, name), operation in itertools.product(
         USERS, GROUPS, RESOURCES, OPERATIONS
     ):
-        ctx = context(user, groups)
+        ctx = context(user, groups=groups)
         action = [Action(operation, ResourcePattern(kind, name))]
         expected = rest.authorize(ctx, action)
         assert wasm.authorize(ctx, action) == expected, (user, groups, kind, name, operation)

@@ -15,12 +15,14 @@ policy for the authorizer's ``mode: wasm``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,17 @@ class OpaServer:
 
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:]
+
+
+@contextlib.contextmanager
+def running_opa(policy: Path, directory: Path, *, v0: bool) -> Iterator[OpaServer]:
+    """An :class:`OpaServer` of ``policy`` started (its log in ``directory``), stopped after."""
+    server = OpaServer(policy, directory / "opa.log", v0=v0)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def build_wasm_bundle(policy: Path, entrypoint: str, out: Path, *, v0: bool) -> Path:

@@ -37,7 +37,13 @@ from kafkaguard.proxy.config import HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
 from kafkaguard.topic_table import topic_cleanup_policy
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.opa import V0_POLICY, V0_URL_PATH, OpaServer, build_wasm_bundle
+from tests.support.opa import (
+    V0_POLICY,
+    V0_URL_PATH,
+    OpaServer,
+    build_wasm_bundle,
+    running_opa,
+)
 from tests.support.ports import refusing_port
 from tests.support.proxy_fixture import RunningProxy, stop_proxy_thread
 from tests.support.sasl_proxy import PASSWORDS, start_sasl_proxy
@@ -411,12 +417,8 @@ def test_the_documented_commands_run_as_written(
 
 @pytest.fixture(scope="module")
 def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
-    server = OpaServer(V0_POLICY, tmp_path_factory.mktemp("opa") / "opa.log", v0=True)
-    server.start()
-    try:
+    with running_opa(V0_POLICY, tmp_path_factory.mktemp("opa"), v0=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def opa_authorizer(url: str, *options: str) -> str:
