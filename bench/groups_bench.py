@@ -41,21 +41,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafkaguard.policy.acl_index import AclIndex
-from kafkaguard.policy.authorizer import Action, RequestContext, SecurityProtocol
+from kafkaguard.policy.authorizer import Action, RequestContext
 from kafkaguard.policy.config import AuthorizerConfig
-from kafkaguard.policy.model import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    KafkaPrincipal,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-    acl_binding,
-)
+from kafkaguard.policy.model import AclBinding, KafkaPrincipal, ResourcePattern
 from kafkaguard.policy.standard import StandardAuthorizer
+from tests.support.policy import ALLOW, DENY, LITERAL, PREFIXED, TOPIC, Op, acl, ctx
 
-OPS = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE)
+OPS = (Op.READ, Op.WRITE, Op.DESCRIBE, Op.CREATE)
 USERS = 5000
 GROUPS = 200
 GROUP_COUNTS = (0, 2, 10)
@@ -63,8 +55,8 @@ BLOCK = 500
 CLIENT = "10.1.2.3"
 
 
-def member_groups(user: int, k: int) -> tuple[KafkaPrincipal, ...]:
-    return tuple(KafkaPrincipal("Group", f"g{(7 * user + j) % GROUPS}") for j in range(k))
+def member_groups(user: int, k: int) -> tuple[str, ...]:
+    return tuple(f"g{(7 * user + j) % GROUPS}" for j in range(k))
 
 
 def make_acls(n: int, rng: random.Random, host_share: int) -> list[AclBinding]:
@@ -74,20 +66,16 @@ def make_acls(n: int, rng: random.Random, host_share: int) -> list[AclBinding]:
     for i in range(n):
         principal = f"User:u{rng.randrange(USERS)}" if i % 2 else f"Group:g{rng.randrange(GROUPS)}"
         op = rng.choice(OPS)
-        perm = AclPermissionType.DENY if i % 20 == 0 else AclPermissionType.ALLOW
+        perm = DENY if i % 20 == 0 else ALLOW
         host = CLIENT if host_share and i % host_share == 1 else "*"
         kind = i % 10
         if kind < 6:
-            name, pattern = f"topic-{i}", PatternType.LITERAL
+            name, pattern = f"topic-{i}", LITERAL
         elif kind < 9:
-            name, pattern = f"team-{i:08d}-{'x' * 24}"[: 4 + i % 21], PatternType.PREFIXED
+            name, pattern = f"team-{i:08d}-{'x' * 24}"[: 4 + i % 21], PREFIXED
         else:
-            name, pattern = "*", PatternType.LITERAL
-        out.append(
-            acl_binding(
-                ResourceType.TOPIC, name, principal, op, perm, host=host, pattern_type=pattern
-            )
-        )
+            name, pattern = "*", LITERAL
+        out.append(acl(principal, op, perm, name, TOPIC, pattern, host))
     return out
 
 
@@ -104,29 +92,19 @@ def requests(
         else:  # a user whose first two groups include this one: 7u + j = g (mod 200)
             group = int(who[1:])
             user = ((group - rng.randrange(2)) * 143 % GROUPS) + GROUPS * rng.randrange(25)
-        if binding.pattern.pattern_type is PatternType.PREFIXED:
+        if binding.pattern.pattern_type is PREFIXED:
             name = binding.pattern.name + "-orders-eu-west-1"
         elif binding.pattern.name == "*":
             name = f"unrelated-topic-{rng.randrange(10**6)}"
         else:
             name = binding.pattern.name
-        action = Action(binding.entry.operation, ResourcePattern(ResourceType.TOPIC, name))
+        action = Action(binding.entry.operation, ResourcePattern(TOPIC, name))
         out.append((user, KafkaPrincipal("User", f"u{user}"), action))
     return out
 
 
-def context(principal: KafkaPrincipal, groups: tuple[KafkaPrincipal, ...]) -> RequestContext:
-    return RequestContext(
-        listener_name="PLAINTEXT",
-        security_protocol=SecurityProtocol.PLAINTEXT,
-        principal=principal,
-        client_address=ipaddress.ip_address(CLIENT),
-        api_key=0,
-        api_version=11,
-        client_id="bench",
-        correlation_id=1,
-        groups=groups,
-    )
+def context(principal: KafkaPrincipal, groups: tuple[str, ...]) -> RequestContext:
+    return ctx(principal.text, CLIENT, api_key=0, groups=groups)
 
 
 Call = tuple[Callable[..., object], dict[int, list[tuple[object, ...]]]]
@@ -152,10 +130,10 @@ def match_calls(index: AclIndex, asks: list[tuple[int, KafkaPrincipal, Action]])
                 CLIENT,
                 address,
                 a.operation,
-                ResourceType.TOPIC,
+                TOPIC,
                 a.resource_pattern.name,
                 False,
-                tuple(g.text for g in member_groups(u, k)),
+                tuple(f"Group:{g}" for g in member_groups(u, k)),
             )
             for u, p, a in asks
         ]
@@ -216,7 +194,7 @@ def run(n: int, samples: int, seed: int) -> None:
         asks = requests(acls, rng, samples)
         reset = None
         if variant == "cold subjects":  # every subject's merged view made again, per block
-            topics = index._types[ResourceType.TOPIC]
+            topics = index._types[TOPIC]
 
             def reset(topics: Any = topics) -> None:
                 topics.subjects = {}

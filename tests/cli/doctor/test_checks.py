@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kafkaguard.cli.doctor import facts as doctor_facts
 from kafkaguard.cli.doctor.checks import (
     Finding,
     Status,
@@ -18,16 +19,7 @@ from kafkaguard.cli.doctor.checks import (
     evaluate,
     exit_code,
 )
-from kafkaguard.cli.doctor.facts import (
-    TOPIC_SETTINGS,
-    BootstrapProbe,
-    Broker,
-    BrokerProbe,
-    Facts,
-    OpaFacts,
-    StoreFacts,
-    TopicFacts,
-)
+from kafkaguard.cli.doctor.facts import BootstrapProbe, Broker, BrokerProbe, Facts, StoreFacts
 from kafkaguard.cli.doctor.report import render_text, report_json
 from kafkaguard.config_tree import ConfigSection
 from kafkaguard.proxy.config import HostPort, ProxyConfig, is_loopback, parse_config
@@ -245,9 +237,9 @@ def kafka_store(**settings: str) -> StoreFacts:
     from kafkaguard.topic_table import TopicSettings, unsafe_settings
 
     configs = {key.replace("_", "."): value for key, value in settings.items()}
-    topic = TopicFacts(
+    topic = doctor_facts.TopicFacts(
         "acls",
-        tuple((key, configs.get(key)) for key in TOPIC_SETTINGS),
+        tuple((key, configs.get(key)) for key in doctor_facts.TOPIC_SETTINGS),
         unsafe_settings(TopicSettings("acls"), configs),
     )
     if topic.unsafe is not None:
@@ -291,8 +283,8 @@ def test_a_compacted_store_topic_with_enough_delete_retention_passes() -> None:
 OPA_URL = "http://127.0.0.1:8181/v1/data/kafka/authz/allow"
 
 
-def opa(**changes: Any) -> OpaFacts:
-    facts = OpaFacts(
+def opa(**changes: Any) -> doctor_facts.OpaFacts:
+    facts = doctor_facts.OpaFacts(
         url=OPA_URL,
         health_url="http://127.0.0.1:8181/health",
         health_error=None,
