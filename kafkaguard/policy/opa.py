@@ -165,7 +165,9 @@ class OpaOptions:
                 f"unknown option(s) {', '.join(unknown)} (OpaAuthorizer knows {', '.join(OPTIONS)})"
             )
         mode, bundle, entrypoint = _mode(options)
-        url = options.get("url") if mode == "rest" or "url" in options else ""
+        if mode == "wasm" and "url" in options:
+            raise ValueError("url: not with mode: wasm (the policy is evaluated in process)")
+        url = options.get("url", "")
         parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
         if mode == "rest" and (
             not isinstance(url, str)
@@ -177,8 +179,6 @@ class OpaOptions:
                 "url: the OPA decision URL is required, e.g. "
                 f"http://127.0.0.1:8181/v1/data/kafka/authz/allow (got {url!r})"
             )
-        if mode == "wasm" and url:
-            raise ValueError("url: not with mode: wasm (the policy is evaluated in process)")
         assert isinstance(url, str)
         allow_on_error = options.get("allow_on_error", False)
         if not isinstance(allow_on_error, bool):
