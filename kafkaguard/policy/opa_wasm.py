@@ -53,8 +53,11 @@ class WasmBundle:
 
     path: Path
     module: bytes
+    """``/policy.wasm`` (or the module the manifest names)."""
     data: bytes
+    """``/data.json``; ``{}`` when the bundle has none."""
     entrypoints: tuple[str, ...]
+    """The manifest's entrypoints (the module's own list is what is checked)."""
 
     @classmethod
     def read(cls, path: Path) -> WasmBundle:
