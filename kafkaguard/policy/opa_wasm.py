@@ -49,15 +49,14 @@ class WasmPolicyError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class WasmBundle:
-    """What ``opa build -t wasm`` wrote: the module, its data and its entrypoints."""
+    """What ``opa build -t wasm`` wrote: the module and its data (the module itself lists its
+    entrypoints, :attr:`WasmPolicy.entrypoints`)."""
 
     path: Path
     module: bytes
     """``/policy.wasm`` (or the module the manifest names)."""
     data: bytes
     """``/data.json``; ``{}`` when the bundle has none."""
-    entrypoints: tuple[str, ...]
-    """The manifest's entrypoints (the module's own list is what is checked)."""
 
     @classmethod
     def read(cls, path: Path) -> WasmBundle:
@@ -76,8 +75,7 @@ class WasmBundle:
             raise WasmPolicyError(
                 f"{path}: no policy.wasm in the bundle (build it with opa build -t wasm -e ...)"
             )
-        entrypoints = tuple(str(e["entrypoint"]) for e in wasm if "entrypoint" in e)
-        return cls(path, module, data, entrypoints)
+        return cls(path, module, data)
 
 
 def _member(archive: tarfile.TarFile, files: Mapping[str, tarfile.TarInfo], name: str) -> bytes:
