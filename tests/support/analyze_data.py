@@ -38,6 +38,7 @@ def rec(
     security_protocol: str = "PLAINTEXT",
     host: str = "10.0.0.1",
     api_key: int = 0,
+    groups: tuple[str, ...] = (),
 ) -> AuditEvent:
     """One record; ``time`` like ``2026-11-22T10:15:03.123Z``; count > 1 is an aggregate."""
     aggregate = count > 1
@@ -51,6 +52,7 @@ def rec(
         listener=listener,
         security_protocol=security_protocol,
         principal=principal,
+        groups=groups,
         client_host=host,
         client_id="client-1",
         api_key=api_key,
@@ -92,7 +94,7 @@ def write_audit(
         )
         bad_time = json.dumps({**json.loads(records[0].to_json()), "time": "garbage"})
         (hour / "audit-zz-1-98.jsonl").write_text(
-            '{"schema_version": 1, "kind": "decis\nnot json at all\n{"schema_version": 2}\n'
+            '{"schema_version": 1, "kind": "decis\nnot json at all\n{"schema_version": 3}\n'
             + bad_time  # valid but for its time: Spark's ANSI cast would fail the whole job
             + "\n\n"  # a blank line is no line (Spark skips it)
             + records[0].to_json()[:-20],  # half-written: cut, no newline
