@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 from pyspark.sql import SparkSession
 
 from kafkaguard import cli
@@ -20,6 +19,7 @@ from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, GroupsCon
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
 from kafkaguard.policy.stores.file import read_acl_file
 from kafkaguard.tansu import TansuBroker
+from tests.proxy.test_groups_e2e import _produce as produce_one
 from tests.support.proxy_fixture import RunningProxy, created_topic, stop_proxy_thread
 from tests.support.sasl_proxy import start_sasl_proxy
 
@@ -31,23 +31,11 @@ WRITE = AclOperation.WRITE
 
 
 def _produce(running: RunningProxy, topic: str, user: str) -> int | None:
-    """One record produced as ``user``; its delivery error code (None: delivered)."""
-    delivered: list[Any] = []
-    producer = Producer(
-        {
-            "bootstrap.servers": running.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": user,
-            "sasl.password": USERS[user],
-            "message.timeout.ms": 10000,
-            "enable.idempotence": False,
-        }
-    )
-    producer.produce(topic, b"x", on_delivery=lambda err, _msg: delivered.append(err))
-    producer.flush(12)
-    assert len(delivered) == 1
-    return None if delivered[0] is None else int(delivered[0].code())
+    """One record produced as ``user`` over SASL/PLAIN; its delivery error code (None:
+    delivered)."""
+    auth = {"sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": USERS[user]}
+    error = produce_one(running, topic, **auth)
+    return None if error is None else int(error.code())
 
 
 def _analyze(spark: SparkSession, *argv: str) -> list[str]:

@@ -51,7 +51,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, Unpack
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -60,6 +60,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from kafkaguard.audit.spark.trail.hours import MARKER, TMP_PREFIX, Hour, Marker, commit
 from kafkaguard.audit.spark.trail.schema import AUDIT_SCHEMA, COMPACTED_SCHEMA, EVENT_TIME
 from kafkaguard.audit.spark.trail.source import (
+    ReadOptions,
     TimeRange,
     compacted_path,
     hour_number,
@@ -319,69 +320,49 @@ def fact_hours(
     return output, sorted(h for h, stored in current.items() if stored and _inside(h, window))
 
 
+def _split(
+    spark: SparkSession, path: str, window: TimeRange, options: ReadOptions
+) -> tuple[Path, list[Hour], DataFrame]:
+    """Where the facts are, the hours taken from them (:func:`fact_hours`), and the records
+    of everything else (:func:`.source.read_audit`, those hours skipped)."""
+    found = fact_hours(
+        path,
+        window,
+        compacted=options.get("compacted"),
+        json_only=options.get("json_only", False),
+    )
+    output, stored = found if found is not None else (Path(), [])
+    skip = frozenset(hour_number(date.fromisoformat(h.date), h.hour) for h in stored)
+    return output, stored, read_audit(spark, path, window, skip_hours=skip, **options)
+
+
 def read_facts(
-    spark: SparkSession,
-    path: str,
-    window: TimeRange | None = None,
-    *,
-    compacted: str | None = None,
-    json_only: bool = False,
-    kafka_options: Mapping[str, str] | None = None,
+    spark: SparkSession, path: str, window: TimeRange | None = None, **options: Unpack[ReadOptions]
 ) -> DataFrame:
     """The facts of the window: stored ones for the compacted hours wholly inside it whose
     facts are current (:func:`fact_hours`), :func:`to_facts` of the records for everything
-    else (arguments as :func:`.source.read_audit`'s)."""
-    window = window or TimeRange()
-    found = fact_hours(path, window, compacted=compacted, json_only=json_only)
-    output, stored = found if found is not None else (Path(), [])
-    records = to_facts(
-        read_audit(
-            spark,
-            path,
-            window,
-            compacted=compacted,
-            json_only=json_only,
-            kafka_options=kafka_options,
-            skip_hours=frozenset(hour_number(date.fromisoformat(h.date), h.hour) for h in stored),
-        )
-    )
+    else (``options`` as :func:`.source.read_audit`'s)."""
+    output, stored, records = _split(spark, path, window or TimeRange(), options)
     if not stored:
-        return records
+        return to_facts(records)
     facts = _hours_of(spark, FACTS_SCHEMA, output / FACTS_DIR, stored).select(*FACT_COLUMNS)
-    return facts.unionByName(records)
+    return facts.unionByName(to_facts(records))
 
 
 def read_membership(
-    spark: SparkSession,
-    path: str,
-    window: TimeRange | None = None,
-    *,
-    compacted: str | None = None,
-    json_only: bool = False,
-    kafka_options: Mapping[str, str] | None = None,
+    spark: SparkSession, path: str, window: TimeRange | None = None, **options: Unpack[ReadOptions]
 ) -> dict[str, frozenset[str]]:
     """Who was seen in which groups in the window (principal -> groups; principals seen
     without groups absent): the stored membership of the hours :func:`read_facts` takes from
     facts, and the records' (:func:`membership_rows`) for the rest, so it covers exactly the
-    decisions :func:`read_facts` does (arguments as :func:`.source.read_audit`'s)."""
-    window = window or TimeRange()
-    found = fact_hours(path, window, compacted=compacted, json_only=json_only)
-    output, stored = found if found is not None else (Path(), [])
+    decisions :func:`read_facts` does (``options`` as :func:`.source.read_audit`'s)."""
+    output, stored, records = _split(spark, path, window or TimeRange(), options)
     members: dict[str, set[str]] = defaultdict(set)
     for hour in stored:
         for principal, groups in _read_members(
             output / FACTS_DIR / hour.relative / MEMBERS_FILE
         ).items():
             members[principal].update(groups)
-    records = read_audit(
-        spark,
-        path,
-        window,
-        compacted=compacted,
-        json_only=json_only,
-        kafka_options=kafka_options,
-        skip_hours=frozenset(hour_number(date.fromisoformat(h.date), h.hour) for h in stored),
-    )
     rows = membership_rows(records).select("principal", "group").distinct().collect()
     for row in rows:
         members[row["principal"]].add(row["group"])

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -511,6 +511,16 @@ def kafka_records(
     records = parse_audit_values(reader.load())
     exact = (window or TimeRange()).time_filter()
     return records.where(exact) if exact is not None else records
+
+
+class ReadOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`read_audit` that say where and how to read the trail,
+    as every reader of it passes them on (:func:`.facts.read_facts`, the jobs' ``--compacted``,
+    ``--json-only`` and ``--kafka-option``)."""
+
+    compacted: str | None
+    json_only: bool
+    kafka_options: Mapping[str, str] | None
 
 
 def read_audit(

@@ -13,7 +13,7 @@ from kafkaguard.audit.spark.runtime.command import (
     Job,
     LazySession,
     Out,
-    parse_conf,
+    read_options,
     window,
     window_input,
 )
@@ -68,14 +68,7 @@ def _membership(spark: SparkSession, args: argparse.Namespace) -> dict[str, froz
     """The window's group membership, from the same hours and records the grants come from."""
     from kafkaguard.audit.spark.trail.facts import read_membership
 
-    return read_membership(
-        spark,
-        args.input,
-        window(args),
-        compacted=args.compacted,
-        json_only=args.json_only,
-        kafka_options=parse_conf(args.kafka_option, "--kafka-option"),
-    )
+    return read_membership(spark, args.input, window(args), **read_options(args))
 
 
 def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
