@@ -171,7 +171,7 @@ def generate(spark: SparkSession, events: int, days: int, directory: Path) -> fl
     iso = F.date_format("at", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
     mode = F.when(F.col("log_only"), "log_only").otherwise("enforce")
     records = df.select(
-        F.lit(1).alias("schema_version"),
+        F.lit(2).alias("schema_version"),
         F.when(F.col("aggregate"), "aggregate").otherwise("decision").alias("kind"),
         iso.alias("time"),
         F.when(F.col("aggregate"), iso).alias("window_end"),
@@ -180,6 +180,7 @@ def generate(spark: SparkSession, events: int, days: int, directory: Path) -> fl
         F.when(F.col("log_only"), "STAGING").otherwise("EXTERNAL").alias("listener"),
         F.lit("SASL_SSL").alias("security_protocol"),
         principal.alias("principal"),
+        F.array().cast("array<string>").alias("groups"),  # connections without groups
         F.format_string(
             "10.%d.%d.%d", F.col("pn") % 4, (F.col("pn") + h2) % HOSTS % 250, F.col("pn") % 250
         ).alias("client_host"),
@@ -373,7 +374,7 @@ def duckdb_events(data: Path, compacted: Path | None) -> str:
     return f"""(
         SELECT * EXCLUDE (would_deny), coalesce(would_deny, false) AS would_deny
         FROM (SELECT *, try_cast("time" AS TIMESTAMPTZ) AS event_time FROM {lines})
-        WHERE schema_version = 1 AND "count" > 0 AND principal IS NOT NULL
+        WHERE schema_version IN (1, 2) AND "count" > 0 AND principal IS NOT NULL
           AND operation IS NOT NULL AND resource_type IS NOT NULL
           AND resource_name IS NOT NULL AND result IN ('ALLOWED', 'DENIED')
           AND event_time IS NOT NULL

@@ -1,4 +1,4 @@
-"""The audit record: one JSON object per line, schema version 1 (the audit contract).
+"""The audit record: one JSON object per line, schema version 2 (the audit contract).
 
 This module owns the record the proxy writes and the Spark jobs read
 (:mod:`kafkaguard.audit.spark.trail.schema` mirrors :data:`FIELD_NAMES`; a test keeps the two
@@ -7,13 +7,16 @@ pure: no I/O, no clock (times are passed in as epoch seconds).
 
 Fields, in order (the JSON keys are exactly these)::
 
-    schema_version int       1
+    schema_version int       2 (version 1 had no ``groups``; readers take its groups as none)
     kind           str       "decision" | "aggregate" (identical decisions counted per window)
     time           str       ISO-8601 UTC, milliseconds, "Z"; an aggregate's window start
     window_end     str|null  aggregates: the window end; decisions: null
     count          int       1 for a decision; n for an aggregate
     mode           str       "enforce" | "log_only" (the listener's, for this request)
-    listener, security_protocol, principal, client_host, client_id (str|null),
+    listener, security_protocol, principal (str),
+    groups         list[str] the connection's group principals (``Group:eng``, sorted; empty
+                             when none: kafkaguard/policy/groups.py), beyond Kafka's context
+    client_host, client_id (str|null),
     api_key (int), api_name, api_version (int), correlation_id (int|null; null in aggregates),
     operation, resource_type, pattern_type, resource_name, result ("ALLOWED" | "DENIED"),
     would_deny     bool      mode == "log_only", result == "DENIED" and the check is one Kafka
@@ -26,7 +29,8 @@ Fields, in order (the JSON keys are exactly these)::
     implied        bool      an ALLOW ACL for another operation granted it
     acl            object|null  the deciding ACL (see :func:`kafkaguard.policy.explain.acl_json`)
 
-Adding a field is a schema change: bump :data:`SCHEMA_VERSION` and the Spark schema with it.
+Adding a field is a schema change: bump :data:`SCHEMA_VERSION` and the Spark schema with it
+(which keeps reading every earlier version: :data:`.spark.trail.schema.SCHEMA_VERSIONS`).
 
 ``audit.format: cloudevents`` writes the same record as a CloudEvents 1.0 event in structured
 JSON mode, laid out like Confluent's audit log authorization event
@@ -39,7 +43,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Final, NamedTuple
 from urllib.parse import quote
@@ -48,9 +52,15 @@ from kafkaguard.audit.config import FORMAT_CLOUDEVENTS, LOG_ONLY
 from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason, api_name
 from kafkaguard.policy.authorizer import AuthorizationResult
 from kafkaguard.policy.explain import acl_json
-from kafkaguard.policy.model import AclBinding, AclOperation, PatternType, ResourceType
+from kafkaguard.policy.model import (
+    AclBinding,
+    AclOperation,
+    KafkaPrincipal,
+    PatternType,
+    ResourceType,
+)
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 KIND_DECISION: Final = "decision"
 KIND_AGGREGATE: Final = "aggregate"
 
@@ -69,7 +79,7 @@ MODE_EXTENSION: Final = "kafkaguardmode"
 class AuditEvent:
     """One line of the audit trail; the attributes are the JSON keys, in order.
 
-    Read-only by convention rather than ``frozen`` (a frozen 24-field dataclass costs ~4 µs
+    Read-only by convention rather than ``frozen`` (a frozen 25-field dataclass costs ~4 µs
     to build, once per written line).
     """
 
@@ -82,6 +92,7 @@ class AuditEvent:
     listener: str
     security_protocol: str
     principal: str
+    groups: tuple[str, ...]
     client_host: str
     client_id: str | None
     api_key: int
@@ -99,7 +110,9 @@ class AuditEvent:
     acl: Mapping[str, str] | None
 
     def to_dict(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in FIELD_NAMES}
+        record = {name: getattr(self, name) for name in FIELD_NAMES}
+        record["groups"] = list(self.groups)  # a JSON array
+        return record
 
     def to_cloudevent(self, event_id: str | None = None) -> dict[str, object]:
         """The record as a CloudEvents 1.0 event laid out like Confluent's audit log
@@ -126,6 +139,12 @@ class AuditEvent:
                 "permissionType": acl["permission_type"],
                 "host": acl["host"],
             }
+        if self.groups:
+            # Where Confluent's events with group mapping name the principals a decision
+            # considered (the user's groups) and the one whose binding decided.
+            authorization["assignedPrincipals"] = list(self.groups)
+            if acl is not None:
+                authorization["actingPrincipal"] = acl["principal"]
         request: dict[str, object] = {}
         if self.correlation_id is not None:
             request["correlation_id"] = str(self.correlation_id)  # a string, as Confluent's
@@ -185,7 +204,8 @@ class AuditEvent:
             f'"time":{q(self.time)},"window_end":{_nullable(self.window_end)},'
             f'"count":{self.count:d},"mode":{q(self.mode)},"listener":{q(self.listener)},'
             f'"security_protocol":{q(self.security_protocol)},"principal":{q(self.principal)},'
-            f'"client_host":{q(self.client_host)},"client_id":{_nullable(self.client_id)},'
+            f'"groups":[{",".join(map(q, self.groups))}],"client_host":{q(self.client_host)},'
+            f'"client_id":{_nullable(self.client_id)},'
             f'"api_key":{self.api_key:d},"api_name":{q(self.api_name)},'
             f'"api_version":{self.api_version:d},"correlation_id":'
             f"{'null' if self.correlation_id is None else f'{self.correlation_id:d}'},"
@@ -218,7 +238,7 @@ def _pascal(kafka_name: str) -> str:
 
 
 FIELD_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in fields(AuditEvent))
-"""The JSON keys of schema version 1, in order."""
+"""The JSON keys of schema version 2, in order."""
 ACL_FIELDS: Final[tuple[str, ...]] = (
     "resource_type",
     "pattern_type",
@@ -239,6 +259,7 @@ class DecisionKey(NamedTuple):
     listener: str
     security_protocol: str
     principal: str
+    groups: tuple[str, ...]
     client_host: str
     client_id: str | None
     api_key: int
@@ -254,6 +275,16 @@ class DecisionKey(NamedTuple):
     would_deny: bool
 
 
+def record_groups(groups: Collection[KafkaPrincipal]) -> tuple[str, ...]:
+    """The record's ``groups``: the principals' texts, sorted and distinct (a connection's
+    groups come in its sources' order; the record names a set).
+
+    >>> record_groups([KafkaPrincipal("Group", "ops"), KafkaPrincipal("Group", "eng")])
+    ('Group:eng', 'Group:ops')
+    """
+    return tuple(sorted({g.text for g in groups})) if groups else ()
+
+
 def decision_key(event: DecisionEvent, mode: str) -> DecisionKey:
     context, action = event.context, event.action
     pattern = action.resource_pattern
@@ -262,6 +293,7 @@ def decision_key(event: DecisionEvent, mode: str) -> DecisionKey:
         context.listener_name,
         context.security_protocol.value,
         context.principal.text,
+        record_groups(context.groups),
         context.host,
         context.client_id,
         context.api_key,
@@ -299,6 +331,7 @@ def _event(
         listener=key.listener,
         security_protocol=key.security_protocol,
         principal=key.principal,
+        groups=key.groups,
         client_host=key.client_host,
         client_id=key.client_id,
         api_key=key.api_key,

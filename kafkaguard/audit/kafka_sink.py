@@ -73,8 +73,10 @@ reported by the error callback instead, at most once a minute."""
 def record_count(value: bytes) -> int:
     """The decisions a record stands for: its ``count`` field (1 when unreadable).
 
-    The first ``"count":`` of a record is its field: only ``schema_version``, ``kind``,
-    ``time`` and ``window_end`` precede it, none of which can hold that text.
+    The first ``"count":`` of a record is its field: in the kafkaguard format only
+    ``schema_version``, ``kind``, ``time`` and ``window_end`` precede it, none of which can
+    hold that text; in a CloudEvents one the strings before it (principal, groups, resource)
+    are JSON-escaped, so a name spelling the key has ``\\"`` where the key has ``"``.
     """
     _, found, tail = value.partition(_COUNT)
     if not found:

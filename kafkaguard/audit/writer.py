@@ -360,7 +360,8 @@ class AuditWriter:
                 pattern = action.resource_pattern
                 fast = (
                     mode, context.listener_name, id(context.security_protocol),
-                    context.principal.text, context.host, context.client_id, context.api_key,
+                    context.principal.text, context.groups, context.host, context.client_id,
+                    context.api_key,
                     context.api_version, action.operation, pattern.resource_type,
                     pattern.pattern_type, pattern.name, id(event.result), id(event.reason),
                     event.implied, id(event.acl), action.log_if_denied,

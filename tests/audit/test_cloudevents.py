@@ -14,8 +14,11 @@ import pytest
 from kafkaguard.audit.config import FORMAT_CLOUDEVENTS, AuditConfig
 from kafkaguard.audit.events import AuditEvent, decision_record
 from kafkaguard.audit.writer import AuditWriter
+from kafkaguard.policy.audit_log import DecisionEvent
 from kafkaguard.policy.authorizer import Action
-from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
+from kafkaguard.policy.config import AuthorizerConfig
+from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType, acl_binding
+from kafkaguard.policy.standard import StandardAuthorizer
 from tests.audit.test_events import AT, context, decide
 
 CLOUDEVENTS_SCHEMA = {
@@ -175,3 +178,26 @@ def test_the_listener_is_the_source(name: str) -> None:
     event = AuditEvent(**{**fields, "listener": name}).to_cloudevent()  # type: ignore[arg-type]
     _validate(event)
     assert "/" not in str(event["source"]).removeprefix("crn:///kafkaguard/")
+
+
+def test_a_group_members_decision_names_its_groups_where_confluent_does() -> None:
+    """With groups, ``authorizationInfo`` carries them as Confluent's events with group mapping
+    do: ``assignedPrincipals`` (the groups considered) and ``actingPrincipal`` (whose ACL
+    decided); without, neither key is there (the layout of before)."""
+    events: list[DecisionEvent] = []
+    auth = StandardAuthorizer(AuthorizerConfig(), decision_listener=events.append)
+    auth.load_snapshot([acl_binding(ResourceType.TOPIC, "orders", "Group:eng", AclOperation.READ)])
+    read = Action(AclOperation.READ, ResourcePattern(ResourceType.TOPIC, "orders"))
+    auth.authorize(context(groups=("oncall", "eng")), [read])
+    auth.authorize(context(), [read])
+    member, outsider = (json.loads(decision_record(e, "enforce", AT).encode(FORMAT_CLOUDEVENTS))
+                        for e in events)  # fmt: skip
+    _validate(member)
+    authz = member["data"]["authorizationInfo"]
+    assert authz["granted"] is True
+    assert authz["assignedPrincipals"] == ["Group:eng", "Group:oncall"]
+    assert authz["actingPrincipal"] == "Group:eng"
+    assert member["data"]["authenticationInfo"] == {"principal": "User:alice"}
+    outside = outsider["data"]["authorizationInfo"]
+    assert outside["granted"] is False
+    assert not {"assignedPrincipals", "actingPrincipal"} & set(outside)

@@ -34,7 +34,7 @@ from kafkaguard.policy.standard import StandardAuthorizer
 
 CONTRACT_FIELDS = (
     "schema_version", "kind", "time", "window_end", "count", "mode", "listener",
-    "security_protocol", "principal", "client_host", "client_id", "api_key", "api_name",
+    "security_protocol", "principal", "groups", "client_host", "client_id", "api_key", "api_name",
     "api_version", "correlation_id", "operation", "resource_type", "pattern_type",
     "resource_name", "result", "would_deny", "reason", "implied", "acl",
 )  # fmt: skip
@@ -51,7 +51,9 @@ DENY_ORD = acl_binding(
 ALLOW_READ = acl_binding(ResourceType.TOPIC, "orders", "User:alice", AclOperation.READ)
 
 
-def context(api_key: int = 0, correlation_id: int = 42) -> RequestContext:
+def context(
+    api_key: int = 0, correlation_id: int = 42, groups: tuple[str, ...] = ()
+) -> RequestContext:
     return RequestContext(
         listener_name="EXTERNAL",
         security_protocol=SecurityProtocol.SASL_SSL,
@@ -61,6 +63,7 @@ def context(api_key: int = 0, correlation_id: int = 42) -> RequestContext:
         api_version=9,
         client_id="billing",
         correlation_id=correlation_id,
+        groups=tuple(KafkaPrincipal("Group", g) for g in groups),
     )
 
 
@@ -76,7 +79,7 @@ def decide(action: Action, ctx: RequestContext | None = None) -> DecisionEvent:
 
 def test_field_list_is_the_contract() -> None:
     assert FIELD_NAMES == CONTRACT_FIELDS
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
     assert ACL_FIELDS == (
         "resource_type", "pattern_type", "resource_name", "principal", "host", "operation",
         "permission_type",
@@ -87,9 +90,9 @@ def test_decision_line_golden() -> None:
     event = decide(Action(AclOperation.WRITE, ResourcePattern(ResourceType.TOPIC, "orders")))
     line = decision_record(event, LOG_ONLY, AT).to_json()
     assert line == (
-        '{"schema_version":1,"kind":"decision","time":"2026-11-22T10:15:03.123Z",'
+        '{"schema_version":2,"kind":"decision","time":"2026-11-22T10:15:03.123Z",'
         '"window_end":null,"count":1,"mode":"log_only","listener":"EXTERNAL",'
-        '"security_protocol":"SASL_SSL","principal":"User:alice",'
+        '"security_protocol":"SASL_SSL","principal":"User:alice","groups":[],'
         '"client_host":"0:0:0:0:0:0:0:1","client_id":"billing","api_key":0,'
         '"api_name":"Produce","api_version":9,"correlation_id":42,"operation":"WRITE",'
         '"resource_type":"TOPIC","pattern_type":"LITERAL","resource_name":"orders",'
@@ -105,7 +108,7 @@ def test_aggregate_line_golden_with_implied_allow() -> None:
     event = decide(Action(AclOperation.DESCRIBE, ResourcePattern(ResourceType.TOPIC, "orders")))
     record = aggregate_record(decision_key(event, ENFORCE), AT - 3.123, AT - 3.123 + 60, 17)
     assert json.loads(record.to_json()) == {
-        "schema_version": 1,
+        "schema_version": 2,
         "kind": "aggregate",
         "time": "2026-11-22T10:15:00.000Z",
         "window_end": "2026-11-22T10:16:00.000Z",
@@ -114,6 +117,7 @@ def test_aggregate_line_golden_with_implied_allow() -> None:
         "listener": "EXTERNAL",
         "security_protocol": "SASL_SSL",
         "principal": "User:alice",
+        "groups": [],
         "client_host": "0:0:0:0:0:0:0:1",
         "client_id": "billing",
         "api_key": 0,
@@ -171,6 +175,26 @@ def test_aggregation_key_ignores_time_and_correlation_id_only() -> None:
     assert decision_key(first, ENFORCE) != decision_key(first, LOG_ONLY)
     other_api = decide(action, context(api_key=1))
     assert decision_key(first, ENFORCE) != decision_key(other_api, ENFORCE)
+
+
+def test_the_groups_are_recorded_sorted_and_part_of_the_aggregation_key() -> None:
+    """A connection's groups come in its sources' order; the record names them as a set, and
+    identical decisions of connections with other groups are other records."""
+    action = Action(AclOperation.READ, ResourcePattern(ResourceType.TOPIC, "orders"))
+    grouped = decide(action, context(groups=("oncall", "eng", "oncall")))
+    record = decision_record(grouped, ENFORCE, AT)
+    assert record.groups == ("Group:eng", "Group:oncall")
+    line = record.to_json()
+    assert '"principal":"User:alice","groups":["Group:eng","Group:oncall"],' in line
+    assert line == json.dumps(record.to_dict(), separators=(",", ":"))
+    assert list(json.loads(line)) == list(CONTRACT_FIELDS)
+    same = decide(action, context(correlation_id=9, groups=("eng", "oncall")))
+    other = decide(action, context(groups=("eng",)))
+    none = decide(action, context())
+    assert decision_key(grouped, ENFORCE) == decision_key(same, ENFORCE)
+    assert decision_key(grouped, ENFORCE) != decision_key(other, ENFORCE)
+    assert decision_key(grouped, ENFORCE) != decision_key(none, ENFORCE)
+    assert decision_record(none, ENFORCE, AT).groups == ()
 
 
 def test_non_ascii_names_stay_valid_json() -> None:

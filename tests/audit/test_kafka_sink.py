@@ -469,3 +469,19 @@ def test_the_documented_acls_let_only_the_analytics_principal_read(tmp_path: Pat
     assert allowed("User:analytics", AclOperation.READ, audit)
     assert not allowed("User:bob", AclOperation.READ, audit)
     assert not allowed("User:bob", AclOperation.DESCRIBE, audit)
+
+
+@pytest.mark.parametrize("record_format", ["kafkaguard", "cloudevents"])
+def test_a_lost_records_decisions_are_its_count_whatever_its_groups_are_named(
+    record_format: str,
+) -> None:
+    """``record_count`` takes the first ``"count":`` of the line: the groups (schema version 2)
+    come after it in a record, and a group's name is a JSON string, so a name that spells the
+    key is escaped and does not match before the field."""
+    from kafkaguard.audit.events import AuditEvent
+    from kafkaguard.audit.kafka_sink import record_count
+    from tests.support.analyze_data import rec
+
+    base = rec("2026-11-22T10:15:03.123Z", "User:a", "READ", "TOPIC", "t", count=7)
+    record = AuditEvent(**{**base.to_dict(), "groups": ('Group:x"count":99,', "Group:eng")})  # type: ignore[arg-type]
+    assert record_count(record.encode(record_format)) == 7

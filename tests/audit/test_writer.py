@@ -190,6 +190,24 @@ def test_allowed_aggregated_per_window_denied_individual(tmp_path: Path) -> None
     assert writer.records == 5 and writer.lost == 0
 
 
+def test_identical_decisions_of_connections_with_other_groups_are_other_aggregates(
+    tmp_path: Path,
+) -> None:
+    writer = AuditWriter(config(tmp_path), clock=Clock(T0 + 125))
+    eng = (KafkaPrincipal("Group", "eng"),)
+    plain = decisions(topic("ok"))[0]
+    grouped = decisions(topic("ok"), ctx=context()._replace(groups=eng))[0]
+    # Another connection of the same groups: an equal tuple, another object.
+    again = decisions(topic("ok"), ctx=context()._replace(groups=(KafkaPrincipal("Group", "eng"),)))
+    for event in (plain, grouped, again[0], plain):
+        assert writer.offer(T0 + 1, event, "enforce")
+    assert writer.close()
+    assert sorted((r["groups"], r["count"]) for r in records(tmp_path)) == [  # type: ignore[type-var]
+        ([], 2),
+        (["Group:eng"], 2),
+    ]
+
+
 def test_open_window_at_close_ends_at_close_time(tmp_path: Path) -> None:
     clock = Clock(T0 + 10)
     writer = AuditWriter(config(tmp_path), clock=clock)

@@ -38,6 +38,7 @@ def rec(
     security_protocol: str = "PLAINTEXT",
     host: str = "10.0.0.1",
     api_key: int = 0,
+    groups: tuple[str, ...] = (),
 ) -> AuditEvent:
     """One record; ``time`` like ``2026-11-22T10:15:03.123Z``; count > 1 is an aggregate."""
     aggregate = count > 1
@@ -51,6 +52,7 @@ def rec(
         listener=listener,
         security_protocol=security_protocol,
         principal=principal,
+        groups=groups,
         client_host=host,
         client_id="client-1",
         api_key=api_key,
@@ -92,7 +94,7 @@ def write_audit(
         )
         bad_time = json.dumps({**json.loads(records[0].to_json()), "time": "garbage"})
         (hour / "audit-zz-1-98.jsonl").write_text(
-            '{"schema_version": 1, "kind": "decis\nnot json at all\n{"schema_version": 2}\n'
+            '{"schema_version": 1, "kind": "decis\nnot json at all\n{"schema_version": 3}\n'
             + bad_time  # valid but for its time: Spark's ANSI cast would fail the whole job
             + "\n\n"  # a blank line is no line (Spark skips it)
             + records[0].to_json()[:-20],  # half-written: cut, no newline
@@ -152,3 +154,43 @@ def report_trail() -> list[AuditEvent]:
             count=1_234_567),
     ]  # fmt: skip
     return sorted(records, key=lambda r: r.time)
+
+
+def version_1_line(record: AuditEvent) -> str:
+    """``record`` as a proxy before groups wrote it: schema version 1, no ``groups`` key."""
+    fields = {k: v for k, v in json.loads(record.to_json()).items() if k != "groups"}
+    return json.dumps({**fields, "schema_version": 1}, separators=(",", ":"))
+
+
+def write_version_1(directory: Path, records: list[AuditEvent]) -> None:
+    """Write ``records`` as version 1 lines, one closed file per hour, where a proxy before
+    groups put them (beside any later files of the same hours)."""
+    by_hour: dict[Path, list[str]] = {}
+    for r in records:
+        day, hour = r.time[:10], r.time[11:13]
+        by_hour.setdefault(directory / f"date={day}" / f"hour={hour}", []).append(version_1_line(r))
+    for hour_dir, lines in by_hour.items():
+        hour_dir.mkdir(parents=True, exist_ok=True)
+        (hour_dir / "audit-v1-0-1.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+ENG, ONCALL = "Group:eng", "Group:oncall"
+G = "2026-11-22T{}.000Z"
+GROUPS_TRAIL = [
+    rec(G.format("10:05:00"), "User:alice", "WRITE", "TOPIC", "orders", count=3, groups=(ENG,)),
+    rec(G.format("10:06:00"), "User:alice", "READ", "TOPIC", "audit", groups=(ENG,)),
+    rec(G.format("10:07:00"), "User:carol", "WRITE", "TOPIC", "orders"),
+    rec(G.format("10:08:00"), "User:root", "ALTER", "CLUSTER", "kafka-cluster", groups=(ENG,),
+        reason="SuperUser"),
+    rec(G.format("11:10:00"), "User:bob", "WRITE", "TOPIC", "orders", count=2,
+        groups=(ENG, ONCALL)),
+]  # fmt: skip
+"""A trail of group members (tests/audit/spark: propose --groups, unused, facts): every
+observed member of ``Group:eng`` (alice, bob; root is a super user, no ACL applies to it)
+wrote ``orders``, only alice read ``audit``; carol is in no group; ``Group:oncall`` has one
+observed member."""
+
+
+def without_groups(records: list[AuditEvent]) -> list[AuditEvent]:
+    """The same records from connections without groups."""
+    return [AuditEvent(**{**r.to_dict(), "groups": ()}) for r in records]  # type: ignore[arg-type]

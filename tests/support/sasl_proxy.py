@@ -3,10 +3,12 @@ PLAIN and both SCRAM mechanisms and OAUTHBEARER tokens signed by :data:`PROVIDER
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from kafkaguard.audit.config import AuditConfig
 from kafkaguard.policy.config import AclStoreConfig, AuthorizerConfig, PolicyConfig
 from kafkaguard.policy.model import AclBinding
 from kafkaguard.policy.stores.acl_file_format import format_acl_text
@@ -30,9 +32,11 @@ def start_sasl_proxy(
     reauth_ms: int = 0,
     policy: PolicyConfig | None = None,
     passwords: Mapping[str, str] = PASSWORDS,
+    audit: AuditConfig | None = None,
 ) -> RunningProxy:
     """``policy``: another authorizer than the StandardAuthorizer over ``acls`` (OPA);
-    ``passwords``: other users than :data:`PASSWORDS`."""
+    ``passwords``: other users than :data:`PASSWORDS`; ``audit``: the audit trail's settings
+    (default: the proxy's, off)."""
     users = {}
     for user, password in passwords.items():
         users[user] = {
@@ -69,6 +73,8 @@ def start_sasl_proxy(
             acl_store=AclStoreConfig(type="file", path=acl_file),
         ),
     )
+    if audit is not None:
+        config = dataclasses.replace(config, audit=audit)
     running = start_proxy_thread(config)
     running.acl_file = acl_file
     return running

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from kafkaguard.audit.spark.trail.source import TimeRange
+    from kafkaguard.audit.spark.trail.source import ReadOptions, TimeRange
 
 Out = Callable[[str], None]
 """Where a job prints its result lines (stdout, or a test's list)."""
@@ -196,6 +196,16 @@ def check_window_input(args: argparse.Namespace) -> None:
         KafkaInput.parse(args.input)
 
 
+def read_options(args: argparse.Namespace) -> ReadOptions:
+    """How a windowed job reads the trail: ``--compacted``, ``--json-only``,
+    ``--kafka-option`` (:func:`kafkaguard.audit.spark.trail.source.read_audit`'s options)."""
+    return {
+        "compacted": args.compacted,
+        "json_only": args.json_only,
+        "kafka_options": parse_conf(args.kafka_option, "--kafka-option"),
+    }
+
+
 @contextmanager
 def window_input(
     session: LazySession, args: argparse.Namespace, *, facts: bool
@@ -221,12 +231,7 @@ def window_input(
     if described is not None:
         sys.stderr.write(described + "\n")
     events = (read_facts if facts else read_audit)(
-        spark,
-        args.input,
-        window(args),
-        compacted=args.compacted,
-        json_only=args.json_only,
-        kafka_options=parse_conf(args.kafka_option, "--kafka-option"),
+        spark, args.input, window(args), **read_options(args)
     )
     with job_caches(), stage_progress(spark, sys.stderr):
         yield spark, events

@@ -1,8 +1,8 @@
 """Replaying the window's decisions against an ACL set: the shared core of ``unused``/``whatif``.
 
 Theory of operation: Spark reduces the window to its *distinct decision tuples* (principal,
-client host, listener, security protocol, operation, resource, optionally the recorded result,
-with summed counts) — few compared with events. Each tuple is then decided by
+its groups, client host, listener, security protocol, operation, resource, optionally the
+recorded result, with summed counts) — few compared with events. Each tuple is then decided by
 :func:`kafkaguard.policy.explain.explain` over a
 :class:`~kafkaguard.policy.standard.StandardAuthorizer` holding the ACL set, i.e. the very code
 the proxy authorizes with (no second matcher). That runs inside ``mapPartitions`` on the
@@ -47,7 +47,13 @@ from kafkaguard.policy.config import (
     parse_policy_config,
 )
 from kafkaguard.policy.explain import acl_text, decision_context, explain
-from kafkaguard.policy.model import AclBinding, AclOperation, ResourcePattern, ResourceType
+from kafkaguard.policy.model import (
+    AclBinding,
+    AclOperation,
+    KafkaPrincipal,
+    ResourcePattern,
+    ResourceType,
+)
 from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.policy.stores.acl_file_format import sort_key
 from kafkaguard.policy.stores.base import Snapshot
@@ -62,11 +68,15 @@ TUPLE_KEYS = (
     "resource_type",
     "resource_name",
 )
+GROUPS = "groups"
+"""The tuples' key beside :data:`TUPLE_KEYS`: the connection's groups (none in a version 1
+record), which a replayed decision holds as the proxy's did (a ``Group:`` ACL applies to a
+member)."""
 
 
 def decision_tuples(events: DataFrame, *, with_result: bool) -> DataFrame:
     """Distinct decisions with summed ``count`` (and the recorded ``result`` if asked)."""
-    keys = [*TUPLE_KEYS, "result"] if with_result else list(TUPLE_KEYS)
+    keys = [*TUPLE_KEYS, GROUPS, "result"] if with_result else [*TUPLE_KEYS, GROUPS]
     return events.groupBy(*keys).agg(F.sum("count").alias("count"))
 
 
@@ -165,7 +175,10 @@ def _zookeeper_snapshot(store: Any) -> Snapshot:
 
 
 def replay_schema(keys: Sequence[str]) -> StructType:
-    fields = [StructField(k, StringType()) for k in keys]
+    fields = [
+        StructField(k, ArrayType(StringType(), False) if k == GROUPS else StringType())
+        for k in keys
+    ]
     return StructType(
         [
             *fields,
@@ -208,6 +221,7 @@ def _decide(
             row["client_host"],
             row["listener"] or "",
             SecurityProtocol(row["security_protocol"] or "PLAINTEXT"),
+            tuple(KafkaPrincipal.parse(g) for g in row[GROUPS] or ()),
         )
         action = Action(
             AclOperation.parse(row["operation"]),

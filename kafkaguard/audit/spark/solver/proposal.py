@@ -12,8 +12,15 @@ resource) tuples (few, compared with events). Rules:
   there are at least that many, unless the prefix would cover a topic on which the principal
   was *refused* (an enforced denial in the window is evidence it must not have it). The most
   specific qualifying prefix wins; the ACL lists the topics it was derived from;
+* opt-in group ACLs (``analyze propose --groups``, :func:`group_proposal`), after the rules
+  above: where every observed member of a group (with at least
+  :data:`GROUP_MIN_MEMBERS`) holds the same proposed ACL (pattern, host, operation), one
+  ``Group:<name>`` ACL replaces the members' copies and names the principals it covers; the
+  rest stay user ACLs. A group is not chosen for an ACL where another chosen one covers all
+  of its members (the fewest group ACLs that say the same);
 * the result is checked with :class:`~kafkaguard.policy.standard.StandardAuthorizer` itself:
-  every observed tuple must be allowed by the proposal (a bug here must not reach an operator).
+  every observed tuple must be allowed by the proposal, each principal holding the groups it
+  was seen with (a bug here must not reach an operator).
 
 Rendering: the ACL file (the file store's format, verified with its own parser) with the
 recognised client roles as comments, and ``kafka-acls`` commands.
@@ -25,7 +32,7 @@ import ipaddress
 import json
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kafkaguard.policy.authorizer import Action, AuthorizationResult, RequestContext
@@ -50,6 +57,12 @@ IMPLIED_BY: dict[AclOperation, frozenset[AclOperation]] = {
     Op.DESCRIBE_CONFIGS: frozenset({Op.ALTER_CONFIGS}),
 }
 DELIMITERS = ".-_"
+GROUP_MIN_MEMBERS = 2
+"""The fewest observed members a group needs for a group ACL: a group of one observed member
+says nothing a user ACL does not (and a group whose other members were not seen would grant
+them what nobody observed them use)."""
+Members = Mapping[str, Collection[str]]
+"""Group membership seen in the trail: principal -> the ``Group:`` principals it was seen in."""
 _RESOURCE_OPTIONS = {
     ResourceType.TOPIC: "--topic",
     ResourceType.GROUP: "--group",
@@ -217,10 +230,14 @@ def _literal(g: ObservedGrant) -> ProposedAcl:
     return ProposedAcl(_binding(g, g.resource_name), g.decisions, (g.resource_name,), notes)
 
 
-def verify(acls: Sequence[ProposedAcl], grants: Iterable[ObservedGrant]) -> None:
-    """Replay every grant against the proposal with the authorizer the proxy uses."""
+def verify(
+    acls: Sequence[ProposedAcl], grants: Iterable[ObservedGrant], members: Members | None = None
+) -> None:
+    """Replay every grant against the proposal with the authorizer the proxy uses, each
+    principal holding its ``members`` groups."""
     authorizer = StandardAuthorizer()
     authorizer.load_snapshot(a.binding for a in acls)
+    held = members or {}
     for g in grants:
         host = g.host if g.host != WILDCARD_HOST else g.sample_host
         context = RequestContext(
@@ -231,10 +248,86 @@ def verify(acls: Sequence[ProposedAcl], grants: Iterable[ObservedGrant]) -> None
             host=host,
             api_key=0,
             api_version=0,
+            groups=tuple(KafkaPrincipal.parse(name) for name in sorted(held.get(g.principal, ()))),
         )
         action = Action(g.operation, ResourcePattern(g.resource_type, g.resource_name))
         if authorizer.authorize(context, [action])[0] is not AuthorizationResult.ALLOWED:
             raise AssertionError(f"proposal does not allow observed access {g}")
+
+
+def group_members(
+    members: Members, min_members: int = GROUP_MIN_MEMBERS
+) -> dict[str, frozenset[str]]:
+    """Each group with at least ``min_members`` observed members: group -> its members.
+
+    >>> group_members({"User:a": ["Group:eng"], "User:b": ["Group:eng", "Group:ops"]})
+    {'Group:eng': frozenset({'User:a', 'User:b'})}
+    """
+    found: dict[str, set[str]] = defaultdict(set)
+    for principal, groups in members.items():
+        for group in groups:
+            found[group].add(principal)
+    return {g: frozenset(m) for g, m in sorted(found.items()) if len(m) >= min_members}
+
+
+def _fewest(qualifying: Sequence[str], groups: Mapping[str, frozenset[str]]) -> list[str]:
+    """The qualifying groups no other one covers (a superset of its members; of equal member
+    sets the first name)."""
+    return [
+        g
+        for g in qualifying
+        if not any(
+            other != g and (groups[g] < groups[other] or (groups[g] == groups[other] and other < g))
+            for other in qualifying
+        )
+    ]
+
+
+def _group_acl(group: str, members: Sequence[ProposedAcl]) -> ProposedAcl:
+    first = members[0].binding
+    entry = first.entry
+    binding = AclBinding(
+        first.pattern,
+        AccessControlEntry(group, entry.host, entry.operation, entry.permission_type),
+    )
+    covers = tuple(sorted({name for a in members for name in a.covers}))
+    notes: list[str] = []
+    if first.pattern.pattern_type == PatternType.PREFIXED:
+        notes.append(f"prefix of {len(covers)} observed topics")
+    notes += sorted({n for a in members for n in a.notes if not n.startswith("prefix of ")})
+    principals = sorted(a.binding.entry.principal for a in members)
+    notes.append(f"group ACL for its {len(principals)} observed members: {', '.join(principals)}")
+    return ProposedAcl(binding, sum(a.decisions for a in members), covers, tuple(notes))
+
+
+def group_proposal(
+    acls: Sequence[ProposedAcl],
+    grants: Sequence[ObservedGrant],
+    members: Members,
+    min_members: int = GROUP_MIN_MEMBERS,
+) -> list[ProposedAcl]:
+    """``acls`` (:func:`build_proposal`'s) with a ``Group:`` ACL wherever every observed
+    member of a group holds the same ACL, the members' copies of it dropped (module rules);
+    verified against ``grants`` with each principal holding its groups."""
+    groups = group_members(members, min_members)
+    holders: dict[tuple[ResourcePattern, str, AclOperation], dict[str, ProposedAcl]]
+    holders = defaultdict(dict)
+    for acl in acls:
+        entry = acl.binding.entry
+        holders[(acl.binding.pattern, entry.host, entry.operation)][entry.principal] = acl
+    out: list[ProposedAcl] = []
+    for held in holders.values():
+        chosen = _fewest([g for g, m in groups.items() if m <= held.keys()], groups)
+        covered: set[str] = set()
+        for group in chosen:
+            covered |= groups[group]
+            out.append(_group_acl(group, [held[p] for p in sorted(groups[group])]))
+        out.extend(acl for principal, acl in held.items() if principal not in covered)
+    for acl in out:
+        acl.binding.validate()
+    out.sort(key=lambda a: (a.binding.entry.principal, sort_key(a.binding)))
+    verify(out, grants, members)
+    return out
 
 
 def principal_roles(acls: Iterable[ProposedAcl]) -> dict[str, list[str]]:

@@ -30,17 +30,28 @@ and kept or dropped.
 wholly inside the window, and the records (Parquet or JSON, :func:`.source.read_audit`) for
 the rest: the same results either way (``tests/audit/spark/trail/test_facts.py`` compares them,
 also with hours of both kinds in one read).
+
+Group membership (schema version 2's ``groups``) is not a fact key: a principal's groups are
+near-constant, and keying every fact by them would repeat them in every row. Each hour that
+keeps facts has, beside them, its membership (:data:`MEMBERS_FILE`: principal -> the groups it
+was seen with, written from the driver, a few bytes per principal), hidden from Spark's
+listing by its leading ``_`` and moved into place with the hour's facts. Facts stored without
+it (written before groups were recorded) are not current, so the next ``compact`` writes them
+again. :func:`read_membership` takes the stored membership of the fact hours and the records'
+for the rest.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, Unpack
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -49,6 +60,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from kafkaguard.audit.spark.trail.hours import MARKER, TMP_PREFIX, Hour, Marker, commit
 from kafkaguard.audit.spark.trail.schema import AUDIT_SCHEMA, COMPACTED_SCHEMA, EVENT_TIME
 from kafkaguard.audit.spark.trail.source import (
+    ReadOptions,
     TimeRange,
     compacted_path,
     hour_number,
@@ -85,6 +97,10 @@ FACTS_SCHEMA: Final = StructType(
     ]
 )
 FACT_COLUMNS: Final = tuple(f.name for f in FACTS_SCHEMA.fields)
+MEMBERS_FILE: Final = "_members.json"
+"""An hour's group membership beside its facts: ``{"version": 1, "members": {principal:
+[groups]}}``, the principals seen with groups only (:func:`membership_rows`)."""
+MEMBERS_FORMAT: Final = 1
 FACTS_MAX_SHARE: Final = 0.5
 """An hour's facts are kept when they are at most this share of its records. A fact costs a
 job about what a record does (fewer columns, but a second tree of files and a union): at 0.92
@@ -150,7 +166,10 @@ def current_facts(output: Path) -> dict[Hour, bool]:
     for hour, text in _hours(output).items():
         directory = facts / hour.relative
         if _marker_text(directory) == text:
-            current[hour] = any(directory.glob("*.parquet"))
+            stored = any(directory.glob("*.parquet"))
+            if stored and not (directory / MEMBERS_FILE).is_file():
+                continue  # facts of before groups were recorded: written again
+            current[hour] = stored
     return current
 
 
@@ -196,6 +215,7 @@ def write_facts(
             h for h in stale if h not in no_facts and any((output / h.relative).glob("*.parquet"))
         ]
         counted: dict[Hour, int] = {}
+        members: dict[Hour, dict[str, set[str]]] = {}
         if with_data:
             spark = session()
             records = _hours_of(spark, COMPACTED_SCHEMA, output, with_data)
@@ -206,11 +226,13 @@ def write_facts(
             )
             facts.coalesce(1).write.partitionBy("date", "hour").parquet(str(staging))
             counted = rows_per_hour(spark, staging, FACTS_SCHEMA)
+            members = _members_per_hour(records)
         for hour in stale:
             staged = staging / hour.relative
             staged.mkdir(parents=True, exist_ok=True)
             if hour in counted and _shrinks(counted[hour], output / hour.relative / MARKER):
                 kept += 1
+                _write_members(staged / MEMBERS_FILE, members.get(hour, {}))
             else:  # the marker alone: current, and the hour's records are read
                 for part in staged.iterdir():
                     part.unlink()
@@ -220,6 +242,52 @@ def write_facts(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(replaced, ignore_errors=True)
+
+
+def membership_rows(records: DataFrame) -> DataFrame:
+    """(principal, group) of the records' groups, with the hour start: who was seen in which
+    group. A super user's decisions are left out: no ACL applies to it, so no group ACL is
+    proposed or judged for it (:func:`.solver.proposal.group_proposal`)."""
+    return (
+        records.where(
+            (F.size("groups") > 0) & (F.coalesce(F.col("reason"), F.lit("")) != "SuperUser")
+        )
+        .select(
+            F.date_trunc("hour", F.col(EVENT_TIME)).alias("hour_start"),
+            "principal",
+            F.explode("groups").alias("group"),
+        )
+        .distinct()
+    )
+
+
+def _members_per_hour(records: DataFrame) -> dict[Hour, dict[str, set[str]]]:
+    found: dict[Hour, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for row in membership_rows(records).collect():
+        start = row["hour_start"].astimezone(UTC)
+        found[Hour(start.date().isoformat(), start.hour)][row["principal"]].add(row["group"])
+    return found
+
+
+def _write_members(path: Path, members: Mapping[str, Iterable[str]]) -> None:
+    document = {
+        "version": MEMBERS_FORMAT,
+        "members": {p: sorted(members[p]) for p in sorted(members)},
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
+def _read_members(path: Path) -> dict[str, list[str]]:
+    """An hour's stored membership; an unreadable one is an error, not an empty hour (its
+    facts were taken as current, so the records that could tell are not read)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if document.get("version") != MEMBERS_FORMAT:
+            raise ValueError(f"version {document.get('version')!r}, expected {MEMBERS_FORMAT}")
+        members = document["members"]
+        return {str(p): [str(g) for g in groups] for p, groups in members.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: unreadable group membership ({exc})") from exc
 
 
 def _hours_of(spark: SparkSession, schema: StructType, root: Path, hours: list[Hour]) -> DataFrame:
@@ -252,33 +320,50 @@ def fact_hours(
     return output, sorted(h for h, stored in current.items() if stored and _inside(h, window))
 
 
+def _split(
+    spark: SparkSession, path: str, window: TimeRange, options: ReadOptions
+) -> tuple[Path, list[Hour], DataFrame]:
+    """Where the facts are, the hours taken from them (:func:`fact_hours`), and the records
+    of everything else (:func:`.source.read_audit`, those hours skipped)."""
+    found = fact_hours(
+        path,
+        window,
+        compacted=options.get("compacted"),
+        json_only=options.get("json_only", False),
+    )
+    output, stored = found if found is not None else (Path(), [])
+    skip = frozenset(hour_number(date.fromisoformat(h.date), h.hour) for h in stored)
+    return output, stored, read_audit(spark, path, window, skip_hours=skip, **options)
+
+
 def read_facts(
-    spark: SparkSession,
-    path: str,
-    window: TimeRange | None = None,
-    *,
-    compacted: str | None = None,
-    json_only: bool = False,
-    kafka_options: Mapping[str, str] | None = None,
+    spark: SparkSession, path: str, window: TimeRange | None = None, **options: Unpack[ReadOptions]
 ) -> DataFrame:
     """The facts of the window: stored ones for the compacted hours wholly inside it whose
     facts are current (:func:`fact_hours`), :func:`to_facts` of the records for everything
-    else (arguments as :func:`.source.read_audit`'s)."""
-    window = window or TimeRange()
-    found = fact_hours(path, window, compacted=compacted, json_only=json_only)
-    output, stored = found if found is not None else (Path(), [])
-    records = to_facts(
-        read_audit(
-            spark,
-            path,
-            window,
-            compacted=compacted,
-            json_only=json_only,
-            kafka_options=kafka_options,
-            skip_hours=frozenset(hour_number(date.fromisoformat(h.date), h.hour) for h in stored),
-        )
-    )
+    else (``options`` as :func:`.source.read_audit`'s)."""
+    output, stored, records = _split(spark, path, window or TimeRange(), options)
     if not stored:
-        return records
+        return to_facts(records)
     facts = _hours_of(spark, FACTS_SCHEMA, output / FACTS_DIR, stored).select(*FACT_COLUMNS)
-    return facts.unionByName(records)
+    return facts.unionByName(to_facts(records))
+
+
+def read_membership(
+    spark: SparkSession, path: str, window: TimeRange | None = None, **options: Unpack[ReadOptions]
+) -> dict[str, frozenset[str]]:
+    """Who was seen in which groups in the window (principal -> groups; principals seen
+    without groups absent): the stored membership of the hours :func:`read_facts` takes from
+    facts, and the records' (:func:`membership_rows`) for the rest, so it covers exactly the
+    decisions :func:`read_facts` does (``options`` as :func:`.source.read_audit`'s)."""
+    output, stored, records = _split(spark, path, window or TimeRange(), options)
+    members: dict[str, set[str]] = defaultdict(set)
+    for hour in stored:
+        for principal, groups in _read_members(
+            output / FACTS_DIR / hour.relative / MEMBERS_FILE
+        ).items():
+            members[principal].update(groups)
+    rows = membership_rows(records).select("principal", "group").distinct().collect()
+    for row in rows:
+        members[row["principal"]].add(row["group"])
+    return {p: frozenset(g) for p, g in members.items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     IntegerType,
@@ -21,8 +22,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-SCHEMA_VERSION = 1
-"""The record version this reader understands; rows of another version are skipped."""
+SCHEMA_VERSION = 2
+"""The record version the proxy writes (``kafkaguard/audit/events.py``)."""
+SCHEMA_VERSIONS: Final = (1, 2)
+"""The record versions this reader understands; rows of another version are skipped. Version
+1 has no ``groups`` (its records are read with none, as a connection without groups)."""
 
 ACL_FIELDS: tuple[str, ...] = (
     "resource_type",
@@ -48,6 +52,8 @@ _FIELDS: tuple[tuple[str, DataType], ...] = (
     ("listener", StringType()),
     ("security_protocol", StringType()),
     ("principal", StringType()),
+    # The connection's group principals, sorted; version 1 lines have none (read as []).
+    ("groups", ArrayType(StringType(), False)),
     ("client_host", StringType()),
     ("client_id", StringType()),
     ("api_key", IntegerType()),
@@ -84,8 +90,10 @@ KAFKAGUARD_ONLY_FIELDS: Final = (
     "implied",
     "acl",
 )
-"""Fields of schema version 1 that Confluent's authorization event has no place for: a
-CloudEvents record carries them under ``data.kafkaguard`` (docs/audit.md)."""
+"""Fields of the record that Confluent's authorization event has no place for: a
+CloudEvents record carries them under ``data.kafkaguard`` (docs/audit.md). ``groups`` has one:
+``data.authorizationInfo.assignedPrincipals``, where Confluent's events with group mapping
+name the groups a decision considered."""
 
 _KAFKAGUARD_DATA = StructType(
     [
@@ -116,6 +124,7 @@ CLOUDEVENT_FIELDS: tuple[StructField, ...] = (
                 resourceType=StringType(),
                 resourceName=StringType(),
                 patternType=StringType(),
+                assignedPrincipals=ArrayType(StringType(), False),
             ),
             request=_struct(correlation_id=StringType(), client_id=StringType()),
             requestMetadata=_struct(client_address=StringType()),

@@ -29,12 +29,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DateType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from kafkaguard.audit.events import CLOUDEVENTS_SOURCE_PREFIX, CLOUDEVENTS_TYPE, MODE_EXTENSION
 from kafkaguard.audit.spark.trail.schema import (
@@ -45,7 +52,7 @@ from kafkaguard.audit.spark.trail.schema import (
     KAFKAGUARD_ONLY_FIELDS,
     READ_SCHEMA,
     RECORD_COLUMNS,
-    SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
 )
 
 COMPACTED_DIR: Final = "_compacted"
@@ -136,7 +143,7 @@ def _kafka_name(pascal: Column) -> Column:
 
 
 def _cloudevent_columns() -> dict[str, Column]:
-    """Each field of schema version 1 as read from a CloudEvents line (docs/audit.md,
+    """Each field of the record as read from a CloudEvents line (docs/audit.md,
     "CloudEvents format"); a line of another CloudEvents ``type`` gets a null
     ``schema_version`` and is dropped as invalid."""
     data = F.col("data")
@@ -162,12 +169,18 @@ def _cloudevent_columns() -> dict[str, Column]:
         "pattern_type": authz.getField("patternType"),
         "resource_name": authz.getField("resourceName"),
         "result": F.when(granted, F.lit("ALLOWED")).when(~granted, F.lit("DENIED")),
+        "groups": authz.getField("assignedPrincipals"),
     }
     return columns
 
 
+def _no_groups() -> Column:
+    """Version 1 records (and Parquet compacted from them) have no ``groups``: none."""
+    return F.coalesce(F.col("groups"), F.array().cast(ArrayType(StringType(), False)))
+
+
 def normalized(df: DataFrame) -> DataFrame:
-    """Lines parsed with :data:`READ_SCHEMA` (either format) as schema version 1's columns,
+    """Lines parsed with :data:`READ_SCHEMA` (either format) as the record's columns,
     in order, followed by ``df``'s other columns (``date``/``hour``)."""
     cloudevent = F.col("specversion").isNotNull()
     from_cloudevent = _cloudevent_columns()
@@ -183,8 +196,10 @@ def with_event_time(df: DataFrame) -> DataFrame:
     """Add ``event_time`` (null for an unparseable ``time``) and make ``would_deny`` total."""
     # try_to_timestamp: Spark 4 runs in ANSI mode, where a cast of one bad time fails the
     # whole job instead of dropping that line.
-    return df.withColumn(EVENT_TIME, F.try_to_timestamp(F.col("time"))).withColumn(
-        "would_deny", F.coalesce(F.col("would_deny"), F.lit(False))
+    return (
+        df.withColumn(EVENT_TIME, F.try_to_timestamp(F.col("time")))
+        .withColumn("would_deny", F.coalesce(F.col("would_deny"), F.lit(False)))
+        .withColumn("groups", _no_groups())
     )
 
 
@@ -192,7 +207,7 @@ def is_valid() -> Column:
     """What a reader can trust, on :func:`with_event_time`'s output: malformed lines parse
     to nulls, and other schema versions may mean other things."""
     return (
-        (F.col("schema_version") == SCHEMA_VERSION)
+        F.col("schema_version").isin(*SCHEMA_VERSIONS)
         & F.col("count").isNotNull()
         & (F.col("count") > 0)
         & F.col("principal").isNotNull()
@@ -262,8 +277,10 @@ def read_compacted(spark: SparkSession, location: str) -> Compacted | None:
     if not hours:
         return None
     # The JSON side's types: Spark infers these from the directory names in both trees.
-    typed = df.withColumn("date", F.col("date").cast(DateType())).withColumn(
-        "hour", F.col("hour").cast(IntegerType())
+    typed = (
+        df.withColumn("date", F.col("date").cast(DateType()))
+        .withColumn("hour", F.col("hour").cast(IntegerType()))
+        .withColumn("groups", _no_groups())  # Parquet compacted from version 1 records
     )
     return Compacted(typed.select(*RECORD_COLUMNS), hours)
 
@@ -494,6 +511,16 @@ def kafka_records(
     records = parse_audit_values(reader.load())
     exact = (window or TimeRange()).time_filter()
     return records.where(exact) if exact is not None else records
+
+
+class ReadOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`read_audit` that say where and how to read the trail,
+    as every reader of it passes them on (:func:`.facts.read_facts`, the jobs' ``--compacted``,
+    ``--json-only`` and ``--kafka-option``)."""
+
+    compacted: str | None
+    json_only: bool
+    kafka_options: Mapping[str, str] | None
 
 
 def read_audit(

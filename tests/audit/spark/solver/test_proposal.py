@@ -11,8 +11,11 @@ from kafkaguard.audit.spark.solver.proposal import (
     Refusal,
     build_proposal,
     consolidate,
+    group_members,
+    group_proposal,
     kafka_acls_command,
     principal_roles,
+    render_acl_file,
     render_commands,
     verify,
 )
@@ -129,3 +132,72 @@ def test_roles_and_verification() -> None:
     }
     with pytest.raises(AssertionError, match="does not allow"):
         verify([], txn)
+
+
+ENG = {"User:alice": ["Group:eng"], "User:bob": ["Group:eng", "Group:oncall"]}
+
+
+def _shape(acls: list[ProposedAcl]) -> list[tuple[str, str, str, str]]:
+    return [
+        (a.binding.entry.principal, a.binding.entry.operation.name,
+         a.binding.pattern.pattern_type.name, a.binding.pattern.name)
+        for a in acls
+    ]  # fmt: skip
+
+
+def test_a_group_acl_where_every_member_used_it_and_user_acls_for_the_rest() -> None:
+    grants = [
+        _grant("User:alice", AclOperation.WRITE, "orders"),
+        _grant("User:bob", AclOperation.WRITE, "orders"),
+        _grant("User:alice", AclOperation.READ, "audit"),  # bob did not: alice's own
+        _grant("User:carol", AclOperation.WRITE, "orders"),  # in no group
+    ]
+    made = group_proposal(build_proposal(grants), grants, ENG)
+    assert _shape(made) == [
+        ("Group:eng", "WRITE", "LITERAL", "orders"),
+        ("User:alice", "READ", "LITERAL", "audit"),
+        ("User:carol", "WRITE", "LITERAL", "orders"),
+    ]
+    (group_acl,) = (a for a in made if a.binding.entry.principal == "Group:eng")
+    assert group_acl.decisions == 2
+    assert group_acl.notes == ("group ACL for its 2 observed members: User:alice, User:bob",)
+    # Group:oncall has one observed member: a user ACL says the same.
+    assert "Group:oncall" not in {p for p, *_ in _shape(made)}
+    with pytest.raises(AssertionError, match="does not allow"):
+        verify(made, grants)  # without the members' groups the group ACL grants nobody
+    text = render_acl_file(made)
+    assert "# 2 decisions; group ACL for its 2 observed members: User:alice, User:bob" in text
+
+
+def test_group_acls_come_after_prefix_consolidation() -> None:
+    alice = [_grant("User:alice", AclOperation.WRITE, f"logs.app{i}") for i in range(3)]
+    bob = [_grant("User:bob", AclOperation.WRITE, f"logs.app{i}") for i in (1, 2, 3)]
+    refused = [Refusal("User:bob", AclOperation.WRITE, ResourceType.TOPIC, "logs.secret")]
+    grants = alice + bob
+    made = group_proposal(build_proposal(grants, prefix_min_topics=3), grants, ENG)
+    assert _shape(made) == [("Group:eng", "WRITE", "PREFIXED", "logs.")]
+    assert made[0].covers == ("logs.app0", "logs.app1", "logs.app2", "logs.app3")
+    assert made[0].notes[0] == "prefix of 4 observed topics"
+    # bob was refused under the prefix: his are literals and alice's the prefix, so no ACL
+    # is every member's (a group prefix would grant bob logs.secret).
+    kept = group_proposal(build_proposal(grants, refused, prefix_min_topics=3), grants, ENG)
+    assert _shape(kept) == [
+        ("User:alice", "WRITE", "PREFIXED", "logs."),
+        *(("User:bob", "WRITE", "LITERAL", f"logs.app{i}") for i in (1, 2, 3)),
+    ]
+
+
+def test_the_fewest_groups_that_cover_the_same_members() -> None:
+    members = {
+        "User:a": ["Group:all", "Group:eng", "Group:same"],
+        "User:b": ["Group:all", "Group:eng", "Group:same"],
+        "User:c": ["Group:all"],
+    }
+    everyone = [_grant(p, AclOperation.READ, "t") for p in members]
+    two = [_grant(p, AclOperation.WRITE, "t") for p in ("User:a", "User:b")]
+    made = group_proposal(build_proposal(everyone + two), everyone + two, members)
+    assert _shape(made) == [
+        ("Group:all", "READ", "LITERAL", "t"),  # covers eng's and same's members too
+        ("Group:eng", "WRITE", "LITERAL", "t"),  # eng and same: equal members, first name
+    ]
+    assert group_members(members, 3) == {"Group:all": frozenset(members)}

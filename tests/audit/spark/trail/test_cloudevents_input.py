@@ -36,6 +36,12 @@ RECORDS: list[AuditEvent] = [
         "acl": _ACL, "listener": "odd/listener+%", "client_id": None, "api_key": 22,
         "api_name": "InitProducerId", "correlation_id": 2_000_000_000,
     }),
+    # A group member (assignedPrincipals in CloudEvents), decided by its group's ACL.
+    AuditEvent(**{  # type: ignore[arg-type]
+        **rec("2026-11-22T11:00:00.002Z", "User:gina", "READ", "TOPIC", "orders",
+              groups=("Group:eng", "Group:ops")).to_dict(),
+        "acl": acl_json(acl_binding(ResourceType.TOPIC, "orders", "Group:eng", AclOperation.READ)),
+    }),
 ]  # fmt: skip
 FORMATS = {
     "kafkaguard": (FORMAT_KAFKAGUARD,),
@@ -59,6 +65,7 @@ def _rows(df: DataFrame) -> DataFrame:
 def test_both_formats_read_to_the_same_records(spark: SparkSession, trails: dict[str, str]) -> None:
     expected = read_audit(spark, trails["kafkaguard"])
     assert expected.count() == len(RECORDS)
+    assert expected.where("principal = 'User:gina'").first()["groups"] == ["Group:eng", "Group:ops"]
     for name in ("cloudevents", "mixed"):
         assertDataFrameEqual(_rows(read_audit(spark, trails[name])), _rows(expected))
 

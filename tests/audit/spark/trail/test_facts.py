@@ -6,6 +6,7 @@ same results as the records, written incrementally and idempotently, read only w
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -18,16 +19,19 @@ from kafkaguard.audit.events import AuditEvent
 from kafkaguard.audit.spark.jobs.propose.grants import observed_grants
 from kafkaguard.audit.spark.jobs.report.cube import build_report
 from kafkaguard.audit.spark.trail.facts import (
+    FACT_COLUMNS,
     FACTS_DIR,
+    MEMBERS_FILE,
     fact_hours,
     read_facts,
+    read_membership,
     to_facts,
     write_facts,
 )
 from kafkaguard.audit.spark.trail.hours import MARKER, Hour
 from kafkaguard.audit.spark.trail.source import TimeRange, parse_time, read_audit
 from tests.audit.spark.jobs.compact.test_parquet import GRACE, NOW, TRAIL, T, _compact, _trail
-from tests.support.analyze_data import rec, set_mtimes
+from tests.support.analyze_data import GROUPS_TRAIL, rec, set_mtimes
 
 pytestmark = pytest.mark.spark
 
@@ -162,3 +166,35 @@ def test_hours_estimated_not_to_shrink_are_not_read(spark: SparkSession, tmp_pat
         assert [p.name for p in (out / FACTS_DIR / hour.relative).iterdir()] == [MARKER]
     assert _from_facts(spark, trail, TimeRange()) == set()
     _same_results(spark, trail, TimeRange())
+
+
+def test_group_membership_is_kept_beside_the_facts(spark: SparkSession, tmp_path: Path) -> None:
+    """Membership is no fact key: each hour with facts has its own small membership file, and
+    a read of the window gets what the records say; facts without one (written before groups
+    were recorded) are not current until the next run writes them again."""
+    trail = _trail(tmp_path / "audit", _repeated(GROUPS_TRAIL))
+    _compact(spark, trail)
+    facts = trail / "_compacted" / FACTS_DIR
+    members_10 = json.loads((facts / HOURS[0].relative / MEMBERS_FILE).read_text())
+    assert members_10 == {"version": 1, "members": {"User:alice": ["Group:eng"]}}  # root: super
+    assert "groups" not in FACT_COLUMNS
+    expected = {
+        "User:alice": frozenset({"Group:eng"}),
+        "User:bob": frozenset({"Group:eng", "Group:oncall"}),
+    }
+    assert _from_facts(spark, trail, TimeRange()) == {h.relative for h in HOURS[:2]}
+    assert read_membership(spark, str(trail)) == expected
+    assert read_membership(spark, str(trail), json_only=True) == expected
+    until_11 = TimeRange(until=parse_time("2026-11-22T11:00Z"))
+    assert read_membership(spark, str(trail), until_11) == {"User:alice": expected["User:alice"]}
+
+    (facts / HOURS[0].relative / MEMBERS_FILE).unlink()
+    assert _from_facts(spark, trail, TimeRange()) == {HOURS[1].relative}
+    assert read_membership(spark, str(trail)) == expected  # hour 10's from its records
+    lines = _compact(spark, trail, NOW + GRACE)
+    assert lines[-1] == "hourly facts (for propose and report) of 1 hours written"
+    assert _from_facts(spark, trail, TimeRange()) == {h.relative for h in HOURS[:2]}
+
+    (facts / HOURS[1].relative / MEMBERS_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable group membership"):
+        read_membership(spark, str(trail))

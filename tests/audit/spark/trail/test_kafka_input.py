@@ -59,7 +59,7 @@ ANALYTICS = "User:carol"
 BAD_LINES = [
     '{"schema_version": 1, "kind": "decis',  # cut short
     "not json at all",
-    '{"schema_version": 2}',  # another version
+    '{"schema_version": 3}',  # another version
     json.dumps({**json.loads(TRAIL[1].to_json()), "time": "garbage"}),  # no usable time
     "",
 ]

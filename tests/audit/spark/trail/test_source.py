@@ -24,7 +24,7 @@ from kafkaguard.audit.spark.trail.source import (
 from kafkaguard.audit.writer import AuditFiles
 from kafkaguard.policy.explain import acl_json
 from kafkaguard.policy.model import AclOperation, ResourceType, acl_binding
-from tests.support.analyze_data import epoch, rec, write_audit
+from tests.support.analyze_data import epoch, rec, write_audit, write_version_1
 
 pytestmark = pytest.mark.spark
 
@@ -145,3 +145,36 @@ def test_a_live_trail_is_read_up_to_the_last_complete_line(
         )
     finally:
         files.close()
+
+
+def test_a_version_1_and_a_version_2_trail_in_one_directory(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A proxy upgraded mid-hour: version 1 lines (no groups: read as none) beside version 2
+    ones, from JSON, from compacted Parquet, and from Parquet compacted before version 2
+    (no ``groups`` column)."""
+    old = [rec("2026-11-22T10:01:00.000Z", "User:alice", "READ", "TOPIC", "t", count=2)]
+    new = [
+        rec("2026-11-22T10:30:00.000Z", "User:alice", "READ", "TOPIC", "t", groups=("Group:eng",)),
+        rec("2026-11-22T11:00:00.000Z", "User:bob", "READ", "TOPIC", "t"),
+    ]
+    write_version_1(tmp_path, old)
+    write_audit(tmp_path, new, junk=False)
+    expected = [
+        Row(schema_version=1, principal="User:alice", groups=[], count=2),
+        Row(schema_version=2, principal="User:alice", groups=["Group:eng"], count=1),
+        Row(schema_version=2, principal="User:bob", groups=[], count=1),
+    ]
+    columns = ("schema_version", "principal", "groups", "count")
+    assertDataFrameEqual(read_audit(spark, str(tmp_path)).select(*columns), expected)
+    # Hour 10 as Parquet compacted from version 1 records: no groups column at all.
+    stored = tmp_path / "_compacted"
+    hour_10 = read_audit(spark, str(tmp_path)).where("hour = 10").drop("groups", "date", "hour")
+    hour_10.write.parquet(str(stored / "date=2026-11-22" / "hour=10"))
+    both = read_audit(spark, str(tmp_path))
+    assert "from Parquet" in str(describe_input(str(tmp_path), TimeRange()))
+    assertDataFrameEqual(
+        both.select(*columns),
+        [Row(**{**r.asDict(), "groups": []}) if r.principal == "User:alice" else r
+         for r in expected],
+    )  # fmt: skip

@@ -22,10 +22,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
 from kafkaguard.audit.spark.solver.proposal import (
+    Members,
     ObservedGrant,
     ProposedAcl,
     Refusal,
     build_proposal,
+    group_proposal,
     principal_roles,
 )
 from kafkaguard.audit.spark.trail.facts import to_facts
@@ -178,10 +180,19 @@ class Proposal:
 
 
 def propose(
-    events: DataFrame, *, exact_hosts: bool = False, prefix_min_topics: int = 0
+    events: DataFrame,
+    *,
+    exact_hosts: bool = False,
+    prefix_min_topics: int = 0,
+    members: Members | None = None,
 ) -> Proposal:
     """The proposal from the window's observed grants, streamed to the driver (one partition
-    at a time: ``toLocalIterator``) and ordered there, not cached in Spark (issue 36)."""
+    at a time: ``toLocalIterator``) and ordered there, not cached in Spark (issue 36).
+
+    ``members``: the group membership seen in the window
+    (:func:`kafkaguard.audit.spark.trail.facts.read_membership`): with it, ``Group:`` ACLs
+    where every observed member of a group holds the same ACL
+    (:func:`~kafkaguard.audit.spark.solver.proposal.group_proposal`)."""
     grants_df = observed_grants(events, exact_hosts=exact_hosts)
     keyed, skipped = [], 0
     for r in grants_df.toLocalIterator(prefetchPartitions=True):
@@ -198,6 +209,8 @@ def propose(
         found = (_refusal(r.asDict()) for r in enforced_refusals(events).collect())
         refusals = [r for r in found if r is not None]
     acls = build_proposal(grants, refusals, prefix_min_topics)
+    if members is not None:
+        acls = group_proposal(acls, grants, members)
     return Proposal(acls, sorted_grants(grants_df), skipped)
 
 

@@ -20,7 +20,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from kafkaguard.audit.spark.runtime.replay import TUPLE_KEYS, Policy, decision_tuples, evaluate
+from kafkaguard.audit.spark.runtime.replay import (
+    GROUPS,
+    TUPLE_KEYS,
+    Policy,
+    decision_tuples,
+    evaluate,
+)
 
 DIRECTIONS = ("ALLOWED->DENIED", "DENIED->ALLOWED")
 
@@ -32,6 +38,7 @@ def replay(events: DataFrame, policy: Policy) -> DataFrame:
         .withColumnRenamed("result", "recorded")
         .select(
             *TUPLE_KEYS,
+            GROUPS,
             "recorded",
             "predicted",
             "count",
@@ -39,7 +46,7 @@ def replay(events: DataFrame, policy: Policy) -> DataFrame:
             "deciding_acl",
             "error",
         )
-        .orderBy(*TUPLE_KEYS, "recorded")
+        .orderBy(*TUPLE_KEYS, GROUPS, "recorded")
     )
 
 
@@ -47,8 +54,8 @@ def flips(replayed: DataFrame) -> DataFrame:
     return (
         replayed.where(F.col("error").isNull() & (F.col("predicted") != F.col("recorded")))
         .withColumn("direction", F.concat_ws("->", "recorded", "predicted"))
-        .select("direction", *TUPLE_KEYS, "count", "reason", "deciding_acl")
-        .orderBy("direction", *TUPLE_KEYS)
+        .select("direction", *TUPLE_KEYS, GROUPS, "count", "reason", "deciding_acl")
+        .orderBy("direction", *TUPLE_KEYS, GROUPS)
     )
 
 

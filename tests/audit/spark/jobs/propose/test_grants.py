@@ -9,11 +9,13 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from kafkaguard import cli
+from kafkaguard.audit.spark import main as analyze_main
 from kafkaguard.audit.spark.jobs.propose.grants import observed_grants, proposal_tables, propose
 from kafkaguard.audit.spark.solver.proposal import render_acl_file
 from kafkaguard.audit.spark.trail.source import read_audit
 from kafkaguard.policy.stores.file import read_acl_file
-from tests.support.analyze_data import rec, write_audit
+from tests.support.analyze_data import GROUPS_TRAIL, rec, without_groups, write_audit
 
 pytestmark = pytest.mark.spark
 
@@ -122,3 +124,47 @@ def test_exact_hosts_keep_one_acl_per_client_address(spark: SparkSession, trail:
     made = propose(read_audit(spark, trail), exact_hosts=True)
     dan = [(a.binding.entry.host, a.decisions) for a in made.acls if "dan" in str(a.binding)]
     assert dan == [("10.0.0.7", 1), ("10.0.0.8", 3)]
+
+
+def _propose_file(spark: SparkSession, trail: Path, out: Path, *flags: str) -> str:
+    """``kafkaguard analyze propose`` through the real parser: the ACL file it writes."""
+    args = cli.build_parser().parse_args(
+        ["analyze", "propose", "--input", str(trail), "--acl-file", str(out), *flags]
+    )
+    assert analyze_main.run(args, spark, lambda line: None) == 0
+    return out.read_text(encoding="utf-8")
+
+
+def test_propose_groups(spark: SparkSession, tmp_path: Path) -> None:
+    """``--groups``: a Group:eng ACL for what every observed member of eng did (root, a super
+    user, is no member that counts), user ACLs for the rest, the members named; without it,
+    byte for byte the file of the same trail without groups."""
+    trail = write_audit(tmp_path / "grouped", GROUPS_TRAIL)
+    plain = write_audit(tmp_path / "plain", without_groups(GROUPS_TRAIL))
+    ungrouped = _propose_file(spark, trail, tmp_path / "a.yaml")
+    assert ungrouped == _propose_file(spark, plain, tmp_path / "b.yaml").replace(
+        str(plain), str(trail)
+    )
+    assert "Group:" not in ungrouped
+    grouped = _propose_file(spark, trail, tmp_path / "g.yaml", "--groups")
+    rows = [line.strip() for line in grouped.splitlines() if line.startswith("  ")]
+    assert rows == [
+        "# Group:eng: producer",
+        '- {"principal": "Group:eng", "host": "*", "operation": "WRITE", "permission": "ALLOW",'
+        ' "resource_type": "TOPIC", "pattern_type": "LITERAL", "name": "orders"}'
+        "  # 5 decisions; group ACL for its 2 observed members: User:alice, User:bob",
+        "# User:alice: no recognised client role",
+        '- {"principal": "User:alice", "host": "*", "operation": "READ", "permission": "ALLOW",'
+        ' "resource_type": "TOPIC", "pattern_type": "LITERAL", "name": "audit"}  # 1 decisions',
+        "# User:carol: producer",
+        '- {"principal": "User:carol", "host": "*", "operation": "WRITE", "permission": "ALLOW",'
+        ' "resource_type": "TOPIC", "pattern_type": "LITERAL", "name": "orders"}  # 1 decisions',
+    ]
+    assert "# --groups: 1 Group: ACLs, each where every observed member" in grouped
+    path = tmp_path / "loaded.yaml"
+    path.write_text(grouped, encoding="utf-8")
+    assert len(read_acl_file(path)[0]) == 3
+    # Without groups in the trail, --groups has no member to group: the user ACLs.
+    assert "Group:" not in _propose_file(spark, plain, tmp_path / "p.yaml", "--groups").replace(
+        "Group: ACLs", ""
+    )

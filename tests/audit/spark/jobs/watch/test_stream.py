@@ -109,7 +109,7 @@ def test_watcher_on_a_batch(spark: SparkSession, tmp_path: Path) -> None:
         rec(T.format(2), "User:bob", "READ", "GROUP", "g", count=2),
         rec(T.format(3), "User:bob", "READ", "GROUP", "g", "DENIED", reason="DenyAcl"),
     ]
-    values = [r.to_json() for r in batch] + ["not json", '{"schema_version": 2}']
+    values = [r.to_json() for r in batch] + ["not json", '{"schema_version": 3}']
     emitted: list[Alert] = []
     watcher = Watcher(WatchState(), SpikeRule(), emitted.append, tmp_path / STATE_FILE)
     watcher.learn(*baseline_of(read_audit(spark, str(baseline))))

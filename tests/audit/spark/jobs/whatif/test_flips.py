@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
@@ -11,6 +13,7 @@ from kafkaguard.audit.spark.runtime.replay import AuthorizerSpec, Policy
 from kafkaguard.audit.spark.trail.source import read_audit
 from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.model import acl_binding
+from tests.support.analyze_data import GROUPS_TRAIL, write_audit
 from tests.support.replay_data import CURRENT, Op, R
 
 pytestmark = pytest.mark.spark
@@ -42,3 +45,28 @@ def test_whatif_flips_both_ways_with_counts(spark: SparkSession, replay_trail: s
     # A tuple Kafka could not have decided is reported, never guessed.
     [eve] = replayed.where("principal = 'User:eve'").collect()
     assert eve.predicted is None and eve.error.startswith("ValueError")
+
+
+def test_a_group_acl_set_is_judged_with_each_members_groups(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The current ACLs are the users' (all allowed); the candidate grants ``orders`` to
+    Group:eng alone: its members' writes stay allowed, carol (in no group) and alice's READ
+    of ``audit`` would break."""
+    trail = write_audit(tmp_path, GROUPS_TRAIL)
+    proposed = [acl_binding(R.TOPIC, "orders", "Group:eng", Op.WRITE)]
+    spec = AuthorizerSpec.of(AuthorizerConfig(super_users=frozenset({"User:root"})))
+    replayed = replay(read_audit(spark, str(trail)), Policy.of(proposed, spec, "test"))
+    assertDataFrameEqual(
+        flips(replayed).select("direction", "principal", "groups", "resource_name", "count"),
+        [
+            Row("ALLOWED->DENIED", "User:alice", ["Group:eng"], "audit", 1),
+            Row("ALLOWED->DENIED", "User:carol", [], "orders", 1),
+        ],
+        checkRowOrder=True,
+    )
+    kept = replayed.where("resource_name = 'orders' AND principal != 'User:carol'")
+    assert {(r.principal, r.predicted, r.deciding_acl) for r in kept.collect()} == {
+        (p, "ALLOWED", "ALLOW WRITE on Topic:LITERAL:orders for Group:eng from host *")
+        for p in ("User:alice", "User:bob")
+    }
