@@ -20,7 +20,8 @@ The OPA WebAssembly ABI (OPA's docs, "WebAssembly"; version 1.2 and later):
 * A decision is one ``opa_eval`` call (the ABI 1.2 fast path): the input's JSON written at the
   heap pointer, evaluated against the entrypoint, and the result set returned as JSON,
   ``[{"result": true}]``; the next call reuses the same heap from the same pointer, so memory
-  does not grow with the number of decisions.
+  does not grow with the number of decisions. It is bounded (:data:`MAX_MEMORY_BYTES`): the
+  input carries names a client sent, and an input or evaluation needing more is an error.
 
 A :class:`WasmPolicy` is one module instance (a wasmtime ``Store``): used from one thread at
 a time (the proxy's event loop, or a tool's thread).
@@ -41,6 +42,11 @@ _PAGE: Final = 65536
 _INPUT_MARGIN: Final = 64 * 1024
 """Room left above the input for the evaluation's first allocations (it grows memory itself
 for more: OPA's ``opa_malloc``)."""
+MAX_MEMORY_BYTES: Final = 256 * 1024 * 1024
+"""The most linear memory an instance may have (wasmtime's ``Store.set_limits``). The input
+holds client-sent names, and a frame may be up to ``max_frame_bytes`` (100 MiB) long: without
+a bound, one request could grow the module's memory, which never shrinks, to several times
+that. An input or evaluation needing more is an error that denies (``wasm_trap``)."""
 
 
 class WasmPolicyError(ValueError):
@@ -109,7 +115,13 @@ class WasmEvalError(RuntimeError):
 class WasmPolicy:
     """One instance of a bundle's module, evaluating ``entrypoint`` (module doc)."""
 
-    def __init__(self, bundle: WasmBundle, entrypoint: str | None = None) -> None:
+    def __init__(
+        self,
+        bundle: WasmBundle,
+        entrypoint: str | None = None,
+        *,
+        max_memory_bytes: int = MAX_MEMORY_BYTES,
+    ) -> None:
         try:
             import wasmtime
         except ImportError as exc:  # pragma: no cover - the extra is part of the test extra
@@ -119,6 +131,8 @@ class WasmPolicy:
         self._wasmtime = wasmtime
         engine = wasmtime.Engine()
         self._store = store = wasmtime.Store(engine)
+        store.set_limits(memory_size=max_memory_bytes)
+        self.max_memory_bytes = max_memory_bytes
         try:
             module = wasmtime.Module(engine, bundle.module)
         except wasmtime.WasmtimeError as exc:
@@ -157,12 +171,23 @@ class WasmPolicy:
         self.entrypoints: dict[str, int] = self._json(self._call("entrypoints"))
         self.entrypoint = self._choose(bundle, entrypoint)
         self._entrypoint_id = self.entrypoints[self.entrypoint]
-        self._data = self._load_json(bundle.data)
+        try:
+            self._data = self._load_json(bundle.data)
+        except (wasmtime.Trap, wasmtime.WasmtimeError, RuntimeError) as exc:
+            raise WasmPolicyError(
+                f"{bundle.path}: data.json does not load within the memory limit of "
+                f"{max_memory_bytes} bytes: {exc}"
+            ) from exc
         self._heap = self._call("opa_heap_ptr_get")
         evaluate = exports["opa_eval"]
         if not isinstance(evaluate, wasmtime.Func):
             raise WasmPolicyError(f"{bundle.path}: policy.wasm has no opa_eval (OPA ABI < 1.2)")
         self._eval = evaluate
+
+    @property
+    def memory_bytes(self) -> int:
+        """The instance's linear memory now (at most ``max_memory_bytes``)."""
+        return int(self._memory.data_len(self._store))
 
     def _choose(self, bundle: WasmBundle, entrypoint: str | None) -> str:
         known = sorted(self.entrypoints)
@@ -226,12 +251,19 @@ class WasmPolicy:
     def evaluate(self, input_text: bytes) -> Any:
         """The result set for ``input_text`` (the input document's ``input`` as JSON)."""
         store, memory, heap = self._store, self._memory, self._heap
-        short = heap + len(input_text) + _INPUT_MARGIN - memory.data_len(store)
-        if short > 0:
-            memory.grow(store, -(-short // _PAGE))
-        memory.write(store, input_text, heap)
+        needed = heap + len(input_text) + _INPUT_MARGIN
+        if needed > self.max_memory_bytes:
+            raise WasmEvalError(
+                "wasm_trap",
+                f"an input of {len(input_text)} bytes does not fit the module's memory limit "
+                f"of {self.max_memory_bytes} bytes",
+            )
         wasmtime = self._wasmtime
         try:
+            short = needed - memory.data_len(store)
+            if short > 0:
+                memory.grow(store, -(-short // _PAGE))
+            memory.write(store, input_text, heap)
             result = self._eval(
                 store, 0, self._entrypoint_id, self._data, heap, len(input_text),
                 heap + len(input_text), 0,
@@ -255,4 +287,11 @@ class WasmPolicy:
         return value
 
 
-__all__ = ["EXTRA", "WasmBundle", "WasmEvalError", "WasmPolicy", "WasmPolicyError"]
+__all__ = [
+    "EXTRA",
+    "MAX_MEMORY_BYTES",
+    "WasmBundle",
+    "WasmEvalError",
+    "WasmPolicy",
+    "WasmPolicyError",
+]

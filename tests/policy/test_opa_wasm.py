@@ -18,8 +18,8 @@ from kafkaguard.policy.audit_log import DecisionEvent, DecisionReason
 from kafkaguard.policy.authorizer import Action, AuthorizationResult
 from kafkaguard.policy.config import AuthorizerConfig
 from kafkaguard.policy.model import AclOperation, ResourcePattern, ResourceType
-from kafkaguard.policy.opa import OpaAuthorizer, OpaOptions
-from kafkaguard.policy.opa_wasm import WasmBundle, WasmPolicy, WasmPolicyError
+from kafkaguard.policy.opa import OpaAuthorizer, OpaOptions, input_document
+from kafkaguard.policy.opa_wasm import WasmBundle, WasmEvalError, WasmPolicy, WasmPolicyError
 from tests.policy.test_explain import write_config
 from tests.policy.test_opa import context
 from tests.support.opa import (
@@ -127,6 +127,29 @@ def test_an_entrypoint_that_is_no_boolean_denies(tmp_path: Path) -> None:
         mode="wasm", bundle=str(bundle), entrypoint="kafka/authz", allow_on_error=True
     )
     assert opened.authorize(context("bob-producer"), write) == [ALLOWED]
+
+
+def test_a_client_sent_name_cannot_grow_the_module_memory_past_its_limit(tmp_path: Path) -> None:
+    """A frame may be 100 MiB, and the input carries the names in it: an input too big for
+    the memory limit, or an evaluation that would need more, is an error (which denies), the
+    memory stays within the limit and the instance keeps deciding."""
+    bundle = build_wasm_bundle(V0_POLICY, "kafka/authz/allow", tmp_path / "b.tar.gz", v0=True)
+    limit = 8 * 1024 * 1024
+    wasm = WasmPolicy(WasmBundle.read(bundle), max_memory_bytes=limit)
+
+    def writes(topic: str) -> dict[str, Any]:
+        return input_document(context("alice-producer"), write_action(topic))["input"]
+
+    for size in (limit * 2, limit - 1024 * 1024):  # refused up front; trapping in the module
+        with pytest.raises(WasmEvalError) as raised:
+            wasm.decide(writes("x" * size))
+        assert raised.value.reason == "wasm_trap"
+        assert wasm.memory_bytes <= limit
+    assert wasm.decide(writes("alice-orders")) is True
+
+
+def write_action(topic: str) -> Action:
+    return Action(AclOperation.WRITE, ResourcePattern(ResourceType.TOPIC, topic))
 
 
 def test_a_bundle_with_several_entrypoints_needs_one_named(tmp_path: Path) -> None:
