@@ -82,7 +82,8 @@ _RECORD_ACL_KEYS = (
 
 def acl_usage(events: DataFrame, policy: Policy) -> DataFrame:
     """Every ACL with the decisions (and distinct tuples) it matched and it decided, and for a
-    ``Group:`` ACL the decisions whose record names it (``recorded_decisions``)."""
+    ``Group:`` ACL the decisions whose record names it (``recorded_decisions``; null for a
+    user ACL, whose records are not counted)."""
     replayed = cached(evaluate(decision_tuples(events, with_result=False), policy))
     matched = (
         replayed.select(F.explode("matching_acl_indexes").alias("acl_index"), "count")
@@ -96,17 +97,30 @@ def acl_usage(events: DataFrame, policy: Policy) -> DataFrame:
     )
     acls = acl_table(events, policy)
     usage = acls.join(matched, "acl_index", "left").join(decided, "acl_index", "left")
+    counts = ["matched_decisions", "matched_tuples", "decided_decisions"]
+    usage = usage.fillna(0, counts)
     if any(b.entry.principal.startswith(GROUP_PREFIX) for b in policy.acls):
-        usage = usage.join(recorded_group_acls(events, acls), "acl_index", "left")
+        recorded = usage.join(recorded_group_acls(events, acls), "acl_index", "left")
+        # Counted for Group: ACLs only: a user ACL's is null (not counted), never a 0 that
+        # would say no record names it.
+        usage = recorded.withColumn(
+            "recorded_decisions",
+            F.when(
+                F.col("principal").startswith(GROUP_PREFIX),
+                F.coalesce(F.col("recorded_decisions"), F.lit(0).cast(LongType())),
+            ),
+        )
     else:  # no Group: ACL: no pass over the records for it
         usage = usage.withColumn("recorded_decisions", F.lit(None).cast(LongType()))
-    counts = ["matched_decisions", "matched_tuples", "decided_decisions", "recorded_decisions"]
-    return usage.fillna(0, counts).orderBy("acl_index")
+    return usage.orderBy("acl_index")
 
 
 def unused_acls(usage: DataFrame) -> DataFrame:
     return (
-        usage.where((F.col("matched_decisions") == 0) & (F.col("recorded_decisions") == 0))
+        usage.where(
+            (F.col("matched_decisions") == 0)
+            & (F.coalesce(F.col("recorded_decisions"), F.lit(0)) == 0)
+        )
         .select("acl_index", *ACL_COLUMNS)
         .orderBy("acl_index")
     )

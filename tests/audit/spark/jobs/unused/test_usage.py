@@ -41,6 +41,8 @@ def test_unused_acls(spark: SparkSession, replay_trail: str) -> None:
         checkRowOrder=True,
     )  # fmt: skip
     assert [r.acl_index for r in unused_acls(usage).collect()] == [1, 3, 4]
+    # No Group: ACL: nothing counted, and no count claimed.
+    assert {r.recorded_decisions for r in usage.select("recorded_decisions").collect()} == {None}
 
 
 def test_group_acls_used_by_a_members_request_or_named_as_deciding(
@@ -70,7 +72,7 @@ def test_group_acls_used_by_a_members_request_or_named_as_deciding(
             Row("Group:legacy", "old", 0, 0, 1),
             Row("Group:oncall", "audit", 0, 0, 0),
             Row("Group:ops", "orders", 0, 0, 0),
-            Row("User:carol", "orders", 1, 1, 0),
+            Row("User:carol", "orders", 1, 1, None),  # counted for Group: ACLs only
         ],
     )  # fmt: skip
     unused = [policy.acls[r.acl_index].entry.principal for r in unused_acls(usage).collect()]
