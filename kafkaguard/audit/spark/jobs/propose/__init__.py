@@ -115,7 +115,9 @@ def _groups_line(acls: Sequence[ProposedAcl]) -> str:
     grouped = [a for a in acls if a.binding.entry.principal.startswith("Group:")]
     return (
         f"--groups: {len(grouped)} Group: ACLs, each where every observed member of the group"
-        " used it (membership as the records name it; each ACL names its members)."
+        " used it (membership as the records name it; each ACL names its members). A group"
+        " ACL also grants the group's members the window did not see: check who is in each"
+        " group before loading."
     )
 
 

@@ -161,6 +161,8 @@ def test_propose_groups(spark: SparkSession, tmp_path: Path) -> None:
         ' "resource_type": "TOPIC", "pattern_type": "LITERAL", "name": "orders"}  # 1 decisions',
     ]
     assert "# --groups: 1 Group: ACLs, each where every observed member" in grouped
+    # "nothing else" does not hold for a group ACL: the file says whom else it grants.
+    assert "also grants the group's members the window did not see" in grouped
     path = tmp_path / "loaded.yaml"
     path.write_text(grouped, encoding="utf-8")
     assert len(read_acl_file(path)[0]) == 3
