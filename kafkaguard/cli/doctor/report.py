@@ -240,7 +240,8 @@ def _authorizer_json(config: ProxyConfig, facts: Facts) -> dict[str, Any]:
         else {
             "url": opa.url,
             "health_url": opa.health_url,
-            "healthy": opa.health_error is None,
+            # mode wasm: no server, no health asked; null, not a pass never checked
+            "healthy": None if opa.health_url is None else opa.health_error is None,
             "health_error": opa.health_error,
             "decision": opa.decision,
             "decision_error": opa.decision_error,

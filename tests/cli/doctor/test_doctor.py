@@ -496,10 +496,15 @@ def test_mode_wasm_evaluates_the_probe_in_process_and_asks_no_server(
         ["class: kafkaguard.policy.opa:OpaAuthorizer", "options:", "  mode: wasm"]
         + [f"  bundle: {bundle.name}"]
     )
-    code, out = doctor(capsys, write_config(tmp_path, [tansu.address], authorizer=authorizer))
+    config = write_config(tmp_path, [tansu.address], authorizer=authorizer)
+    code, out = doctor(capsys, config)
     assert code == 0, out
     assert f"[ ok ] bundle {bundle} (mode wasm, entrypoint its only one): answers true" in out
     assert "/health" not in out
+    document = json.loads(doctor(capsys, config, "--json")[1])
+    opa = document["authorizer"]["opa"]
+    assert opa["decision"] is True and opa["health_url"] is None
+    assert opa["healthy"] is None  # no server was asked: no health claimed
 
 
 # -- a Kafka-topic store's topic settings on Apache Kafka 4.3.1 (issue 35) -----------------
