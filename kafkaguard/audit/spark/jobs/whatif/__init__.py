@@ -45,7 +45,8 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
             out(f"{c.direction}: {c.decisions} decisions ({c.tuples} distinct requests)")
         for r in flipped.limit(args.show).collect():
             out(
-                f"  {r['direction']} x{r['count']}: {r['principal']} {r['operation']} "
+                f"  {r['direction']} x{r['count']}: {r['principal']}{_groups(r['groups'])} "
+                f"{r['operation']} "
                 f"{r['resource_type']}:{r['resource_name']} from {r['client_host']} "
                 f"({r['listener']}) -> {r['reason']}"
             )
@@ -54,6 +55,12 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
             out(f"{errors} recorded tuples could not be replayed (see whatif_replay.error)")
     breaking = counts[0].decisions > 0
     return 3 if args.fail_on_breakage and breaking else 0
+
+
+def _groups(groups: list[str] | None) -> str:
+    """A member's groups after its principal (two flips of one principal with other groups
+    are other requests); nothing for a connection without groups."""
+    return f" [{', '.join(groups)}]" if groups else ""
 
 
 JOB = Job("whatif", HELP, _arguments, _run, connect=False)  # replays on RDDs: no Connect

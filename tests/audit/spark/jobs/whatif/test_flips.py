@@ -8,6 +8,8 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from kafkaguard import cli
+from kafkaguard.audit.spark import main as analyze_main
 from kafkaguard.audit.spark.jobs.whatif.flips import FlipCount, flips, replay, summarize
 from kafkaguard.audit.spark.runtime.replay import AuthorizerSpec, Policy
 from kafkaguard.audit.spark.trail.source import read_audit
@@ -70,3 +72,23 @@ def test_a_group_acl_set_is_judged_with_each_members_groups(
         (p, "ALLOWED", "ALLOW WRITE on Topic:LITERAL:orders for Group:eng from host *")
         for p in ("User:alice", "User:bob")
     }
+
+
+def test_a_printed_flip_names_the_members_groups(spark: SparkSession, tmp_path: Path) -> None:
+    """The printed flips, as the groups test's tables: a member's flip names its groups (its
+    request is another one than the same principal's without them), one without groups none."""
+    trail = write_audit(tmp_path / "trail", GROUPS_TRAIL)
+    acls = tmp_path / "proposed.yaml"
+    acls.write_text(
+        "version: 1\nacls:\n"
+        '- {"principal": "Group:eng", "host": "*", "operation": "WRITE", "permission": "ALLOW",'
+        ' "resource_type": "TOPIC", "pattern_type": "LITERAL", "name": "orders"}\n',
+        encoding="utf-8",
+    )
+    lines: list[str] = []
+    args = cli.build_parser().parse_args(
+        ["analyze", "whatif", "--input", str(trail), "--acls", str(acls)]
+    )
+    assert analyze_main.run(args, spark, lines.append) == 0
+    assert "  ALLOWED->DENIED x1: User:alice [Group:eng] READ TOPIC:audit" in "\n".join(lines)
+    assert "  ALLOWED->DENIED x1: User:carol WRITE TOPIC:orders" in "\n".join(lines)
