@@ -208,15 +208,17 @@ def parse_authorizer_config(section: ConfigSection) -> AuthorizerConfig:
 
 def _opa_options(section: ConfigSection, options: dict[str, Any]) -> dict[str, Any]:
     """The OPA authorizer's options checked (kafkaguard/policy/opa.py), its ``mode: wasm``
-    bundle made relative to the config file's directory and read."""
+    bundle made relative to the config file's directory, read and instantiated: an unknown
+    ``entrypoint`` or a policy needing builtins is refused here, with ``file:line``, as the
+    authorizer's start would refuse it (``check-config`` passes no bundle ``run`` refuses)."""
     from kafkaguard.policy.opa import OpaOptions
-    from kafkaguard.policy.opa_wasm import WasmBundle, WasmPolicyError
+    from kafkaguard.policy.opa_wasm import WasmBundle, WasmPolicy, WasmPolicyError
 
     try:
         parsed = OpaOptions.parse(options, frozenset())
         if parsed.bundle is not None:
             bundle = _relative_to(section, Path(parsed.bundle))
-            WasmBundle.read(bundle)
+            WasmPolicy(WasmBundle.read(bundle), parsed.entrypoint)
             options = {**options, "bundle": str(bundle)}
     except WasmPolicyError as exc:
         raise section.error("options", f"bundle: {exc}") from exc

@@ -194,3 +194,11 @@ def test_check_config_reads_the_bundle_relative_to_the_file(
     error = capsys.readouterr().err
     assert f"{config}:" in error and "authorizer.options: bundle: " in error
     assert "not a readable bundle" in error
+    # What the authorizer's start refuses, check-config refuses: an entrypoint not built.
+    build_wasm_bundle(V0_POLICY, "kafka/authz/allow", tmp_path / "policy.tar.gz", v0=True)
+    extra = f"  class: {CLASS}\n  options: {{mode: wasm, bundle: policy.tar.gz, entrypoint: a/b}}\n"
+    config = write_config(tmp_path, [], authorizer_extra=extra)
+    assert main(["check-config", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert f"{config}:" in error and "authorizer.options: bundle: " in error
+    assert "no entrypoint 'a/b'" in error
