@@ -140,7 +140,7 @@ class AuditEvent:
                 "host": acl["host"],
             }
         if self.groups:
-            # Where Confluent's events with group mapping name the principals a decision
+            # Where Confluent Cloud's events with group mapping name the principals a decision
             # considered (the user's groups) and the one whose binding decided.
             authorization["assignedPrincipals"] = list(self.groups)
             if acl is not None:

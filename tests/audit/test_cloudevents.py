@@ -181,9 +181,9 @@ def test_the_listener_is_the_source(name: str) -> None:
 
 
 def test_a_group_members_decision_names_its_groups_where_confluent_does() -> None:
-    """With groups, ``authorizationInfo`` carries them as Confluent's events with group mapping
-    do: ``assignedPrincipals`` (the groups considered) and ``actingPrincipal`` (whose ACL
-    decided); without, neither key is there (the layout of before)."""
+    """With groups, ``authorizationInfo`` carries them as Confluent Cloud's events with group
+    mapping do: ``assignedPrincipals`` (the groups considered) and ``actingPrincipal`` (whose
+    ACL decided); without, neither key is there (the layout of before)."""
     events: list[DecisionEvent] = []
     auth = StandardAuthorizer(AuthorizerConfig(), decision_listener=events.append)
     auth.load_snapshot([acl_binding(ResourceType.TOPIC, "orders", "Group:eng", AclOperation.READ)])

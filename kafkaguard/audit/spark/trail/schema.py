@@ -92,7 +92,7 @@ KAFKAGUARD_ONLY_FIELDS: Final = (
 )
 """Fields of the record that Confluent's authorization event has no place for: a
 CloudEvents record carries them under ``data.kafkaguard`` (docs/audit.md). ``groups`` has one:
-``data.authorizationInfo.assignedPrincipals``, where Confluent's events with group mapping
+``data.authorizationInfo.assignedPrincipals``, where Confluent Cloud's events with group mapping
 name the groups a decision considered."""
 
 _KAFKAGUARD_DATA = StructType(
