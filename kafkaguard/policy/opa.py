@@ -533,7 +533,11 @@ def _wasm_policy(options: OpaOptions) -> WasmPolicy:
     """``mode: wasm``'s module, instantiated (errors name the option)."""
     assert options.bundle is not None
     try:
-        return WasmPolicy(WasmBundle.read(Path(options.bundle)), options.entrypoint)
+        return WasmPolicy(
+            WasmBundle.read(Path(options.bundle)),
+            options.entrypoint,
+            timeout_s=options.timeout_ms / 1000,
+        )
     except WasmPolicyError as exc:
         raise ValueError(f"bundle: {exc}") from exc
 

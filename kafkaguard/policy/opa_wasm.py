@@ -21,7 +21,9 @@ The OPA WebAssembly ABI (OPA's docs, "WebAssembly"; version 1.2 and later):
   heap pointer, evaluated against the entrypoint, and the result set returned as JSON,
   ``[{"result": true}]``; the next call reuses the same heap from the same pointer, so memory
   does not grow with the number of decisions. It is bounded (:data:`MAX_MEMORY_BYTES`): the
-  input carries names a client sent, and an input or evaluation needing more is an error.
+  input carries names a client sent, and an input or evaluation needing more is an error. So is
+  its time, with a timeout (the OPA authorizer's ``timeout_ms``): the engine interrupts an
+  evaluation past its epoch deadline (:class:`_Ticker`), as the REST mode's call times out.
 
 A :class:`WasmPolicy` is one module instance (a wasmtime ``Store``): used from one thread at
 a time (the proxy's event loop, or a tool's thread).
@@ -30,7 +32,11 @@ a time (the proxy's event loop, or a tool's thread).
 from __future__ import annotations
 
 import json
+import math
 import tarfile
+import threading
+import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +53,44 @@ MAX_MEMORY_BYTES: Final = 256 * 1024 * 1024
 holds client-sent names, and a frame may be up to ``max_frame_bytes`` (100 MiB) long: without
 a bound, one request could grow the module's memory, which never shrinks, to several times
 that. An input or evaluation needing more is an error that denies (``wasm_trap``)."""
+
+
+TICK_S: Final = 0.01
+"""How often the engines' epoch advances (wasmtime's epoch interruption): the resolution of
+an evaluation's deadline."""
+_NO_DEADLINE: Final = 1 << 62
+"""The epoch deadline outside an evaluation (instantiation, loading ``data.json``)."""
+
+
+class _Ticker:
+    """One daemon thread advancing the epoch of every live engine with a deadline each
+    :data:`TICK_S` (``Engine.increment_epoch`` is safe from any thread); started with the
+    first such engine, holding none alive."""
+
+    def __init__(self) -> None:
+        self._engines: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, engine: Any) -> None:
+        with self._lock:
+            self._engines.add(engine)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="kafkaguard-wasm-epoch", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(TICK_S)
+            with self._lock:
+                engines = list(self._engines)
+            for engine in engines:
+                engine.increment_epoch()
+
+
+_TICKER: Final = _Ticker()
 
 
 class WasmPolicyError(ValueError):
@@ -82,6 +126,17 @@ class WasmBundle:
                 f"{path}: no policy.wasm in the bundle (build it with opa build -t wasm -e ...)"
             )
         return cls(path, module, data)
+
+
+def _engine(wasmtime: Any, timeout_s: float | None) -> Any:
+    """An engine; with a timeout, one whose evaluations the epoch ticker interrupts."""
+    if timeout_s is None:
+        return wasmtime.Engine()
+    config = wasmtime.Config()
+    config.epoch_interruption = True
+    engine = wasmtime.Engine(config)
+    _TICKER.add(engine)
+    return engine
 
 
 def _member(archive: tarfile.TarFile, files: Mapping[str, tarfile.TarInfo], name: str) -> bytes:
@@ -121,7 +176,11 @@ class WasmPolicy:
         entrypoint: str | None = None,
         *,
         max_memory_bytes: int = MAX_MEMORY_BYTES,
+        timeout_s: float | None = None,
     ) -> None:
+        """``timeout_s``: the longest an evaluation may run (the OPA authorizer's
+        ``timeout_ms``); past it the module is interrupted and the decision is a ``timeout``
+        error. None: no deadline."""
         try:
             import wasmtime
         except ImportError as exc:  # pragma: no cover - the extra is part of the test extra
@@ -129,9 +188,15 @@ class WasmPolicy:
                 f"mode wasm needs wasmtime: pip install 'kafkaguard[{EXTRA}]'"
             ) from exc
         self._wasmtime = wasmtime
-        engine = wasmtime.Engine()
+        engine = _engine(wasmtime, timeout_s)
         self._store = store = wasmtime.Store(engine)
         store.set_limits(memory_size=max_memory_bytes)
+        self.timeout_s = timeout_s
+        self._deadline = None if timeout_s is None else math.ceil(timeout_s / TICK_S) + 1
+        """Epoch ticks an evaluation may take (one more than the timeout: the first tick may
+        come at once)."""
+        if self._deadline is not None:
+            store.set_epoch_deadline(_NO_DEADLINE)
         self.max_memory_bytes = max_memory_bytes
         try:
             module = wasmtime.Module(engine, bundle.module)
@@ -264,13 +329,20 @@ class WasmPolicy:
             if short > 0:
                 memory.grow(store, -(-short // _PAGE))
             memory.write(store, input_text, heap)
+            if self._deadline is not None:
+                store.set_epoch_deadline(self._deadline)
             result = self._eval(
                 store, 0, self._entrypoint_id, self._data, heap, len(input_text),
                 heap + len(input_text), 0,
             )  # fmt: skip
             assert isinstance(result, int)
             return json.loads(self._string(result))
-        except (wasmtime.Trap, wasmtime.WasmtimeError, RuntimeError, ValueError) as exc:
+        except wasmtime.Trap as exc:
+            if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
+                detail = f"no answer within {self.timeout_s:g} s (the module was interrupted)"
+                raise WasmEvalError("timeout", detail) from exc
+            raise WasmEvalError("wasm_trap", f"Trap: {exc}") from exc
+        except (wasmtime.WasmtimeError, RuntimeError, ValueError) as exc:
             raise WasmEvalError("wasm_trap", f"{type(exc).__name__}: {exc}") from exc
 
     def decide(self, input_value: Mapping[str, Any]) -> bool:

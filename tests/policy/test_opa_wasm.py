@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,34 @@ def test_a_client_sent_name_cannot_grow_the_module_memory_past_its_limit(tmp_pat
         assert raised.value.reason == "wasm_trap"
         assert wasm.memory_bytes <= limit
     assert wasm.decide(writes("alice-orders")) is True
+
+
+SLOW_POLICY = """package slow
+
+import rego.v1
+
+default allow := false
+
+allow if {
+	some i in numbers.range(1, 1500)
+	some j in numbers.range(1, 1500)
+	i * j == count(input.action.resourcePattern.name)
+}
+"""
+
+
+def test_an_evaluation_past_timeout_ms_is_interrupted_and_denies(tmp_path: Path) -> None:
+    """Evaluated on the event loop, a decision must not hold it past ``timeout_ms``: the
+    module is interrupted (wasmtime's epoch deadline) and the decision is a ``timeout``
+    error, as a REST lookup past it is."""
+    policy = tmp_path / "slow.rego"
+    policy.write_text(SLOW_POLICY, encoding="utf-8")
+    bundle = build_wasm_bundle(policy, "slow/allow", tmp_path / "slow.tar.gz", v0=False)
+    opa = authorizer(mode="wasm", bundle=str(bundle), timeout_ms=50)
+    started = time.monotonic()
+    assert opa.authorize(context("alice-producer"), [write_action("orders")]) == [DENIED]
+    assert time.monotonic() - started < 0.3  # uninterrupted, it runs into the memory limit
+    assert opa.counters.errors["timeout"] == 1
 
 
 def write_action(topic: str) -> Action:
