@@ -65,7 +65,7 @@ _NO_DEADLINE: Final = 1 << 62
 class _Ticker:
     """One daemon thread advancing the epoch of every live engine with a deadline each
     :data:`TICK_S` (``Engine.increment_epoch`` is safe from any thread); started with the
-    first such engine, holding none alive."""
+    first such engine, holding none alive, and ending when none is left."""
 
     def __init__(self) -> None:
         self._engines: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -86,6 +86,9 @@ class _Ticker:
             time.sleep(TICK_S)
             with self._lock:
                 engines = list(self._engines)
+                if not engines:  # none left: the next add() starts a thread again
+                    self._thread = None
+                    return
             for engine in engines:
                 engine.increment_epoch()
 
