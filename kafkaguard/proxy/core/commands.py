@@ -13,12 +13,12 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kafkaguard.protocol.framing import Frame
-    from kafkaguard.protocol.inflight import Slot
-    from kafkaguard.proxy.handlers.support.base import Respond
+# Imported at run time, not only for the type checker: compiled (kafkaguard/protocol/build.py),
+# this module's fields check their values against these classes, which must exist by then.
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.inflight import Slot
+from kafkaguard.proxy.handlers.support.base import Respond
 
 
 class CloseCause(enum.StrEnum):
