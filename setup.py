@@ -1,16 +1,17 @@
-"""Builds the compiled protocol modules with mypyc at install, from the same source that runs as
-pure Python (docs/design.md#the-compiled-protocol-modules); everything else is in
+"""Builds the compiled modules of the allowed path with mypyc at install, from the same source
+that runs as pure Python (docs/design.md#the-compiled-modules); everything else is in
 pyproject.toml.
 
-The modules are those of ``kafkaguard.protocol.build.COMPILED_MODULES``. They are compiled on this
-machine by its C compiler; nothing prebuilt is fetched. Any failure (no compiler, no Python
-headers, mypyc refusing a module) leaves a working install of the pure-Python modules, with
-a warning. The build records the sha256 of every compiled source in
+The modules are those of ``kafkaguard.protocol.build.COMPILED_MODULES`` (full names). They are
+compiled on this machine by its C compiler; nothing prebuilt is fetched. Any failure (no
+compiler, no Python headers, mypyc refusing a module) leaves a working install of the
+pure-Python modules, with a warning. The build records the sha256 of every compiled source in
 ``kafkaguard/protocol/compiled.json``, by which an import recognises a stale build.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import sys
@@ -40,15 +41,29 @@ BUILD = _load_build()
 
 def _warn(what: str) -> None:
     sys.stderr.write(
-        f"warning: kafkaguard's compiled protocol modules were not built ({what}); "
+        f"warning: kafkaguard's compiled modules were not built ({what}); "
         "the pure-Python modules are installed and used instead\n"
     )
+
+
+def _remove_stale_extensions() -> None:
+    """Extensions built in the source tree for modules no longer compiled: left there, they
+    would still be imported in place of their source (an extension is found before a ``.py``),
+    and the chooser looks only at the modules it lists."""
+    wanted = {*BUILD.COMPILED_MODULES, f"{BUILD.GROUP}__mypyc"}
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        for extension in (ROOT / "kafkaguard").rglob(f"*{suffix}"):
+            name = ".".join(extension.relative_to(ROOT).parts).removesuffix(suffix)
+            if name not in wanted:
+                extension.unlink()
 
 
 class OptionalBuildExt(build_ext):
     """build_ext that never fails the install, and records what it compiled."""
 
     def run(self) -> None:
+        if self.inplace or self.editable_mode:
+            _remove_stale_extensions()
         try:
             super().run()
         except Exception as exc:  # noqa: BLE001 - any failure falls back to pure Python
@@ -57,7 +72,7 @@ class OptionalBuildExt(build_ext):
             return
         if not self.extensions:
             return
-        manifest = json.dumps(BUILD.source_digests(PACKAGE), indent=1, sort_keys=True) + "\n"
+        manifest = json.dumps(BUILD.source_digests(ROOT), indent=1, sort_keys=True) + "\n"
         targets = [Path(self.build_lib) / "kafkaguard" / "protocol"]
         if self.inplace or self.editable_mode:
             targets.append(PACKAGE)
@@ -67,12 +82,11 @@ class OptionalBuildExt(build_ext):
 
 
 def _extensions() -> list[Any]:
-    package = Path("kafkaguard", "protocol")
-    sources = [str(BUILD.module_path(package, name)) for name in BUILD.COMPILED_MODULES]
+    sources = [str(BUILD.module_path(Path(), name)) for name in BUILD.COMPILED_MODULES]
     try:
         from mypyc.build import mypycify
 
-        return list(mypycify(sources, opt_level="3", group_name="kafkaguard.protocol"))
+        return list(mypycify(sources, opt_level="3", group_name=BUILD.GROUP))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - mypyc's refusal is not fatal
         _warn(f"mypyc: {type(exc).__name__}: {exc}")
         return []

@@ -63,6 +63,7 @@ from kafkaguard.policy.model import AclOperation  # noqa: E402
 from kafkaguard.protocol import codec  # noqa: E402
 from kafkaguard.protocol.framing import FrameBuffer  # noqa: E402
 from kafkaguard.protocol.header import peek_correlation_id, peek_request_header  # noqa: E402
+from kafkaguard.protocol.inflight import Slot  # noqa: E402
 from kafkaguard.proxy.config import HostPort  # noqa: E402
 from kafkaguard.proxy.core.commands import SendBroker, SendClient  # noqa: E402
 from kafkaguard.proxy.core.dispatch import _verdict, handle_request  # noqa: E402
@@ -360,7 +361,7 @@ def _stats(p: Path_) -> Callable[[], None]:
     the three latency histograms."""
     stats, key = p.exchange.stats, p.header.api_key
     count = p.exchange._count_response
-    slot = SimpleNamespace(api_key=key)
+    slot = Slot(p.header.correlation_id, key, p.header.api_version, None)  # compiled: a Slot
 
     def step() -> None:
         stats.bytes_from_client += 100
@@ -368,7 +369,7 @@ def _stats(p: Path_) -> Callable[[], None]:
         requests[key] = requests.get(key, 0) + 1
         stats.bytes_to_broker += 100
         stats.bytes_from_broker += 100
-        count(stats.responses_from_broker, slot)  # type: ignore[arg-type]
+        count(stats.responses_from_broker, slot)
         stats.observe(stats.upstream_latency, key, 0.0002)
         stats.observe_answer(key, 0.0003, 0.0002)
         stats.bytes_to_client += 100

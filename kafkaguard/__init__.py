@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# First: the import that chooses the compiled modules or their pure-Python source runs before
+# any of them can be imported, whichever package a program imports first (kafkaguard.policy
+# may not import kafkaguard.protocol itself; docs/design.md#the-compiled-modules).
+import kafkaguard.protocol  # noqa: F401
+
 
 def version() -> str:
     """The installed distribution's version (``pyproject.toml``), for ``kafkaguard --version``

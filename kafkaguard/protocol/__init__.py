@@ -1,10 +1,13 @@
-"""kafkaguard's wire protocol, sans I/O.
+"""kafkaguard's wire protocol, sans I/O; and the import that chooses the compiled modules.
 
-The modules of the allowed data path (:data:`COMPILED_MODULES`) are compiled by mypyc when the
-package is installed (``setup.py``; docs/design.md#the-compiled-protocol-modules), from the
-same source that runs as pure Python. Which one runs is decided here, before any of them is
-imported, and is all or nothing: compiled modules call each other directly, so a pure module
-among compiled ones would not be the one they call.
+The modules of the allowed data path (:data:`COMPILED_MODULES`: this package's framing, header
+peek, in-flight slots and skims, and above them the exchange, dispatch, the Produce and Fetch
+handlers and the authorizer's allow path) are compiled by mypyc when the package is installed
+(``setup.py``; docs/design.md#the-compiled-modules), from the same source that runs as pure
+Python. Which one runs is decided here, before any of them is imported (``kafkaguard``'s own
+``__init__`` imports this package first, so a policy or proxy module imported alone is chosen
+too), and is all or nothing: compiled modules call each other directly, so a pure module among
+compiled ones would not be the one they call.
 
 * Pure Python when ``KAFKAGUARD_PURE_PYTHON=1``, when the extensions are absent (no compiler
   at install, a source tree never built), or when they are stale: built from sources that
@@ -37,10 +40,13 @@ PURE_PYTHON_ENV: Final = "KAFKAGUARD_PURE_PYTHON"
 REQUIRE_COMPILED_ENV: Final = "KAFKAGUARD_REQUIRE_COMPILED"
 
 _HERE: Final = Path(__file__).parent
+_ROOT: Final = _HERE.parent.parent
+"""The directory holding the ``kafkaguard`` package, under which :func:`module_path` finds
+each compiled module."""
 
 
 def _extension(name: str) -> Path | None:
-    source = module_path(_HERE, name)
+    source = module_path(_ROOT, name)
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         if source.with_suffix(suffix).exists():
             return source.with_suffix(suffix)
@@ -53,7 +59,7 @@ def _stale() -> list[str]:
         built = json.loads((_HERE / MANIFEST).read_text())
     except (OSError, ValueError):
         built = {}
-    current = source_digests(_HERE)
+    current = source_digests(_ROOT)
     return [name for name in COMPILED_MODULES if built.get(name) != current[name]]
 
 
@@ -67,7 +73,7 @@ class PurePythonFinder(importlib.machinery.PathFinder):
         path: Sequence[str] | None = None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname.removeprefix(__name__ + ".") not in COMPILED_MODULES or not path:
+        if fullname not in COMPILED_MODULES or not path:
             return None
         source = Path(path[0]) / (fullname.rpartition(".")[2] + ".py")
         return importlib.util.spec_from_file_location(fullname, source)
@@ -78,10 +84,10 @@ def _select() -> bool:
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
         problem = ""
     elif not all(_extension(name) for name in COMPILED_MODULES):
-        problem = "the compiled protocol modules are not built"
+        problem = "the compiled modules are not built"
     elif stale := _stale():
         problem = (
-            f"the compiled protocol modules are stale ({', '.join(stale)} changed since the "
+            f"the compiled modules are stale ({', '.join(stale)} changed since the "
             "build; rebuild with `pip install -e .`, as ./dev does)"
         )
         if os.environ.get(REQUIRE_COMPILED_ENV, "") in ("", "0"):

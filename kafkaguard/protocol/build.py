@@ -1,8 +1,11 @@
-"""What the build of the compiled protocol modules and the import that chooses them share
-(``setup.py`` loads this file alone, without the package; :mod:`kafkaguard.protocol` imports
-it): which modules are compiled, and the digest of their sources by which an import
-recognises a stale build. No kafkaguard import here: the build environment has only
-setuptools and mypy."""
+"""What the build of the compiled modules and the import that chooses them share (``setup.py``
+loads this file alone, without the package; :mod:`kafkaguard.protocol` imports it): which
+modules are compiled, and the digest of their sources by which an import recognises a stale
+build. No kafkaguard import here: the build environment has only setuptools and mypy.
+
+Run as a script (``python kafkaguard/protocol/build.py``), it prints the sources it compiles,
+one a line, relative to the repository: ``./dev``'s install stamp hashes them, so an edited
+compiled module is rebuilt rather than shadowed by its stale extension."""
 
 from __future__ import annotations
 
@@ -11,31 +14,59 @@ from pathlib import Path
 from typing import Final
 
 COMPILED_MODULES: Final = (
-    "framing",
-    "header",
-    "inflight",
-    "strings",
-    "skim.reading",
-    "skim.produce",
-    "skim.share",
-    "skim.tails",
+    # The wire protocol's data path: framing, the header peek, in-flight slots and the skims.
+    "kafkaguard.protocol.framing",
+    "kafkaguard.protocol.header",
+    "kafkaguard.protocol.inflight",
+    "kafkaguard.protocol.strings",
+    "kafkaguard.protocol.skim.reading",
+    "kafkaguard.protocol.skim.produce",
+    "kafkaguard.protocol.skim.share",
+    "kafkaguard.protocol.skim.tails",
+    # The allowed path above it, compiled with it as one unit (issue 39, item 3): the exchange
+    # and its counters, the decision (dispatch), the KIP-504 context, the handlers' contract,
+    # the Produce and Fetch handlers' two phases and what they call per request, and the
+    # authorizer's allow path down to the ACL index lookup.
+    "kafkaguard.proxy.core.commands",
+    "kafkaguard.proxy.core.context",
+    "kafkaguard.proxy.core.dispatch",
+    "kafkaguard.proxy.core.exchange",
+    "kafkaguard.proxy.core.stats",
+    "kafkaguard.proxy.handlers.fetch",
+    "kafkaguard.proxy.handlers.produce",
+    "kafkaguard.proxy.handlers.support.addresses",
+    "kafkaguard.proxy.handlers.support.authz",
+    "kafkaguard.proxy.handlers.support.base",
+    "kafkaguard.proxy.handlers.support.questions",
+    "kafkaguard.policy.acl_index",
+    "kafkaguard.policy.standard",
 )
-"""Modules of :mod:`kafkaguard.protocol` compiled by mypyc: the allowed data path's framing,
-header peek, in-flight slots and skims, and what they call per request."""
+"""Modules compiled by mypyc, by full name: the allowed Produce and Fetch path from the bytes
+read to the bytes written, and what it calls per request (docs/design.md#the-compiled-modules)."""
+
+GROUP: Final = "kafkaguard.allowed_path"
+"""mypyc's name for the one shared library of the compiled modules
+(``kafkaguard/allowed_path__mypyc*.so``): compiled together, they call each other directly."""
 
 MANIFEST: Final = "compiled.json"
-"""Written by the build beside ``kafkaguard/protocol/__init__.py``: :func:`source_digests` of
-the sources it compiled."""
+"""Written by the build beside ``kafkaguard/protocol/__init__.py`` (the import that chooses):
+:func:`source_digests` of the sources it compiled."""
 
 
 def module_path(root: Path, name: str) -> Path:
-    """The source of compiled module ``name`` under ``root`` (the package's directory)."""
+    """The source of compiled module ``name`` under ``root``, the directory holding the
+    ``kafkaguard`` package (the repository, or ``site-packages``)."""
     return root.joinpath(*name.split(".")).with_suffix(".py")
 
 
 def source_digests(root: Path) -> dict[str, str]:
-    """sha256 of each compiled module's source under ``root``."""
+    """sha256 of each compiled module's source under ``root`` (as :func:`module_path`)."""
     return {
         name: hashlib.sha256(module_path(root, name).read_bytes()).hexdigest()
         for name in COMPILED_MODULES
     }
+
+
+if __name__ == "__main__":
+    for name in COMPILED_MODULES:
+        print(module_path(Path(), name))  # noqa: T201 - the script's output

@@ -38,10 +38,7 @@ def is_extension(module: ModuleType) -> bool:
 
 
 def test_the_pass_runs_the_implementation_it_names() -> None:
-    loaded = {
-        name: is_extension(importlib.import_module(f"kafkaguard.protocol.{name}"))
-        for name in COMPILED_MODULES
-    }
+    loaded = {name: is_extension(importlib.import_module(name)) for name in COMPILED_MODULES}
     # All or nothing, and what COMPILED says.
     assert loaded == dict.fromkeys(COMPILED_MODULES, protocol.COMPILED)
     if os.environ.get(protocol.REQUIRE_COMPILED_ENV) == "1":
@@ -56,13 +53,13 @@ PROBE = """
 import sys, kafkaguard.protocol as p
 from kafkaguard.protocol.build import COMPILED_MODULES
 import importlib
-files = [importlib.import_module("kafkaguard.protocol." + n).__file__ for n in COMPILED_MODULES]
+files = [importlib.import_module(n).__file__ for n in COMPILED_MODULES]
 print(p.COMPILED, sorted({f.rsplit(".", 1)[1] for f in files}))
 """
 
 
 def probe(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Import the protocol modules of the ``kafkaguard`` package under ``root`` in a fresh
+    """Import the compiled modules of the ``kafkaguard`` package under ``root`` in a fresh
     interpreter; prints COMPILED and the suffixes of the files loaded."""
     clean = {
         k: v
@@ -99,7 +96,10 @@ def test_a_stale_build_falls_back_to_python_and_says_so(tmp_path: Path) -> None:
     stale = probe(tmp_path)
     assert stale.returncode == 0, stale.stderr
     assert stale.stdout.split(maxsplit=1) == ["False", "['py']\n"]
-    assert "RuntimeWarning: the compiled protocol modules are stale (skim.tails" in stale.stderr
+    assert (
+        "RuntimeWarning: the compiled modules are stale (kafkaguard.protocol.skim.tails"
+        in stale.stderr
+    )
     required = probe(tmp_path, KAFKAGUARD_REQUIRE_COMPILED="1")
     assert required.returncode == 1
     assert "ImportError: KAFKAGUARD_REQUIRE_COMPILED is set but" in required.stderr
@@ -121,4 +121,4 @@ def test_without_extensions_python_runs_silently(tmp_path: Path) -> None:
     assert plain.stdout.split(maxsplit=1) == ["False", "['py']\n"]
     assert "Warning" not in plain.stderr
     required = probe(tmp_path, KAFKAGUARD_REQUIRE_COMPILED="1")
-    assert "the compiled protocol modules are not built" in required.stderr
+    assert "the compiled modules are not built" in required.stderr

@@ -1,6 +1,6 @@
 """The pure-Python pass of ``./dev test`` covers every compiled module (issue 34).
 
-The whole suite runs on the compiled protocol modules; the second pass, with
+The whole suite runs on the compiled modules; the second pass, with
 ``KAFKAGUARD_PURE_PYTHON=1 pytest --pure-python-selection``, runs only the selection of
 ``tests/support/pure_python.py``. A module added to ``kafkaguard/protocol/build.py`` without a
 test in that selection would be tested only compiled: this file fails then.
@@ -17,6 +17,7 @@ from tests.support.pure_python import (
     OPTION,
     ROOT,
     SELECTED_DIRECTORIES,
+    SELECTED_FILES,
     compiled_imports,
     selected,
 )
@@ -43,6 +44,8 @@ def test_every_compiled_module_has_a_test_in_the_pure_python_selection() -> None
 def test_every_selected_directory_holds_tests() -> None:
     for directory in SELECTED_DIRECTORIES:
         assert any((ROOT / directory).rglob("test_*.py")), f"{directory} holds no test"
+    for name in SELECTED_FILES:
+        assert (ROOT / name).is_file(), f"{name} is not a test file"
 
 
 def test_the_selection_is_a_part_of_the_suite() -> None:
@@ -53,17 +56,23 @@ def test_the_selection_is_a_part_of_the_suite() -> None:
     assert TESTS / "proxy" / "test_share_skim.py" in chosen
     assert TESTS / "audit" / "test_writer.py" not in chosen
     assert TESTS / "policy" / "test_acls_apply.py" not in chosen
+    # The authorizer's own tests; not every test that builds an authorizer or counts a cause.
+    assert TESTS / "policy" / "test_standard_authorizer.py" in chosen
+    assert TESTS / "audit" / "test_events.py" not in chosen  # imports StandardAuthorizer
+    assert TESTS / "proxy" / "net" / "test_graceful_shutdown.py" not in chosen  # CloseCause
     assert 0 < len(chosen) < len(everything) / 2
 
 
 def test_imports_are_read_in_every_form(tmp_path: Path) -> None:
     forms = {
-        "import kafkaguard.protocol.framing": {"framing"},
-        "from kafkaguard.protocol import header, codec": {"header"},
-        "from kafkaguard.protocol.skim import tails as t": {"skim.tails"},
-        "from kafkaguard.protocol.skim.produce import skim_produce": {"skim.produce"},
+        "import kafkaguard.protocol.framing": {"kafkaguard.protocol.framing"},
+        "from kafkaguard.protocol import header, codec": {"kafkaguard.protocol.header"},
+        "from kafkaguard.protocol.skim import tails as t": {"kafkaguard.protocol.skim.tails"},
+        "from kafkaguard.protocol.skim.produce import skim": {"kafkaguard.protocol.skim.produce"},
         "from kafkaguard.protocol.codec import decode": set(),
         "from kafkaguard.policy import model": set(),
+        "from kafkaguard.policy.standard import StandardAuthorizer": {"kafkaguard.policy.standard"},
+        "from kafkaguard.proxy.core import dispatch": {"kafkaguard.proxy.core.dispatch"},
     }
     for number, (line, expected) in enumerate(forms.items()):
         test = tmp_path / f"test_form_{number}.py"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from kafkaguard.policy.authorizer import SecurityProtocol
+from kafkaguard.policy.authorizer import Authorizer, SecurityProtocol
 from kafkaguard.policy.config import AuthorizerConfig, parse_super_users
 from kafkaguard.policy.model import AclBinding, KafkaPrincipal
 from kafkaguard.policy.standard import StandardAuthorizer
@@ -55,7 +55,10 @@ class Driver:
         super_users: str = "",
         sasl: bool = False,
         limits: LimitsConfig | None = None,
+        ask: Callable[[StandardAuthorizer], Authorizer] | None = None,
     ) -> None:
+        """``ask``: what the connection asks instead of the authorizer, given it (an authorizer
+        in front of it, injected: the exchange's modules are compiled, their objects closed)."""
         self.now = 1000.0
         authorizer = StandardAuthorizer(
             AuthorizerConfig(super_users=parse_super_users(super_users))
@@ -86,7 +89,7 @@ class Driver:
         context = ConnectionContext(
             "LISTENER",
             session,
-            authorizer,
+            authorizer if ask is None else ask(authorizer),
             self.cluster,
             NodePorts(),
             sasl=self.sasl,

@@ -13,12 +13,13 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Final
 
-if TYPE_CHECKING:
-    from kafkaguard.protocol.framing import Frame
-    from kafkaguard.protocol.inflight import Slot
-    from kafkaguard.proxy.handlers.support.base import Respond
+# Imported at run time, not only for the type checker: compiled (kafkaguard/protocol/build.py),
+# this module's fields check their values against these classes, which must exist by then.
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.inflight import Slot
+from kafkaguard.proxy.handlers.support.base import Respond
 
 
 class CloseCause(enum.StrEnum):
@@ -58,18 +59,39 @@ class CloseCause(enum.StrEnum):
     """Closed by the proxy's shutdown (drained or cut)."""
 
 
-@dataclass(frozen=True, slots=True)
 class SendBroker:
-    """Write these request frames to the broker, in order."""
+    """Write these request frames to the broker, in order.
 
-    frames: list[Frame]
+    This and :class:`SendClient`, built for every read, are slots classes with ``Final``
+    attributes, immutable and compared by value as the frozen dataclasses they were: compiled,
+    a frozen dataclass's ``__init__`` is still the ``dataclasses`` module's Python
+    (docs/design.md#the-compiled-modules)."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: list[Frame]) -> None:
+        self.frames: Final = frames
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SendBroker) and self.frames == other.frames
+
+    def __repr__(self) -> str:
+        return f"SendBroker(frames={self.frames!r})"
 
 
-@dataclass(frozen=True, slots=True)
 class SendClient:
     """Write these bytes to the client, in order (whole responses or streamed chunks)."""
 
-    data: Sequence[bytes | memoryview]
+    __slots__ = ("data",)
+
+    def __init__(self, data: Sequence[bytes | memoryview]) -> None:
+        self.data: Final = data
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SendClient) and self.data == other.data
+
+    def __repr__(self) -> str:
+        return f"SendClient(data={self.data!r})"
 
 
 @dataclass(frozen=True, slots=True)

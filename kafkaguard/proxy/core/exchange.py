@@ -322,6 +322,7 @@ class Exchange:
             return out
         self._read_at = self._monotonic()
         self.stats.bytes_from_broker += len(data)
+        rest: bytes | memoryview = data  # compiled, a name declared bytes holds only bytes
         if self._passthrough:
             n = self._passthrough
             if len(data) <= n:
@@ -332,9 +333,9 @@ class Exchange:
             self._passthrough = 0
             if not self._stream(view[:n], True):
                 return out
-            data = view[n:]  # type: ignore[assignment]
+            rest = view[n:]
         try:
-            frames = self._broker_frames.feed(data)
+            frames = self._broker_frames.feed(rest)
         except ProtocolError as exc:
             self._close(f"bad response from the broker: {exc}", CloseCause.UPSTREAM)
             return out

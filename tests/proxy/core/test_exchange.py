@@ -44,6 +44,7 @@ from tests.support.exchange_driver import (
 )
 from tests.support.fuzz.frames import FrameGenerator
 from tests.support.handler_harness import acl, described_topics
+from tests.support.injected_handlers import faulty, registered
 
 ALICE_WRITES_ORDERS = [acl("User:alice", "WRITE", "TOPIC", "orders")]
 
@@ -339,10 +340,7 @@ def test_bad_requests_close_as_bad_request(data: bytes, fragment: str) -> None:
 
 
 def test_a_handler_fault_closes_as_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*args: object) -> None:
-        raise RuntimeError("bug")
-
-    monkeypatch.setattr("kafkaguard.proxy.core.dispatch.decide", broken)
+    registered(monkeypatch, faulty(0, "bug"))
     d = Driver(ALICE_WRITES_ORDERS)
     d.connect()
     out = d.client(produce("orders", 1))

@@ -16,6 +16,7 @@ from kafkaguard.policy.authorizer import (
     DecisionPendingError,
     RequestContext,
 )
+from kafkaguard.policy.standard import StandardAuthorizer
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import ErrorCode
 from kafkaguard.proxy.core.commands import AwaitDecisions, PauseClient, ResumeClient
@@ -23,44 +24,46 @@ from kafkaguard.proxy.handlers import REGISTRY
 from tests.proxy.core.test_exchange import ALICE_WRITES_ORDERS, produce, produce_response
 from tests.support.entities import req
 from tests.support.exchange_driver import Driver, request, split_frames, to_broker, to_client
+from tests.support.injected_handlers import counting, registered
 
 
 class Lookups:
-    """The authorizer's ``authorize``, pending until :attr:`done`."""
+    """The driver's authorizer behind an ``authorize`` pending until :attr:`done` (given to
+    the connection as ``Driver(ask=lookups.over)``; its other questions are the real one's)."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.real = driver.authorizer.authorize
+    def __init__(self) -> None:
+        self.real: StandardAuthorizer | None = None
         self.done = False
         self.ready: Any = object()
         self.asked = 0
         self.contexts: list[RequestContext] = []
-        driver.authorizer.authorize = self  # type: ignore[method-assign]
 
-    def __call__(
+    def over(self, real: StandardAuthorizer) -> Any:
+        self.real = real
+        return self
+
+    def authorize(
         self, context: RequestContext, actions: Sequence[Action]
     ) -> list[AuthorizationResult]:
         self.asked += 1
         self.contexts.append(context)
         if not self.done:
             raise DecisionPendingError(self.ready)
-        return self.real(context, actions)
+        assert self.real is not None
+        return self.real.authorize(context, actions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
 
 def test_a_pending_decision_holds_the_request_and_those_after_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    d = Driver(ALICE_WRITES_ORDERS)
+    lookups = Lookups()
+    d = Driver(ALICE_WRITES_ORDERS, ask=lookups.over)
     d.connect()
-    lookups = Lookups(d)
-    produce_handler = REGISTRY[0]
     started: list[int] = []
-    on_request = produce_handler.on_request
-
-    def counted(request: Any, ctx: Any) -> Any:
-        started.append(request.header.correlation_id)
-        return on_request(request, ctx)
-
-    monkeypatch.setattr(produce_handler, "on_request", counted)
+    registered(monkeypatch, counting(REGISTRY[0], started))
     first, second = produce("orders", 1), produce("orders", 2)
     out = d.client(first, second)
     assert to_broker(out) == []
@@ -80,9 +83,9 @@ def test_a_pending_decision_holds_the_request_and_those_after_it(
 
 
 def test_a_denial_decided_after_the_lookup_is_answered_by_the_proxy() -> None:
-    d = Driver(ALICE_WRITES_ORDERS)
+    lookups = Lookups()
+    d = Driver(ALICE_WRITES_ORDERS, ask=lookups.over)
     d.connect()
-    lookups = Lookups(d)
     assert to_broker(d.client(produce("secret", 1))) == []
     lookups.done = True
     out = d.exchange.decisions_ready()
@@ -92,9 +95,9 @@ def test_a_denial_decided_after_the_lookup_is_answered_by_the_proxy() -> None:
 
 
 def test_nothing_is_asked_again_after_the_connection_closed() -> None:
-    d = Driver(ALICE_WRITES_ORDERS)
+    lookups = Lookups()
+    d = Driver(ALICE_WRITES_ORDERS, ask=lookups.over)
     d.connect()
-    lookups = Lookups(d)
     d.client(produce("orders", 1))
     d.exchange.client_closed()
     lookups.done = True
@@ -103,9 +106,9 @@ def test_nothing_is_asked_again_after_the_connection_closed() -> None:
 
 
 def test_a_handler_asking_directly_is_asked_again_from_its_start_with_the_same_context() -> None:
-    d = Driver(ALICE_WRITES_ORDERS)
+    lookups = Lookups()
+    d = Driver(ALICE_WRITES_ORDERS, ask=lookups.over)
     d.connect()
-    lookups = Lookups(d)
     find = request(req(10, 1, key="orders-group", key_type=0), 5)
     assert to_broker(d.client(find)) == []
     lookups.done = True

@@ -14,10 +14,13 @@ from tests.proxy.handlers.test_acls import ADMIN_ALTER, describe, finish, harnes
 def test_describe_answers_security_disabled() -> None:
     h = harness(ADMIN_ALTER)
 
-    def not_managed(acl_filter: AclBindingFilter) -> list[AclBinding]:
-        raise AclsNotManagedError("OPA's policy decides")
+    class NotManaging:
+        """What DescribeAcls asks (the harness's ``describe_acls``), as OPA's answers."""
 
-    h.authorizer.acls = not_managed  # type: ignore[method-assign]
+        def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+            raise AclsNotManagedError("OPA's policy decides")
+
+    h.authorizer = NotManaging()  # type: ignore[assignment]
     for version in (1, 3):
         response = finish(h.send(describe(version)))
         assert response.error_code == ErrorCode.security_disabled

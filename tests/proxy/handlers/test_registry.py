@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from kafkaguard.protocol import codec
+from kafkaguard.protocol.header import peek_request_header
 from kafkaguard.proxy.handlers import REGISTRY
-from kafkaguard.proxy.handlers.support.base import ApiHandler, Close, Forward
+from kafkaguard.proxy.handlers.support.base import ApiHandler, Close, Forward, Request
+from tests.support.entities import req
 from tests.support.handler_harness import HandlerHarness
 
 AUTHORIZED = frozenset(
@@ -93,7 +95,9 @@ def test_a_handler_that_does_not_decide_closes_the_connection() -> None:
         api_key = 3
 
     h = HandlerHarness()
-    verdict = Undecided().on_request(None, h)  # type: ignore[arg-type]
+    frame = codec.encode_request(req(3, 12, topics=None), 1, "test")
+    # A real request: the compiled ApiHandler checks its arguments' types, as annotated.
+    verdict = Undecided().on_request(Request(peek_request_header(frame), frame, None), h)
     assert isinstance(verdict, Close) and "does not decide api key 3" in verdict.reason
 
 

@@ -45,6 +45,7 @@ from kafkaguard.proxy.sasl.config import SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
 from kafkaguard.tansu import free_base
 from tests.support.fake_broker import FakeBroker, RawClient, logged, request, wait_until
+from tests.support.injected_handlers import faulty, registered
 from tests.support.proxy_fixture import proxy_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -641,10 +642,7 @@ async def test_a_stalled_partial_request_is_idle(caplog: pytest.LogCaptureFixtur
 async def test_handler_faults_log_one_traceback_a_second_per_api(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: object) -> None:
-        raise RuntimeError("bug in a handler")
-
-    monkeypatch.setattr("kafkaguard.proxy.core.dispatch.decide", broken)
+    registered(monkeypatch, faulty(3, "bug in a handler"))
     async with environment(caplog, LimitsConfig()) as env:
         clients = await open_many(env, 10, CONTROL)
         for client in clients:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, cast
 from uuid import UUID
 
+from mypy_extensions import mypyc_attr
 from typing_extensions import TypeVar  # PEP 696 defaults, in typing itself from 3.13
 
 from kafkaguard.policy.authorizer import (
@@ -325,6 +326,9 @@ class HandlerContext(Protocol):
         ...
 
 
+# Compiled (kafkaguard/protocol/build.py) with the Produce and Fetch handlers; every other
+# handler, and the tests' own, subclass it in Python.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ApiHandler(Generic[B, St]):
     """Base of the per-API handlers. It forwards nothing: a handler that does not decide
     closes the connection (docs/design.md#fail-closed), so every API key is handled
@@ -392,6 +396,7 @@ class ApiHandler(Generic[B, St]):
         return Close(f"unsupported version {header.api_version} of api key {self.api_key}")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # as ApiHandler
 class StepwiseHandler(ApiHandler[B]):
     """A handler whose decision is one generator, :meth:`checks`: it reads as the
     ``KafkaApis.handleXxx`` it mirrors, each ``authorize`` call a ``yield`` of the actions that
