@@ -786,13 +786,12 @@ def cold(
             flush=True,
         )
 
-    show(
-        "compact (records + facts)",
-        cold_job(
-            "compact", "--input", str(data), "--output", str(compacted), "--grace", "0", *settings
-        ),
-        rate=True,
+    compacting = cold_job(
+        "compact", "--input", str(data), "--output", str(compacted), "--grace", "0", *settings
     )
+    show("compact (records + facts)", compacting, rate=True)
+    for line in compacting.printed:  # its summary: hours, records, the hours facts shrink
+        print(f"  {line}")
     for label, argv in (
         ("propose (facts)", ("propose", *common, "--acl-file", str(out / "p.yaml"))),
         ("report --html (facts)", ("report", *common, "--html", str(out / "r.html"))),
