@@ -6,12 +6,21 @@ Usage (from the repository root, with the test extras installed; Java >= 17)::
     .venv/bin/python bench/analyze_bench.py --events 1000000     # a smaller run
     .venv/bin/python bench/analyze_bench.py --data /tmp/trail    # reuse generated data
     .venv/bin/python bench/analyze_bench.py --duckdb             # with the DuckDB reference
+    .venv/bin/python bench/analyze_bench.py --shape repeating    # hours that repeat
 
 Generation uses Spark itself (``spark.range`` → contract-shaped columns → JSON lines written
 into ``date=YYYY-MM-DD/hour=HH`` directories, then renamed ``*.jsonl`` as the proxy's writer
-names them): 7 days of traffic, 1,000 principals each using ~10 of 5,000 topics and 2 of 500
-groups, 200 client hosts, two listeners (one ``log_only``), 5% denied, one record in 50 an
-aggregate (count 2..60) — so "events" below are records (lines), and decisions are more.
+names them): 7 days of traffic on two listeners (one ``log_only``), in one of two shapes
+(``--shape``). ``varied`` (the default, every figure before issue 36's item 9):
+1,000 principals each using ~10 of 5,000 topics and 2 of 500 groups, 200 client hosts, 5%
+denied, one record in 50 an aggregate (count 2..60); nearly every record of an hour is a
+distinct decision. ``repeating``: 200 principals, each with a stable set of 2 to 8 uses
+(operation, resource, client host and id; ~1,000 in all, drawn from ``--seed``) that it
+repeats hour after hour, allowed uses as aggregates with steady per-use rates, denied ones
+as single decisions (:func:`population`, :func:`repeating_events`); an hour's distinct
+decisions are then its uses, whatever the size. "Events" below are records (lines), and
+decisions are more. After generating, the bench prints the records and the distinct
+decisions (as the hourly facts count them) per hour.
 
 Then, in local mode (``local[*]``, loopback, the session's local defaults: shuffle
 partitions = 2 × cores, driver memory a bounded quarter of RAM; ``--driver-memory`` overrides):
@@ -58,6 +67,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -88,7 +98,8 @@ from kafkaguard.audit.spark.render.html import render  # noqa: E402
 from kafkaguard.audit.spark.runtime.output import write_tables  # noqa: E402
 from kafkaguard.audit.spark.runtime.session import build_session  # noqa: E402
 from kafkaguard.audit.spark.solver.proposal import render_acl_file  # noqa: E402
-from kafkaguard.audit.spark.trail.schema import FIELD_NAMES  # noqa: E402
+from kafkaguard.audit.spark.trail.facts import FACT_KEYS  # noqa: E402
+from kafkaguard.audit.spark.trail.schema import EVENT_TIME, FIELD_NAMES  # noqa: E402
 from kafkaguard.audit.spark.trail.source import (  # noqa: E402
     TimeRange,
     partition_filters,
@@ -108,6 +119,18 @@ OPERATIONS = (
     ("IDEMPOTENT_WRITE", "CLUSTER", 2),
     ("DESCRIBE_CONFIGS", "TOPIC", 1),
 )
+SHAPES = ("varied", "repeating")
+"""``--shape``: :func:`varied_events` (every record a draw of its own) or
+:func:`repeating_events` (a fixed population doing the same things every hour)."""
+REPEATING_PRINCIPALS = 200
+"""The repeating shape's population (issue 29's "200 principals"): with 2 to 8 uses each,
+~1,000 uses, which at 10M records over 7 days is one record per use and minute window, what
+the proxy's ``audit.allowed: aggregate`` (60 s windows) writes for clients that never stop."""
+USE_SCHEMA = (
+    "use long, principal string, client_host string, client_id string, operation string, "
+    "resource_type string, resource_name string, log_only boolean, denied boolean, "
+    "per_minute long"
+)
 
 
 def _pick(h: Column, choices: list[tuple[str, int]]) -> Column:
@@ -121,22 +144,29 @@ def _pick(h: Column, choices: list[tuple[str, int]]) -> Column:
     return expr.otherwise(choices[-1][0])
 
 
-def generate(spark: SparkSession, events: int, days: int, directory: Path) -> float:
-    """Write ``events`` contract records under ``directory``; returns seconds taken."""
-    began = time.perf_counter()
+def _record_ids(spark: SparkSession, events: int, days: int) -> DataFrame:
+    """``id`` 0..events-1 and its time ``at``, spread evenly over ``days`` from :data:`START`
+    (so each hour holds a contiguous run of ids)."""
     span_ms = days * 86_400_000
     start_ms = int(START.timestamp() * 1000)
     slices = days * 8  # each generating task covers 3 hours: ~1 file per hour directory
     ids = spark.range(0, events, 1, numPartitions=slices)
+    ms = F.lit(start_ms) + (F.col("id") * F.lit(span_ms) / F.lit(events)).cast("long")
+    return ids.withColumn("at", F.timestamp_millis(ms))
+
+
+def varied_events(spark: SparkSession, events: int, days: int) -> DataFrame:
+    """Today's shape: every field of every record drawn from hashes of its id. 1,000
+    principals each using ~10 of 5,000 topics and 2 of 500 groups from 200 client hosts; 5%
+    denied, one record in 50 an aggregate (count 2..60). Nearly every record of an hour is a
+    distinct decision (issue 29: 922,055 facts from 1M records)."""
     h = F.abs(F.hash(F.col("id"))) % 100
     h2 = F.abs(F.hash(F.col("id") + 7)) % 1000
     principal_n = F.abs(F.hash(F.col("id"), F.lit("p"))) % PRINCIPALS
     op = F.abs(F.hash(F.col("id"), F.lit("o"))) % 100
-    ms = F.lit(start_ms) + (F.col("id") * F.lit(span_ms) / F.lit(events)).cast("long")
-    at = F.timestamp_millis(ms)
     ops = [(f"{o}|{r}", w) for o, r, w in OPERATIONS]
     df = (
-        ids.withColumn("at", at)
+        _record_ids(spark, events, days)
         .withColumn("opres", _pick(op, ops))
         .withColumn("operation", F.split("opres", r"\|")[0])
         .withColumn("resource_type", F.split("opres", r"\|")[1])
@@ -154,37 +184,128 @@ def generate(spark: SparkSession, events: int, days: int, directory: Path) -> fl
         .when(F.col("resource_type") == "GROUP", group)
         .otherwise(F.lit("kafka-cluster"))
     )
-    result = F.when(F.col("denied"), "DENIED").otherwise("ALLOWED")
-    principal = F.format_string("User:svc-%04d", F.col("pn"))
+    host = F.format_string(
+        "10.%d.%d.%d", F.col("pn") % 4, (F.col("pn") + h2) % HOSTS % 250, F.col("pn") % 250
+    )
+    return df.select(
+        "id",
+        "at",
+        F.format_string("User:svc-%04d", F.col("pn")).alias("principal"),
+        host.alias("client_host"),
+        F.format_string("client-%04d", F.col("pn")).alias("client_id"),
+        "operation",
+        "resource_type",
+        name.alias("resource_name"),
+        "log_only",
+        "denied",
+        "aggregate",
+        F.when(F.col("aggregate"), 2 + h2 % 59).otherwise(1).cast("long").alias("count"),
+    )
+
+
+def _resource_name(rng: random.Random, pn: int, resource_type: str) -> str:
+    """One of principal ``pn``'s team's 10 topics or 2 groups (as the varied shape names
+    them), or the cluster."""
+    if resource_type == "TOPIC":
+        return f"team-{pn % 100:03d}.topic-{(pn * 7 + rng.randrange(10)) % TOPICS:05d}"
+    if resource_type == "GROUP":
+        return f"group-{(pn * 3 + rng.randrange(2)) % GROUPS:04d}"
+    return "kafka-cluster"
+
+
+def population(seed: int, principals: int = REPEATING_PRINCIPALS) -> list[tuple[Any, ...]]:
+    """The repeating shape's uses (rows of :data:`USE_SCHEMA`), drawn from ``seed``: each
+    principal runs 1 to 3 client hosts (pods) and does 2 to 8 things (an operation on one of
+    its team's topics or groups, or on the cluster) from one of them, each at a steady rate
+    of 1 to ~1,000 checks a minute (log-uniform: a few busy producers and consumers, many
+    idle describers); 5% of the uses are denied every time (a client retrying a missing
+    ACL), one principal in ten is on the ``log_only`` listener (as in the varied shape)."""
+    rng = random.Random(seed)
+    weights = [w for _, _, w in OPERATIONS]
+    uses: list[tuple[Any, ...]] = []
+    for pn in range(principals):
+        hosts = [f"10.{pn % 4}.{rng.randrange(250)}.{pn % 250}" for _ in range(rng.randint(1, 3))]
+        for _ in range(rng.randint(2, 8)):
+            operation, resource_type, _ = rng.choices(OPERATIONS, weights)[0]
+            name = _resource_name(rng, pn, resource_type)
+            uses.append(
+                (
+                    len(uses),
+                    f"User:svc-{pn:04d}",
+                    rng.choice(hosts),
+                    f"client-{pn:04d}",
+                    operation,
+                    resource_type,
+                    name,
+                    pn % 10 == 0,
+                    rng.random() < 0.05,
+                    int(10 ** rng.uniform(0, 3)),
+                )
+            )
+    return uses
+
+
+def repeating_events(spark: SparkSession, events: int, days: int, seed: int) -> DataFrame:
+    """The shape of real clients: record ``id`` is use ``id mod uses`` of
+    :func:`population`, so every hour with at least as many records as uses holds every use
+    (the same decisions hour after hour) and only the counts change. An allowed use writes
+    what ``audit.allowed: aggregate`` writes (one aggregate per window, its count the use's
+    rate ±50%), a denied use single decisions (denials are never aggregated)."""
+    uses = population(seed)
+    table = F.broadcast(spark.createDataFrame(uses, USE_SCHEMA))
+    jitter = 50 + F.abs(F.hash(F.col("id"), F.lit("c"))) % 101  # 50..150 %
+    count = F.greatest(F.lit(1), (F.col("per_minute") * jitter / 100).cast("long"))
+    return (
+        _record_ids(spark, events, days)
+        .withColumn("use", F.col("id") % len(uses))
+        .join(table, "use")
+        .select(
+            "id",
+            "at",
+            "principal",
+            "client_host",
+            "client_id",
+            "operation",
+            "resource_type",
+            "resource_name",
+            "log_only",
+            "denied",
+            (~F.col("denied")).alias("aggregate"),
+            F.when(F.col("denied"), F.lit(1).cast("long")).otherwise(count).alias("count"),
+        )
+    )
+
+
+def contract_records(df: DataFrame) -> DataFrame:
+    """The audit contract's records (:data:`FIELD_NAMES`, then the ``date`` and ``hour``
+    partition columns) of a shape's rows: the fields both shapes have in common are derived
+    here, once."""
+    iso = F.date_format("at", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
     acl = F.when(
         ~F.col("denied"),
         F.struct(
             F.col("resource_type").alias("resource_type"),
             F.lit("LITERAL").alias("pattern_type"),
-            name.alias("resource_name"),
-            principal.alias("principal"),
+            F.col("resource_name").alias("resource_name"),
+            F.col("principal").alias("principal"),
             F.lit("*").alias("host"),
             F.col("operation").alias("operation"),
             F.lit("ALLOW").alias("permission_type"),
         ),
     )
-    iso = F.date_format("at", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
-    mode = F.when(F.col("log_only"), "log_only").otherwise("enforce")
     records = df.select(
         F.lit(2).alias("schema_version"),
         F.when(F.col("aggregate"), "aggregate").otherwise("decision").alias("kind"),
         iso.alias("time"),
         F.when(F.col("aggregate"), iso).alias("window_end"),
-        F.when(F.col("aggregate"), 2 + h2 % 59).otherwise(1).cast("long").alias("count"),
-        mode.alias("mode"),
+        F.col("count"),
+        F.when(F.col("log_only"), "log_only").otherwise("enforce").alias("mode"),
         F.when(F.col("log_only"), "STAGING").otherwise("EXTERNAL").alias("listener"),
         F.lit("SASL_SSL").alias("security_protocol"),
-        principal.alias("principal"),
+        F.col("principal"),
         F.array().cast("array<string>").alias("groups"),  # connections without groups
-        F.format_string(
-            "10.%d.%d.%d", F.col("pn") % 4, (F.col("pn") + h2) % HOSTS % 250, F.col("pn") % 250
-        ).alias("client_host"),
-        F.format_string("client-%04d", F.col("pn")).alias("client_id"),
+        F.col("client_host"),
+        F.col("client_id"),
         F.lit(0).alias("api_key"),
         F.lit("Produce").alias("api_name"),
         F.lit(9).alias("api_version"),
@@ -192,8 +313,8 @@ def generate(spark: SparkSession, events: int, days: int, directory: Path) -> fl
         F.col("operation"),
         F.col("resource_type"),
         F.lit("LITERAL").alias("pattern_type"),
-        name.alias("resource_name"),
-        result.alias("result"),
+        F.col("resource_name"),
+        F.when(F.col("denied"), "DENIED").otherwise("ALLOWED").alias("result"),
         (F.col("log_only") & F.col("denied")).alias("would_deny"),
         F.when(F.col("denied"), "DefaultDeny").otherwise("AllowAcl").alias("reason"),
         F.lit(False).alias("implied"),
@@ -202,9 +323,32 @@ def generate(spark: SparkSession, events: int, days: int, directory: Path) -> fl
         F.date_format("at", "HH").alias("hour"),
     )
     assert records.columns[: len(FIELD_NAMES)] == list(FIELD_NAMES)
+    return records
+
+
+def generate(
+    spark: SparkSession,
+    events: int,
+    days: int,
+    directory: Path,
+    shape: str = "varied",
+    seed: int = 1,
+) -> float:
+    """Write ``events`` contract records of ``shape`` under ``directory`` (``seed``: the
+    repeating shape's population; the varied one has none); returns seconds taken. The same
+    arguments write the same files."""
+    began = time.perf_counter()
+    if shape == "varied":
+        rows = varied_events(spark, events, days)
+    elif shape == "repeating":
+        rows = repeating_events(spark, events, days, seed)
+    else:
+        raise ValueError(f"shape must be one of {SHAPES}, not {shape!r}")
     staging = directory.with_name(directory.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
-    records.write.partitionBy("date", "hour").option("ignoreNullFields", "false").json(str(staging))
+    contract_records(rows).write.partitionBy("date", "hour").option(
+        "ignoreNullFields", "false"
+    ).json(str(staging))
     for i, part in enumerate(sorted(staging.glob("date=*/hour=*/part-*.json"))):
         part.rename(part.with_name(f"audit-bench-{i:05d}.jsonl"))
     for junk in staging.rglob("*"):
@@ -213,6 +357,24 @@ def generate(spark: SparkSession, events: int, days: int, directory: Path) -> fl
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
     return time.perf_counter() - began
+
+
+def hourly_shape(spark: SparkSession, data: Path) -> tuple[float, float]:
+    """(records, distinct decisions) per hour of the trail under ``data``, averaged over its
+    hours: a decision as the hourly facts count one (its hour and
+    :data:`~kafkaguard.audit.spark.trail.facts.FACT_KEYS`), so their ratio is the share of
+    the records that facts would keep (``analyze compact`` keeps them at most
+    :data:`~kafkaguard.audit.spark.trail.facts.FACTS_MAX_SHARE`)."""
+    events = read_audit(spark, str(data), json_only=True)
+    hour = F.date_trunc("hour", F.col(EVENT_TIME)).alias("hour_start")
+    per_decision = events.groupBy(hour, *FACT_KEYS).agg(F.count(F.lit(1)).alias("records"))
+    per_hour = per_decision.groupBy("hour_start").agg(
+        F.sum("records").alias("records"), F.count(F.lit(1)).alias("decisions")
+    )
+    row = per_hour.agg(F.avg("records").alias("r"), F.avg("decisions").alias("d")).first()
+    if row is None or row["r"] is None:
+        raise RuntimeError(f"no valid record under {data}")
+    return float(row["r"]), float(row["d"])
 
 
 def timed_compact(spark: SparkSession, data: Path, output: Path, days: int) -> float:
@@ -625,13 +787,12 @@ def cold(
             flush=True,
         )
 
-    show(
-        "compact (records + facts)",
-        cold_job(
-            "compact", "--input", str(data), "--output", str(compacted), "--grace", "0", *settings
-        ),
-        rate=True,
+    compacting = cold_job(
+        "compact", "--input", str(data), "--output", str(compacted), "--grace", "0", *settings
     )
+    show("compact (records + facts)", compacting, rate=True)
+    for line in compacting.printed:  # its summary: hours, records, the hours facts shrink
+        print(f"  {line}")
     for label, argv in (
         ("propose (facts)", ("propose", *common, "--acl-file", str(out / "p.yaml"))),
         ("report --html (facts)", ("report", *common, "--html", str(out / "r.html"))),
@@ -683,6 +844,21 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--data", type=Path, help="audit directory (generated when missing)")
     parser.add_argument("--regenerate", action="store_true")
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="varied",
+        help="the generated trail: every record drawn anew (varied), or a fixed population "
+        "doing the same things every hour (repeating)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=1, help="the repeating shape's population (default 1)"
+    )
+    parser.add_argument(
+        "--generate-only",
+        action="store_true",
+        help="generate (or reuse) the trail, print its records and decisions per hour, run no job",
+    )
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", help="default: the session's (a quarter of RAM)")
     parser.add_argument("--rounds", type=int, default=2, help="JSON/Parquet job rounds")
@@ -717,6 +893,30 @@ def _arguments() -> argparse.Namespace:
     return args
 
 
+def _data_name(args: argparse.Namespace) -> str:
+    """The default ``--data`` directory's name (the varied shape's as before shapes)."""
+    if args.shape == "varied":
+        return f"kafkaguard-analyze-bench-{args.events}"
+    return f"kafkaguard-analyze-bench-{args.shape}-{args.events}-seed{args.seed}"
+
+
+def _trail(spark: SparkSession, args: argparse.Namespace) -> Path:
+    """The trail's directory, generated when missing (or ``--regenerate``); its records and
+    distinct decisions per hour printed when generated (or ``--generate-only``)."""
+    data: Path = args.data or Path(tempfile.gettempdir()) / _data_name(args)
+    generated = args.regenerate or not data.exists()
+    if generated:
+        seconds = generate(spark, args.events, args.days, data, args.shape, args.seed)
+        print(f"generated {args.events:,} {args.shape} records in {seconds:.1f} s into {data}")
+    if generated or args.generate_only:
+        records, decisions = hourly_shape(spark, data)
+        print(
+            f"per hour: {records:,.0f} records, {decisions:,.0f} distinct decisions "
+            f"(decisions/records {decisions / records:.3f})"
+        )
+    return data
+
+
 def main() -> int:
     args = _arguments()
     conf = {"spark.sql.maxMetadataStringLength": "2000"}  # print PartitionFilters whole
@@ -729,12 +929,11 @@ def main() -> int:
         f"{spark.conf.get('spark.sql.shuffle.partitions')}, "
         f"spark.driver.memory={settings.get('spark.driver.memory')}"
     )
-    data = args.data or Path(tempfile.gettempdir()) / f"kafkaguard-analyze-bench-{args.events}"
     out = Path(tempfile.mkdtemp(prefix="kafkaguard-analyze-out-"))
     try:
-        if args.regenerate or not data.exists():
-            seconds = generate(spark, args.events, args.days, data)
-            print(f"generated {args.events:,} records in {seconds:.1f} s into {data}")
+        data = _trail(spark, args)
+        if args.generate_only:
+            return 0
         print(f"load average before the jobs: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
         print(f"input: {_size(list(data.rglob('*.jsonl')))}, {args.days} days")
         if args.cold:

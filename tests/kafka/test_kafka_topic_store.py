@@ -14,12 +14,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
+import re
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AclBinding as CkAclBinding
 from confluent_kafka.admin import (
@@ -51,7 +56,7 @@ from kafkaguard.policy.stores.kafka_topic import (
     encode_binding,
 )
 from kafkaguard.proxy.app.metrics import ProxyCollector
-from kafkaguard.proxy.config import BrokerPorts, HostPort
+from kafkaguard.proxy.config import AdminConfig, BrokerPorts, HostPort
 from kafkaguard.proxy.sasl import plain, scram
 from kafkaguard.proxy.sasl.config import SaslKafkaConfig, SaslListenerConfig
 from kafkaguard.proxy.sasl.credentials import write_users_file
@@ -71,6 +76,7 @@ from tests.support.kafka_broker import (
     start_kafka_cluster,
     stop_cluster,
 )
+from tests.support.prometheus import JOB, PrometheusServer
 from tests.support.proxy_fixture import (
     RunningProxy,
     proxy_config,
@@ -417,6 +423,77 @@ def test_create_acls_through_one_proxy_enforced_by_the_other(cluster: list[Kafka
         assert sorted(map(str, describe_acls(restarted.bootstrap))) == [str(grants[0])]
     finally:
         stop_proxy_thread(restarted)
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+LAG = "kafkaguard_store_lag_seconds"
+
+
+def _rfc3339(text: str) -> float:
+    """Prometheus's timestamps (nanoseconds, ``Z``) as epoch seconds."""
+    micro = re.sub(r"(\.\d{1,6})\d*", r"\1", text).replace("Z", "+00:00")
+    return datetime.fromisoformat(micro).timestamp()
+
+
+def test_the_dashboard_and_the_alert_rules_see_the_store_lag(
+    cluster: list[KafkaBroker], tmp_path: Path
+) -> None:
+    """Issue 35: deploy/'s store-lag panel and ``KafkaguardStoreLagging`` on a real
+    Prometheus scraping a proxy on the Kafka-topic store (tests/proxy/app/test_prometheus.py's
+    proxy has its ACLs in ZooKeeper, so no such series): the panel's query returns the store
+    topic's lag for this instance, the alert's expression without its threshold returns it by
+    (job, instance, topic), and the rule evaluates healthy and inactive (the store reads to
+    the end every second)."""
+    topic = unique_name("_kafkaguard-acls")
+    (panel,) = [
+        t["expr"]
+        for p in json.loads((DEPLOY / "grafana" / "kafkaguard.json").read_text("utf-8"))["panels"]
+        for t in p.get("targets", [])
+        if LAG in t["expr"]
+    ]
+    alerts = DEPLOY / "prometheus" / "alerts.yml"
+    (rule,) = [
+        r
+        for g in yaml.safe_load(alerts.read_text("utf-8"))["groups"]
+        for r in g["rules"]
+        if LAG in r["expr"]
+    ]
+    base = proxy_config(
+        HostPort("127.0.0.1", cluster[0].port),
+        broker_ports=BrokerPorts(free_base(sorted({b.node_id for b in cluster})), {}),
+        policy=kafka_policy(topic, frozenset()),
+    )
+    proxy = start_proxy_thread(dataclasses.replace(base, admin=AdminConfig(port=0)))
+    prometheus: PrometheusServer | None = None
+    try:
+        assert proxy.server.admin is not None
+        instance = f"127.0.0.1:{proxy.server.admin.port}"
+        prometheus = PrometheusServer(tmp_path / "prometheus", [instance], rule_files=[alerts])
+        prometheus.start()
+        deadline = time.monotonic() + 30
+        while not (series := prometheus.query(panel.replace("$instance", instance))):
+            assert time.monotonic() < deadline, f"no series for {panel}"
+            time.sleep(0.2)
+        assert [(s["metric"], 0 <= float(s["value"][1]) < 5) for s in series] == [
+            ({"instance": instance, "topic": topic}, True)
+        ]
+        (lag,) = prometheus.query(rule["expr"].rpartition(">")[0])
+        assert lag["metric"] == {"job": JOB, "instance": instance, "topic": topic}
+        scraped = float(lag["value"][0])
+        while True:  # until the rule has been evaluated on the scraped series
+            (evaluated,) = [
+                r for g in prometheus.api("rules")["groups"] for r in g["rules"]
+                if r["name"] == rule["alert"]
+            ]  # fmt: skip
+            if _rfc3339(evaluated["lastEvaluation"]) > scraped:
+                break
+            assert time.monotonic() < deadline, "the rule was never evaluated"
+            time.sleep(0.2)
+        assert (evaluated["health"], evaluated["state"]) == ("ok", "inactive"), evaluated
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        stop_proxy_thread(proxy)
 
 
 def test_kafka_acls_tool_through_one_proxy_is_enforced_by_the_other(
@@ -817,12 +894,28 @@ async def fail_over(
     return user_deleted
 
 
+def all_in_sync(cluster: list[KafkaBroker], topic: str, timeout_s: float = 60.0) -> None:
+    """Until every replica of ``topic`` is in sync. A broker stopped while another one,
+    restarted by an earlier test, is still catching up leaves fewer than min.insync.replicas in
+    the ISR, and an acks=all write then waits out its time-out: not what a test of one broker
+    down means."""
+    admin = AdminClient(connection(cluster))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        if partitions and all(sorted(p.isrs) == sorted(p.replicas) for p in partitions):
+            return
+        assert time.monotonic() < deadline, f"{topic}: {[(p.replicas, p.isrs) for p in partitions]}"
+        time.sleep(0.2)
+
+
 def test_failover_of_the_store_leader_loses_no_acknowledged_change(
     cluster: list[KafkaBroker],
 ) -> None:
     """Issue 35: while two stores (two proxies' views) write a stream of ACL creations and
     deletions, the leader of the store partition is killed (SIGKILL) and later restarted.
-    Afterwards both, and a third started fresh, hold exactly the acknowledged changes (a
+    Afterwards, once the restarted broker is back in both topics' ISR (waited for, bounded),
+    both, and a third started fresh, hold exactly the acknowledged changes (a
     write refused as "may or may not have been applied" leaves only its own binding
     unknown); at every moment no store holds a binding whose creation was refused outright
     or never tried; a SCRAM user deleted during the failover is gone from every store."""
@@ -850,6 +943,8 @@ def test_failover_of_the_store_leader_loses_no_acknowledged_change(
         leader = next(b for b in cluster if b.node_id == 2)
         assert await fail_over(stream, bindings, leader, users[1], "leaving")
         assert len(stream.acked) > 20, "too few changes were acknowledged to prove anything"
+        for topic in (acl_topic, user_topic):  # the restarted leader caught up: whole again
+            await asyncio.to_thread(all_in_sync, cluster, topic, 90.0)
         fresh, fresh_users = acl_store(), user_store()
         await fresh.start()
         await fresh_users.start()
@@ -865,28 +960,16 @@ def test_failover_of_the_store_leader_loses_no_acknowledged_change(
             await s.close()
 
     run(scenario)
-
-
-def all_in_sync(cluster: list[KafkaBroker], topic: str, timeout_s: float = 60.0) -> None:
-    """Until every replica of ``topic`` is in sync. A broker stopped while another one,
-    restarted by an earlier test, is still catching up leaves fewer than min.insync.replicas in
-    the ISR, and an acks=all write then waits out its time-out: not what a test of one broker
-    down means."""
-    admin = AdminClient(connection(cluster))
-    deadline = time.monotonic() + timeout_s
-    while True:
-        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
-        if partitions and all(sorted(p.isrs) == sorted(p.replicas) for p in partitions):
-            return
-        assert time.monotonic() < deadline, f"{topic}: {[(p.replicas, p.isrs) for p in partitions]}"
-        time.sleep(0.2)
+    (restarted,) = [b for b in cluster if b.node_id == 2]
+    assert restarted.proc is not None
+    with pytest.raises(subprocess.TimeoutExpired):  # it outlives the test's event loop
+        restarted.proc.wait(2)
 
 
 @pytest.fixture
 def own_cluster(tmp_path: Path) -> Iterator[list[KafkaBroker]]:
-    """A three-broker cluster of the test's own: the module's has been through the failover
-    test (a leader killed and restarted), after which a restarted follower may not rejoin the
-    ISR of a new topic for longer than a test waits."""
+    """A three-broker cluster of the test's own: it stops every broker, which the module's
+    other tests must not see."""
     require_kafka()
     brokers = start_kafka_cluster(tmp_path / "cluster")
     try:

@@ -7,7 +7,8 @@ classpath, which is cached under ``~/.cache/kafkaguard/`` keyed by version and a
 process (combined broker + controller, static voter) started with ``java -cp ... kafka.Kafka``
 after ``kafka.tools.StorageTool format``, on loopback ports below the ephemeral range, with its
 output in ``<log_dir>/server.log``. It is stopped by PID (SIGTERM, then SIGKILL after a bound);
-on Linux it also gets PDEATHSIG so a killed test run cannot leave a JVM behind.
+on Linux it also gets PDEATHSIG (tied to one launcher thread that lives as long as the test
+process) so a killed test run cannot leave a JVM behind.
 
 Referee security: every listener, the controller one included, is SASL_PLAINTEXT/PLAIN and the
 broker authenticates to itself as ``User:admin``, the only super user. That keeps
@@ -29,14 +30,17 @@ import base64
 import ctypes
 import hashlib
 import os
+import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,6 +197,37 @@ def _die_with_parent() -> None:
     interrupted or killed test run leaves no broker behind."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+_Start = Callable[[], "subprocess.Popen[bytes]"]
+_LAUNCHES: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], _Start]] = queue.SimpleQueue()
+_LAUNCHER_LOCK = threading.Lock()
+_launcher: threading.Thread | None = None
+
+
+def _launch_loop() -> None:
+    while True:
+        future, start = _LAUNCHES.get()
+        try:
+            future.set_result(start())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            future.set_exception(exc)
+
+
+def _popen_in_launcher(start: _Start) -> subprocess.Popen[bytes]:
+    """``start()`` (a ``Popen`` with :func:`_die_with_parent`) run on one daemon thread that
+    lives as long as the test process. PR_SET_PDEATHSIG fires when the *thread* that forked
+    the child exits (prctl(2)): a broker restarted through ``asyncio.to_thread`` was killed
+    as soon as ``asyncio.run`` shut its executor's threads down, at the end of the test that
+    restarted it (issue 35's failover test left the module's cluster one broker short)."""
+    global _launcher
+    with _LAUNCHER_LOCK:
+        if _launcher is None or not _launcher.is_alive():
+            _launcher = threading.Thread(target=_launch_loop, name="kafka-launcher", daemon=True)
+            _launcher.start()
+    future: Future[subprocess.Popen[bytes]] = Future()
+    _LAUNCHES.put((future, start))
+    return future.result()
 
 
 @dataclass
@@ -375,8 +410,8 @@ def start_kafka(
     extra_props: dict[str, str] | None = None,
 ) -> KafkaBroker:
     """Format storage and start one broker; raises :class:`KafkaUnavailable` without Java/jars
-    and ``RuntimeError`` (with the log tail) when it does not come up. Call it from a thread
-    that outlives the broker (PDEATHSIG follows the starting thread, not the process)."""
+    and ``RuntimeError`` (with the log tail) when it does not come up. From any thread: the
+    JVM is forked by one that lives as long as the process (:func:`_popen_in_launcher`)."""
     if flavour not in ("upstream", "referee"):
         raise ValueError(f"flavour must be 'upstream' or 'referee', not {flavour!r}")
     port, controller_port = free_port(), free_port()
@@ -456,17 +491,19 @@ def _run_node(broker: KafkaBroker, java: list[str]) -> None:
     """Start the JVM of a formatted node; returns once it answers Metadata listing itself."""
     log = open(broker.log_dir / "server.log", "ab")  # noqa: SIM115 - the child owns it from here
     try:
-        proc = subprocess.Popen(
-            [
-                *java,
-                f"-Dkafka.logs.dir={broker.log_dir}",
-                "kafka.Kafka",
-                str(broker.log_dir / "server.properties"),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+        proc = _popen_in_launcher(
+            lambda: subprocess.Popen(
+                [
+                    *java,
+                    f"-Dkafka.logs.dir={broker.log_dir}",
+                    "kafka.Kafka",
+                    str(broker.log_dir / "server.properties"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
         )
     finally:
         log.close()
