@@ -38,6 +38,7 @@ SELECTED_FILES: Final = (
     "tests/policy/test_standard_authorizer.py",  # StandardAuthorizer.authorize, Kafka's cases
     "tests/policy/test_acl_index_properties.py",  # the ACL index against a reference model
     "tests/policy/test_authorizer_properties.py",  # the authorizer against Kafka's rules
+    "tests/policy/test_internal_topics.py",  # InternalTopicGuard, the rule asked first
 )
 """The compiled authorizer modules' own tests, outside the directories."""
 
