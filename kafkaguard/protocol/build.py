@@ -27,7 +27,8 @@ COMPILED_MODULES: Final = (
     # and its counters, the decision (dispatch), the KIP-504 context, the handlers' contract,
     # the Produce and Fetch handlers' two phases and what they call per request, and the
     # authorizer's allow path down to the ACL index lookup, and the internal-topics rule every
-    # question passes first (policy/internal_topics.InternalTopicGuard, issue 26).
+    # question passes first (policy/internal_topics.InternalTopicGuard, issue 26); the
+    # connection's Session, whose request_context builds every request's KIP-504 context.
     "kafkaguard.proxy.core.commands",
     "kafkaguard.proxy.core.context",
     "kafkaguard.proxy.core.dispatch",
@@ -39,6 +40,7 @@ COMPILED_MODULES: Final = (
     "kafkaguard.proxy.handlers.support.authz",
     "kafkaguard.proxy.handlers.support.base",
     "kafkaguard.proxy.handlers.support.questions",
+    "kafkaguard.proxy.session",
     "kafkaguard.policy.acl_index",
     "kafkaguard.policy.internal_topics",
     "kafkaguard.policy.standard",
