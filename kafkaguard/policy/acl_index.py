@@ -76,7 +76,7 @@ import ipaddress
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kafkaguard.policy.model import (
     WILDCARD_HOST,
@@ -573,9 +573,18 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
     return allow
 
 
+def drop_oldest(cache: dict[Any, Any]) -> None:
+    """Remove ``cache``'s first entry (insertion order: the oldest, or the least recently used
+    where a hit moves its entry to the end). A concurrent caller may have emptied or changed
+    the dict meanwhile: there is nothing left to drop then."""
+    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+        del cache[next(iter(cache))]
+
+
 _SUBJECT_VIEWS_MAX = 10_000
-"""Subjects (a principal and its groups) whose merged view a type's index keeps; when full it
-starts again (a view is rebuilt from the principals' own views on the next request)."""
+"""Subjects (a principal and its groups) whose merged view a type's index keeps; when full the
+least recently used is dropped (its view is rebuilt from the principals' own views at that
+subject's next request), so the active subjects keep theirs (issue 37)."""
 Subject = tuple[PrincipalKey | None, tuple[PrincipalKey, ...]]
 
 
@@ -625,10 +634,14 @@ class _TypeIndex:
         apart, as for a principal alone), the principal's first in each bucket: derived from
         the immutable views only, so a concurrent first use computes the same value."""
         subject = (pkey, groups)
-        try:
-            return self.subjects[subject]
+        subjects = self.subjects
+        try:  # moved to the end: the dict's order is the order of last use
+            view = subjects.pop(subject)
         except KeyError:
             pass
+        else:
+            subjects[subject] = view
+            return view
         views = [
             view
             for key in (pkey, *groups)
@@ -639,9 +652,9 @@ class _TypeIndex:
         merged = views[0] if len(views) == 1 else None
         if len(views) > 1:
             merged = _View([entry for view in views for entry in view.entries])
-        if len(self.subjects) >= _SUBJECT_VIEWS_MAX:
-            self.subjects = {}
-        self.subjects[subject] = merged
+        if len(subjects) >= _SUBJECT_VIEWS_MAX:
+            drop_oldest(subjects)  # the least recently used
+        subjects[subject] = merged
         return merged
 
     def applies(self, name: str) -> bool:
