@@ -76,7 +76,7 @@ import ipaddress
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kafkaguard.policy.model import (
     WILDCARD_HOST,
@@ -573,14 +573,6 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
     return allow
 
 
-def drop_oldest(cache: dict[Any, Any]) -> None:
-    """Remove ``cache``'s first entry (insertion order: the oldest, or the least recently used
-    where a hit moves its entry to the end). A concurrent caller may have emptied or changed
-    the dict meanwhile: there is nothing left to drop then."""
-    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
-        del cache[next(iter(cache))]
-
-
 _SUBJECT_VIEWS_MAX = 10_000
 """Subjects (a principal and its groups) whose merged view a type's index keeps; when full the
 least recently used is dropped (its view is rebuilt from the principals' own views at that
@@ -653,7 +645,9 @@ class _TypeIndex:
         if len(views) > 1:
             merged = _View([entry for view in views for entry in view.entries])
         if len(subjects) >= _SUBJECT_VIEWS_MAX:
-            drop_oldest(subjects)  # the least recently used
+            # The least recently used; a concurrent caller may have dropped it already.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del subjects[next(iter(subjects))]
         subjects[subject] = merged
         return merged
 

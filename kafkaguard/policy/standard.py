@@ -34,7 +34,6 @@ from kafkaguard.policy.acl_index import (
     AclIndex,
     AclMatch,
     Entry,
-    drop_oldest,
     principal_key,
 )
 from kafkaguard.policy.audit_log import (
@@ -63,7 +62,6 @@ from kafkaguard.policy.model import (
     AclBindingFilter,
     AclOperation,
     InvalidAclBindingError,
-    KafkaPrincipal,
     PatternType,
     ResourcePattern,
     ResourceType,
@@ -77,9 +75,6 @@ _ALLOW_ACL = AclMatch.ALLOW_ACL
 _DENY_ACL = AclMatch.DENY_ACL
 _NO_ACL = AclMatch.NO_ACL
 _FULL_REBUILD_RATIO = 0.05  # above 5% changed, rebuilding beats patching buckets
-_GROUP_KEYS_MAX = 4096
-"""Connections' group tuples whose keys :meth:`StandardAuthorizer._group_keys` keeps (issue 37):
-past it the oldest is dropped, its keys made again at that connection's next request."""
 DecisionListener = Callable[[DecisionEvent], None]
 
 
@@ -118,8 +113,6 @@ class StandardAuthorizer:
         self._policies = _Policies(self.config)
         self._load_task: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
-        self._gkeys: dict[int, tuple[tuple[KafkaPrincipal, ...], tuple[str, ...]]] = {}
-        """:meth:`_group_keys`' cache, by the identity of a context's groups tuple."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -231,7 +224,7 @@ class StandardAuthorizer:
         index = self._index
         principal = context.principal  # principal_key(), inlined
         pkey = None if ":" in principal.principal_type else principal.text
-        gkeys = self._group_keys(groups) if groups else ()
+        gkeys = tuple(g.text for g in groups) if groups else ()
         host, address = context.host, context.client_address
         # "Does any ACL apply at all?" only changes a decision under allow.everyone, and only
         # a decision listener reports it otherwise (the audit line does not).
@@ -270,22 +263,6 @@ class StandardAuthorizer:
             if listener is not None or enabled(level):
                 self._record(context, action, result, reason, entry, listener, verdict)
         return results
-
-    def _group_keys(self, groups: tuple[KafkaPrincipal, ...]) -> tuple[str, ...]:
-        """The index keys of a context's groups (their ``toString()``), made once per groups
-        tuple: a session holds one tuple between (re)authentications and groups file changes
-        (kafkaguard/proxy/session.py), so its requests share the keys instead of making them
-        per request (issue 37). Keyed by identity: the entry holds the tuple, so its id is not
-        reused while the entry lives; a different tuple of equal groups gets its own entry."""
-        cache = self._gkeys
-        hit = cache.get(id(groups))
-        if hit is not None and hit[0] is groups:
-            return hit[1]
-        keys = tuple(g.text for g in groups)
-        if len(cache) >= _GROUP_KEYS_MAX:
-            drop_oldest(cache)
-        cache[id(groups)] = (groups, keys)
-        return keys
 
     @staticmethod
     def _record(

@@ -202,20 +202,6 @@ def test_decisions_over_a_subject_equal_the_set_rule_over_all_its_principals(see
                     )
 
 
-def test_a_connections_groups_decide_alike_once_their_keys_were_dropped_and_made_again() -> None:
-    """The group keys are kept per groups tuple, a bounded number of them (issue 37): after
-    more connections than that, the first one's keys are made again, and decide as before; an
-    equal tuple of other objects decides as the first."""
-    auth = authorizer([acl("Group:eng", Op.WRITE), acl("Group:ops", Op.WRITE, DENY)])
-    first = ctx("User:alice", groups=("eng",))
-    assert allowed(auth, first, Op.WRITE)
-    for n in range(5000):  # more connections than the keys kept, each its own groups tuple
-        assert not allowed(auth, ctx(f"User:u{n}", groups=("ops", f"team-{n}")), Op.WRITE)
-    assert allowed(auth, first, Op.WRITE)
-    assert allowed(auth, ctx("User:alice", groups=("eng",)), Op.WRITE)
-    assert not allowed(auth, ctx("User:alice", groups=("ops",)), Op.WRITE)
-
-
 def test_a_super_user_group_is_still_found_with_the_principal_not_one() -> None:
     """The groups are walked for ``super_users`` only when it names anyone: it must still find a
     group when it names one, and no group makes a super user when it names none."""
