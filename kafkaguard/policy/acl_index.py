@@ -574,8 +574,10 @@ def _find(  # noqa: C901 - hot path, the literal/prefix/'*' scans inlined on pur
 
 
 _SUBJECT_VIEWS_MAX = 10_000
-"""Subjects (a principal and its groups) whose merged view a type's index keeps; when full it
-starts again (a view is rebuilt from the principals' own views on the next request)."""
+"""Subjects (a principal and its groups) whose merged view a type's index keeps; when full the
+oldest is dropped (its view is rebuilt from the principals' own views at that subject's next
+request), one per new subject, so the others keep theirs (issue 37). Oldest, not least
+recently used: a hit costs one lookup, no reordering."""
 Subject = tuple[PrincipalKey | None, tuple[PrincipalKey, ...]]
 
 
@@ -625,8 +627,9 @@ class _TypeIndex:
         apart, as for a principal alone), the principal's first in each bucket: derived from
         the immutable views only, so a concurrent first use computes the same value."""
         subject = (pkey, groups)
+        subjects = self.subjects
         try:
-            return self.subjects[subject]
+            return subjects[subject]
         except KeyError:
             pass
         views = [
@@ -639,9 +642,12 @@ class _TypeIndex:
         merged = views[0] if len(views) == 1 else None
         if len(views) > 1:
             merged = _View([entry for view in views for entry in view.entries])
-        if len(self.subjects) >= _SUBJECT_VIEWS_MAX:
-            self.subjects = {}
-        self.subjects[subject] = merged
+        if len(subjects) >= _SUBJECT_VIEWS_MAX:
+            # The oldest made (a dict keeps insertion order); a concurrent caller may have
+            # dropped it already.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del subjects[next(iter(subjects))]
+        subjects[subject] = merged
         return merged
 
     def applies(self, name: str) -> bool:

@@ -210,8 +210,10 @@ class StandardAuthorizer:
         listener = self.decision_listener
         groups = context.groups
         super_users = policy.super_users
+        # Kafka's super.users check (AclAuthorizer.isSuperUser) for the principal, then for each
+        # group; with no super user at all (the usual case) the groups are not walked.
         if context.principal.text in super_users or (
-            groups and any(g.text in super_users for g in groups)
+            groups and super_users and any(g.text in super_users for g in groups)
         ):
             for action in actions:
                 check_literal(action)

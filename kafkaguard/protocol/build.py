@@ -26,7 +26,9 @@ COMPILED_MODULES: Final = (
     # The allowed path above it, compiled with it as one unit (issue 39, item 3): the exchange
     # and its counters, the decision (dispatch), the KIP-504 context, the handlers' contract,
     # the Produce and Fetch handlers' two phases and what they call per request, and the
-    # authorizer's allow path down to the ACL index lookup.
+    # authorizer's allow path down to the ACL index lookup, and the internal-topics rule every
+    # question passes first (policy/internal_topics.InternalTopicGuard, issue 26); the
+    # connection's Session, whose request_context builds every request's KIP-504 context.
     "kafkaguard.proxy.core.commands",
     "kafkaguard.proxy.core.context",
     "kafkaguard.proxy.core.dispatch",
@@ -38,7 +40,9 @@ COMPILED_MODULES: Final = (
     "kafkaguard.proxy.handlers.support.authz",
     "kafkaguard.proxy.handlers.support.base",
     "kafkaguard.proxy.handlers.support.questions",
+    "kafkaguard.proxy.session",
     "kafkaguard.policy.acl_index",
+    "kafkaguard.policy.internal_topics",
     "kafkaguard.policy.standard",
 )
 """Modules compiled by mypyc, by full name: the allowed Produce and Fetch path from the bytes

@@ -200,3 +200,13 @@ def test_decisions_over_a_subject_equal_the_set_rule_over_all_its_principals(see
                         op,
                         name,
                     )
+
+
+def test_a_super_user_group_is_still_found_with_the_principal_not_one() -> None:
+    """The groups are walked for ``super_users`` only when it names anyone: it must still find a
+    group when it names one, and no group makes a super user when it names none."""
+    named = authorizer([], super_users="User:root;Group:admins")
+    assert allowed(named, ctx("User:alice", groups=("staff", "admins")), Op.ALTER)
+    assert not allowed(named, ctx("User:alice", groups=("staff",)), Op.ALTER)
+    nobody = authorizer([])
+    assert not allowed(nobody, ctx("User:alice", groups=("admins",)), Op.ALTER)

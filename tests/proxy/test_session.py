@@ -34,6 +34,33 @@ def test_request_context_carries_java_host_text(peer: tuple[object, ...], host: 
     assert (context.api_key, context.correlation_id, context.client_id) == (3, 7, "client")
 
 
+def test_the_context_is_the_keyword_constructors_field_for_field() -> None:
+    """``request_context`` builds the named tuple positionally (one ``tuple.__new__``): every
+    field must land where ``RequestContext``'s keyword constructor puts it."""
+    alice, team = KafkaPrincipal("User", "alice"), KafkaPrincipal("Group", "team")
+    session = Session(
+        "SECURE",
+        SecurityProtocol.SASL_SSL,
+        peer_address(("10.0.0.7", 5000)),
+        principal=alice,
+        groups=(team,),
+    )
+    context = session.request_context(RequestHeaderInfo(1, 16, 42, "app", 0))
+    assert type(context) is RequestContext
+    assert context == RequestContext(
+        listener_name="SECURE",
+        security_protocol=SecurityProtocol.SASL_SSL,
+        principal=alice,
+        client_address=ipaddress.ip_address("10.0.0.7"),
+        api_key=1,
+        api_version=16,
+        client_id="app",
+        correlation_id=42,
+        host="10.0.0.7",
+        groups=(team,),
+    )
+
+
 def test_a_null_client_id_reaches_the_authorizer_and_the_audit_empty() -> None:
     """``RequestHeader.parse`` reads a null client id as "": so does the KIP-504 context (the
     audit's decisions carry the context's client id)."""

@@ -37,7 +37,10 @@ SELECTED_DIRECTORIES: Final = (
 SELECTED_FILES: Final = (
     "tests/policy/test_standard_authorizer.py",  # StandardAuthorizer.authorize, Kafka's cases
     "tests/policy/test_acl_index_properties.py",  # the ACL index against a reference model
+    "tests/policy/test_acl_index.py",  # its merged views per subject (issue 37)
     "tests/policy/test_authorizer_properties.py",  # the authorizer against Kafka's rules
+    "tests/policy/test_internal_topics.py",  # InternalTopicGuard, the rule asked first
+    "tests/proxy/test_session.py",  # Session.request_context, the KIP-504 context per request
 )
 """The compiled authorizer modules' own tests, outside the directories."""
 
