@@ -27,8 +27,9 @@ PACKAGE = ROOT / "kafkaguard" / "protocol"
 
 
 def _load_build() -> Any:
-    """``kafkaguard/protocol/build.py``, loaded from its file alone: the package's
-    dependencies are not in the build environment."""
+    """``kafkaguard/protocol/build.py``, loaded from its file alone: kafkaguard itself is not
+    installed in the build environment (only what mypy reads to type it: pyproject.toml's
+    ``[build-system] requires``)."""
     spec = importlib.util.spec_from_file_location("_kafkaguard_build", PACKAGE / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

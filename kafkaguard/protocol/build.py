@@ -1,7 +1,7 @@
 """What the build of the compiled modules and the import that chooses them share (``setup.py``
 loads this file alone, without the package; :mod:`kafkaguard.protocol` imports it): which
 modules are compiled, and the digest of their sources by which an import recognises a stale
-build. No kafkaguard import here: the build environment has only setuptools and mypy.
+build. No kafkaguard import here: kafkaguard itself is not installed in the build environment.
 
 Run as a script (``python kafkaguard/protocol/build.py``), it prints the sources it compiles,
 one a line, relative to the repository: ``./dev``'s install stamp hashes them, so an edited
