@@ -72,7 +72,7 @@ def test_the_first_demo_says_what_it_installs_before_each_step(checkout: Path) -
         "dev: upgrading pip in .venv",
         "stub: python -m pip install --quiet --upgrade pip",
         "dev: installing kafkaguard[demo] and its dependencies into .venv (pip install -e; the "
-        "first time takes about a minute: mypyc compiles the protocol modules)",
+        "first time takes a few minutes: mypyc compiles the allowed path)",
         "stub: python -m pip install --quiet -e .[demo]",
         "dev: .venv is ready (kafkaguard[demo])",
         "dev: installing Java 17 (openjdk-17-jre-headless, apt-get) for kafkaguard analyze",
