@@ -8,7 +8,8 @@ docs/design.md#decode-to-decide-forward-the-original-bytes).
 Theory of operation (h11's ``ReceiveBuffer``, specialised):
 
 * ``feed(data)`` returns every frame completed by ``data``, as zero-copy ``memoryview`` slices
-  of ``data`` itself (``bytes`` from the transport: immutable, so the views stay valid). A
+  of ``data`` itself (``bytes`` from the transport: immutable, so the views stay valid), or
+  ``data`` itself when it is exactly one frame (most reads: a client waits for each answer). A
   frame spanning several reads is kept as the list of chunks received and joined once, when
   its last byte arrives, from exactly its own bytes: one copy per such frame, and none of the
   frames that follow it in the same read (measured: growing and slicing a bytearray cost ~3 ms
@@ -78,9 +79,15 @@ class FrameBuffer:
         """Absorb ``data`` (immutable, bytes or a view of bytes: frames may be views of it);
         return the frames it completes, each with its size prefix. A view is what the exchange
         passes after the end of a streamed response (the compiled module checks the type)."""
+        end = len(data)
+        if not self._chunks and end >= 4:
+            size = _int32(data, 0)
+            if size == end - 4:  # one whole frame, the common read: itself, no view
+                self._check(size)
+                self._need = 0
+                return [data]
         frames: list[Frame] = []
         view = memoryview(data)
-        end = len(data)
         pos = 0
         if self._chunks:  # complete the pending frame: only its own bytes are joined
             if self._need <= 4:  # its size prefix itself spans reads
@@ -104,7 +111,7 @@ class FrameBuffer:
             pos = missing
         need = 0
         while end - pos >= 4:
-            size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
+            size = _int32(data, pos)
             self._check(size)
             if end - pos - 4 < size:
                 need = 4 + size
@@ -118,6 +125,17 @@ class FrameBuffer:
         else:
             self._need = 0
         return frames
+
+
+def _int32(data: bytes | memoryview, pos: int) -> int:
+    """The big-endian ``int32`` at ``pos`` (4 bytes there). From ``bytes`` by index, which the
+    compiled module reads natively; ``int.from_bytes`` of a slice looks up the method, parses
+    its keywords and copies the view (the largest leaf of the data path's frame handling in a
+    profile of the latency workload, bench/RESULTS.md, issue 39)."""
+    if isinstance(data, bytes):
+        value = data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
+        return value - 0x100000000 if value & 0x80000000 else value
+    return int.from_bytes(data[pos : pos + 4], "big", signed=True)
 
 
 def frame(payload: bytes) -> bytes:

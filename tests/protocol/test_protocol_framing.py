@@ -50,9 +50,12 @@ def test_trailing_partial_frame_is_held_and_completed_frames_are_copied() -> Non
     assert isinstance(got[0], bytes)
     assert isinstance(got[1], memoryview) and got[1].obj is chunk
     assert buf.pending_bytes == 0
-    # The next chunk starts clean: zero-copy again.
+    # The next chunk starts clean: zero-copy again, and a read that is exactly one frame is
+    # handed out as itself.
     again = buf.feed(first)
-    assert isinstance(again[0], memoryview)
+    assert again == [first] and again[0] is first
+    view = memoryview(first + first)[len(first) :]
+    assert buf.feed(view)[0] is view
 
 
 def test_frames_from_the_pending_path_survive_later_feeds() -> None:
