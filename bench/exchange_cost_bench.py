@@ -231,7 +231,7 @@ def _framing(p: Path_) -> Callable[[], None]:
 
 
 def _header(p: Path_) -> Callable[[], None]:
-    request, response = memoryview(p.request), memoryview(p.response)
+    request, response = p.request, p.response  # a read of one frame is the frame (framing.py)
 
     def step() -> None:
         peek_request_header(request)
@@ -242,7 +242,7 @@ def _header(p: Path_) -> Callable[[], None]:
 
 def _decide(p: Path_) -> Callable[[], None]:
     """Registry, version gate, read_request, handler, authorization: ``handle_request``."""
-    header, frame, ctx = p.header, memoryview(p.request), p.context
+    header, frame, ctx = p.header, p.request, p.context
 
     def step() -> None:
         ctx._context_header = None
@@ -252,7 +252,7 @@ def _decide(p: Path_) -> Callable[[], None]:
 
 
 def _read_request(p: Path_) -> Callable[[], None]:
-    header, frame, read = p.header, memoryview(p.request), p.handler.read_request
+    header, frame, read = p.header, p.request, p.handler.read_request
 
     def step() -> None:
         read(header, frame)
@@ -263,7 +263,7 @@ def _read_request(p: Path_) -> Callable[[], None]:
 def _handler(p: Path_) -> Callable[[], None]:
     """The handler's decision, authorization included (``on_request``, and for a two-phase
     handler the one ``authorize`` call and ``on_authorized``), without the topic-id walk."""
-    frame = memoryview(p.request)
+    frame = p.request
     request = Request(p.header, frame, p.handler.read_request(p.header, frame))
     handler, ctx = p.handler, p.context
 
@@ -277,7 +277,7 @@ def _handler(p: Path_) -> Callable[[], None]:
 def _authorize(p: Path_) -> Callable[[], None]:
     """One ``ctx.authorize`` of the request's one action: the KIP-504 context built, the
     authorizer's index walked (no decision listener: audit off, the default)."""
-    frame = memoryview(p.request)
+    frame = p.request
     request = Request(p.header, frame, None)
     operation = AclOperation.WRITE if p.header.api_key == 0 else AclOperation.READ
     actions = [Action(operation, topic(TOPIC), 1, True, True)]
@@ -329,7 +329,7 @@ def _request_context(p: Path_) -> Callable[[], None]:
 def _apply(p: Path_) -> Callable[[], None]:
     """``Exchange._apply`` of the allowed verdict (its in-flight slot included) and the
     slot's release."""
-    frame = memoryview(p.request)
+    frame = p.request
     request = Request(p.header, frame, p.handler.read_request(p.header, frame))
     verdict = _verdict(p.handler, request, p.context)
     apply, header, inflight = p.exchange._apply, p.header, p.exchange._inflight
@@ -379,8 +379,8 @@ def _stats(p: Path_) -> Callable[[], None]:
 
 def _response_transform(p: Path_) -> Callable[[], None]:
     """The response's rewrite on its raw bytes (the ``node_endpoints`` tail walk)."""
-    frame = memoryview(p.response)
-    request = Request(p.header, frame, p.handler.read_request(p.header, memoryview(p.request)))
+    frame = p.response
+    request = Request(p.header, frame, p.handler.read_request(p.header, p.request))
     transform = _verdict(p.handler, request, p.context).transform  # type: ignore[union-attr]
     assert transform is not None
 

@@ -21,6 +21,7 @@ Theory of operation (h11's ``ReceiveBuffer``, specialised):
 
 from __future__ import annotations
 
+import struct
 from typing import Final
 
 from kafkaguard.protocol.errors import FrameTooLarge, MalformedFrame
@@ -29,6 +30,8 @@ DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
 """Kafka's ``socket.request.max.bytes`` default (104857600)."""
 
 Frame = bytes | memoryview
+_INT32: Final = struct.Struct(">i")
+_INT16: Final = struct.Struct(">h")
 
 
 class FrameBuffer:
@@ -81,7 +84,7 @@ class FrameBuffer:
         passes after the end of a streamed response (the compiled module checks the type)."""
         end = len(data)
         if not self._chunks and end >= 4:
-            size = _int32(data, 0)
+            size = int32_at(data, 0)
             if size == end - 4:  # one whole frame, the common read: itself, no view
                 self._check(size)
                 self._need = 0
@@ -111,7 +114,7 @@ class FrameBuffer:
             pos = missing
         need = 0
         while end - pos >= 4:
-            size = _int32(data, pos)
+            size = int32_at(data, pos)
             self._check(size)
             if end - pos - 4 < size:
                 need = 4 + size
@@ -127,15 +130,24 @@ class FrameBuffer:
         return frames
 
 
-def _int32(data: bytes | memoryview, pos: int) -> int:
-    """The big-endian ``int32`` at ``pos`` (4 bytes there). From ``bytes`` by index, which the
-    compiled module reads natively; ``int.from_bytes`` of a slice looks up the method, parses
-    its keywords and copies the view (the largest leaf of the data path's frame handling in a
-    profile of the latency workload, bench/RESULTS.md, issue 39)."""
+def int32_at(data: bytes | memoryview, pos: int) -> int:
+    """The big-endian ``int32`` at ``pos`` (the caller checked the 4 bytes are there). From
+    ``bytes`` by index, which the compiled module reads natively (``int.from_bytes`` of a
+    slice looks the method up, parses its keywords and copies the view: the largest leaf of
+    the frame handling in a profile of the latency workload, bench/RESULTS.md, issue 39); from
+    a view (a frame of a read holding several) without a copy."""
     if isinstance(data, bytes):
         value = data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
         return value - 0x100000000 if value & 0x80000000 else value
-    return int.from_bytes(data[pos : pos + 4], "big", signed=True)
+    return int(_INT32.unpack_from(data, pos)[0])
+
+
+def int16_at(data: bytes | memoryview, pos: int) -> int:
+    """The big-endian ``int16`` at ``pos`` (the 2 bytes are there), as :func:`int32_at`."""
+    if isinstance(data, bytes):
+        value = data[pos] << 8 | data[pos + 1]
+        return value - 0x10000 if value & 0x8000 else value
+    return int(_INT16.unpack_from(data, pos)[0])
 
 
 def frame(payload: bytes) -> bytes:

@@ -14,14 +14,11 @@ string the broker sees.
 
 from __future__ import annotations
 
-import struct
 from typing import Final
 
 from kafkaguard.protocol.errors import MalformedFrame
+from kafkaguard.protocol.framing import int16_at, int32_at
 from kafkaguard.protocol.strings import read_string
-
-_FIXED = struct.Struct(">ihhi")  # size, api key, api version, correlation id
-_INT16 = struct.Struct(">h")
 
 
 class RequestHeaderInfo:
@@ -86,11 +83,13 @@ def peek_request_header(frame: bytes | memoryview) -> RequestHeaderInfo:
     """
     if len(frame) < 12:
         raise MalformedFrame(f"request of {len(frame) - 4} bytes is shorter than a header")
-    _, api_key, api_version, correlation_id = _FIXED.unpack_from(frame, 0)
+    # int32 size, int16 api key, int16 api version, int32 correlation id
+    api_key, api_version = int16_at(frame, 4), int16_at(frame, 6)
+    correlation_id = int32_at(frame, 8)
     if len(frame) < 14:
         # Header v0 (no client id) only exists for ControlledShutdown v0, which is refused.
         return RequestHeaderInfo(api_key, api_version, correlation_id, "", 12)
-    (length,) = _INT16.unpack_from(frame, 12)
+    length = int16_at(frame, 12)
     if length < 0:
         # Any negative length is null (``readShort() < 0`` in ``RequestHeaderData``), and
         # ``RequestHeader.parse`` makes a null client id empty.
@@ -108,4 +107,4 @@ def peek_correlation_id(frame: bytes | memoryview) -> int:
     """The correlation id of a response frame (the first field of every response header)."""
     if len(frame) < 8:
         raise MalformedFrame("response is shorter than its correlation id")
-    return int.from_bytes(frame[4:8], "big", signed=True)
+    return int32_at(frame, 4)

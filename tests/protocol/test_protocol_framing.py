@@ -7,11 +7,31 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafkaguard.protocol.errors import FrameTooLarge, MalformedFrame
-from kafkaguard.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameBuffer, frame
+from kafkaguard.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameBuffer,
+    frame,
+    int16_at,
+    int32_at,
+)
 
 
 def _stream(payloads: list[bytes]) -> bytes:
     return b"".join(frame(p) for p in payloads)
+
+
+@given(st.binary(min_size=4, max_size=12), st.data())
+def test_integers_are_read_as_javas_signed_big_endian_from_bytes_and_views(
+    data: bytes, draw: st.DataObject
+) -> None:
+    """``ByteBuffer.getInt``/``getShort``: two's complement, big-endian; the bytes path (by
+    index) and the view path (struct) agree with ``int.from_bytes``."""
+    pos = draw.draw(st.integers(0, len(data) - 4))
+    for source in (data, memoryview(data)):
+        assert int32_at(source, pos) == int.from_bytes(data[pos : pos + 4], "big", signed=True)
+        assert int16_at(source, pos) == int.from_bytes(data[pos : pos + 2], "big", signed=True)
+    assert int32_at(b"\x80\x00\x00\x00", 0) == -(2**31)
+    assert int16_at(b"\x7f\xff", 0) == 2**15 - 1
 
 
 def test_default_limit_is_kafkas_socket_request_max_bytes() -> None:
