@@ -30,7 +30,7 @@ from kafkaguard.audit.spark.solver.proposal import (
     group_proposal,
     principal_roles,
 )
-from kafkaguard.audit.spark.trail.facts import to_facts
+from kafkaguard.audit.spark.trail.facts import host_ranks, to_facts
 from kafkaguard.policy.model import (
     WILDCARD_HOST,
     AccessControlEntry,
@@ -57,8 +57,9 @@ def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFram
 
     One ``HashAggregate`` (issue 36): Spark hashes only fixed-width aggregation buffers, and
     ``min`` of a string is not one, so the smallest client address is taken as the smallest
-    *rank* of it in the sorted distinct addresses (:func:`_host_ranks`, a small broadcast
-    table) and turned back into the address after the aggregation. With ``min(sample_host)``
+    *rank* of it in the sorted distinct addresses
+    (:func:`kafkaguard.audit.spark.trail.facts.host_ranks`, a small broadcast table) and
+    turned back into the address after the aggregation. With ``min(sample_host)``
     Spark planned a ``SortAggregate``, sorting every record on keys whose sort prefix
     (``User:...``) decides nothing.
     """
@@ -73,7 +74,7 @@ def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFram
         ((F.col("result") == "ALLOWED") & (F.coalesce(F.col("reason"), F.lit("")) != "SuperUser"))
         | F.col("would_deny")
     )
-    ranks = _host_ranks(proposable)
+    ranks = host_ranks(proposable)
     ranked = proposable.join(F.broadcast(ranks), "sample_host", "left")
     grants = ranked.groupBy(*GRANT_KEYS).agg(
         F.sum("count").alias("decisions"),
@@ -92,21 +93,6 @@ def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFram
         "first_seen",
         "last_seen",
     )
-
-
-def _host_ranks(rows: DataFrame) -> DataFrame:
-    """(sample_host, host_rank): the distinct client addresses of ``rows`` numbered in
-    Spark's string order (UTF-8 bytes, which is Python's code point order), so that the
-    smallest rank is ``min(sample_host)``. Client addresses are few (a fleet's hosts, not
-    its records): one narrow scan and a distinct, sorted and numbered on the driver."""
-    spark = rows.sparkSession
-    hosts = sorted(
-        r[0] for r in rows.select("sample_host").distinct().collect() if r[0] is not None
-    )
-    schema = StructType(
-        [StructField("sample_host", StringType(), False), StructField("host_rank", LongType())]
-    )
-    return spark.createDataFrame([(h, i) for i, h in enumerate(hosts)], schema)
 
 
 def sorted_grants(grants: DataFrame) -> DataFrame:
