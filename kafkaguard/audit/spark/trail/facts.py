@@ -598,11 +598,7 @@ def choose_facts(
         return None
     output = Path(location)
     hours = _hours(output)
-    days = (
-        sorted(d for d, stored in current_days(output, hours).items() if stored)
-        if daily
-        else []
-    )
+    days = sorted(d for d, stored in current_days(output, hours).items() if stored) if daily else []
     days = [d for d in days if _day_inside(d, window)]
     taken = set(days)
     stored_hours = sorted(

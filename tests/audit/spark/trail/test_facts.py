@@ -287,8 +287,10 @@ def test_daily_facts_are_read_for_whole_days_and_give_the_records_results(
 ) -> None:
     trail = _day_trail(tmp_path / "audit")
     lines = _compact(spark, trail)
-    assert lines[-2] == "hourly facts (for propose and report) of 27 hours written; 3 of them" \
+    assert (
+        lines[-2] == "hourly facts (for propose and report) of 27 hours written; 3 of them"
         " read from their records (facts above 50% of the records)"
+    )
     assert lines[-1] == DAILY_LINE
     stored = trail / "_compacted" / DAILY_DIR / f"date={DAY}"
     beside = {p.name for p in stored.iterdir() if ".parquet" not in p.name}
@@ -371,9 +373,7 @@ def test_the_jobs_name_and_use_daily_facts_with_the_records_results(
     assert found["records"][3] == []  # --json-only: no facts at all
 
 
-def test_a_day_with_an_hour_missing_has_no_daily_facts(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_a_day_with_an_hour_missing_has_no_daily_facts(spark: SparkSession, tmp_path: Path) -> None:
     trail = _day_trail(tmp_path / "audit", missing=7)
     lines = _compact(spark, trail)
     assert not any("daily facts" in line for line in lines)
