@@ -174,8 +174,8 @@ def test_the_jobs_run_on_it_and_the_hourly_facts_shrink_it(
     analyze(spark, "propose", *common, "--acl-file", str(with_facts))
     report = analyze(spark, "report", *common, "--html", str(tmp_path / "report.html"))
     assert current_days(compacted) == dict.fromkeys(sorted({h.date for h in stored}), True)
-    for facts in (FACTS_DIR, DAILY_DIR):  # the compacted records are read
-        shutil.rmtree(compacted / facts)
+    for tree in (FACTS_DIR, DAILY_DIR):  # the compacted records are read
+        shutil.rmtree(compacted / tree)
     analyze(spark, "propose", *common, "--acl-file", str(from_records))
     assert with_facts.read_text(encoding="utf-8") == from_records.read_text(encoding="utf-8")
     assert "User:svc-0001" in with_facts.read_text(encoding="utf-8")

@@ -450,9 +450,9 @@ def _day_input(
             compacted = Marker.read(output / hour.relative / MARKER)
             finer[hour.date] += compacted.records if compacted is not None else 0
         records = _hours_of(spark, COMPACTED_SCHEMA, output, from_records)
-        for hour, found in _members_per_hour(records).items():
-            for principal, groups in found.items():
-                members[hour.date][principal].update(groups)
+        for hour, seen in _members_per_hour(records).items():
+            for principal, in_groups in seen.items():
+                members[hour.date][principal].update(in_groups)
         parts.append(to_facts(records))
     if not parts:
         return None
