@@ -49,8 +49,8 @@ GRANT_KEYS = ("principal", "host", "operation", "resource_type", "resource_name"
 
 def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFrame:
     """Distinct proposable accesses with their decision counts, from records or, unless
-    ``exact_hosts``, hourly facts (:mod:`kafkaguard.audit.spark.trail.facts`: they keep no client
-    address but the smallest); unordered (:func:`sorted_grants` for a table).
+    ``exact_hosts``, hourly or daily facts (:mod:`kafkaguard.audit.spark.trail.facts`: they
+    keep no client address but the smallest); unordered (:func:`sorted_grants` for a table).
 
     Columns: principal, host (``*`` unless ``exact_hosts``), operation, resource_type,
     resource_name, decisions, would_deny, deny_acl (bool), sample_host, first_seen, last_seen.
@@ -108,7 +108,7 @@ def _grant_order(row: dict[str, Any]) -> tuple[tuple[bool, str], ...]:
 
 def enforced_refusals(events: DataFrame) -> DataFrame:
     """Distinct (principal, operation, resource) an enforcing listener refused (from records
-    or hourly facts)."""
+    or hourly or daily facts)."""
     return (
         to_facts(events)
         .where((F.col("result") == "DENIED") & ~F.col("would_deny"))
