@@ -46,9 +46,11 @@ round checks that DuckDB's rows equal Spark's.
 
 ``--cold`` (issue 29) runs every job as users run it instead: each a fresh ``kafkaguard
 analyze`` process (``python -m kafkaguard analyze ...``), cold JVM included: ``compact``
-(records and hourly facts), then ``propose``, ``report --html``, ``unused`` and ``whatif`` on
-the compacted trail with the hourly facts, then ``propose`` and ``report`` again without them
-(the facts directory removed: the compacted records are read). Wall time from the process's
+(records, hourly and daily facts), then ``propose``, ``report --html``, ``unused`` and
+``whatif`` on the compacted trail with the facts (each job's ``facts:`` line shown: what it
+read from daily facts, hourly facts and records), then ``propose`` and ``report`` again
+without them (both facts directories removed: the compacted records are read; the ACL files
+and the report's totals compared). Wall time from the process's
 start to its exit; CPU seconds of its processes (on a shared machine the steadier figure);
 peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python), polled while it
 runs. ``--conf KEY=VALUE`` passes a Spark setting to every job (e.g. JVM options to
@@ -98,7 +100,7 @@ from kafkaguard.audit.spark.render.html import render  # noqa: E402
 from kafkaguard.audit.spark.runtime.output import write_tables  # noqa: E402
 from kafkaguard.audit.spark.runtime.session import build_session  # noqa: E402
 from kafkaguard.audit.spark.solver.proposal import render_acl_file  # noqa: E402
-from kafkaguard.audit.spark.trail.facts import FACT_KEYS  # noqa: E402
+from kafkaguard.audit.spark.trail.facts import DAILY_DIR, FACT_KEYS, FACTS_DIR  # noqa: E402
 from kafkaguard.audit.spark.trail.schema import EVENT_TIME, FIELD_NAMES  # noqa: E402
 from kafkaguard.audit.spark.trail.source import (  # noqa: E402
     TimeRange,
@@ -793,18 +795,27 @@ def cold(
     show("compact (records + facts)", compacting, rate=True)
     for line in compacting.printed:  # its summary: hours, records, the hours facts shrink
         print(f"  {line}")
+    decisions = {}
     for label, argv in (
         ("propose (facts)", ("propose", *common, "--acl-file", str(out / "p.yaml"))),
         ("report --html (facts)", ("report", *common, "--html", str(out / "r.html"))),
         ("unused", ("unused", *common, "--acls", str(acls))),
         ("whatif", ("whatif", *common, "--acls", str(acls))),
     ):
-        show(label, cold_job(*argv))
+        decisions[label] = _show_read(show, label, cold_job(*argv))
     with_facts = (out / "p.yaml").read_text(encoding="utf-8")
-    shutil.rmtree(compacted / "_facts")
-    show("propose (records)", cold_job("propose", *common, "--acl-file", str(out / "q.yaml")))
-    show("report --html (records)", cold_job("report", *common, "--html", str(out / "s.html")))
+    for facts in (FACTS_DIR, DAILY_DIR):  # the hourly and the daily facts
+        shutil.rmtree(compacted / facts, ignore_errors=True)
+    _show_read(
+        show, "propose (records)", cold_job("propose", *common, "--acl-file", str(out / "q.yaml"))
+    )
+    from_records = _show_read(
+        show,
+        "report --html (records)",
+        cold_job("report", *common, "--html", str(out / "s.html")),
+    )
     assert (out / "q.yaml").read_text(encoding="utf-8") == with_facts
+    assert from_records == decisions["report --html (facts)"], "report: facts != records"
     if connect:
         connect_jobs(common, out, show)
     if duck:
@@ -816,6 +827,16 @@ def cold(
             f"DuckDB on the raw JSON: grants {grants_s:.1f} s, cube + roll-ups {report_s:.1f} s "
             f"(CPU {cpu:.1f} s for both); load {os.getloadavg()[0]:.1f}"
         )
+
+
+def _show_read(show: Callable[[str, Cold], None], label: str, result: Cold) -> list[str]:
+    """Show a job's figures and what it says it read (its ``facts:`` line, if any); its
+    totals line (report's ``N decisions: ...``), to compare reads of the same window."""
+    show(label, result)
+    for line in result.printed:
+        if line.startswith("facts: "):
+            print(f"  {line}")
+    return [line for line in result.printed if " decisions: " in line]
 
 
 def connect_jobs(common: tuple[str, ...], out: Path, show: Callable[[str, Cold], None]) -> None:

@@ -25,7 +25,14 @@ from pyspark.sql import SparkSession
 
 from kafkaguard import cli
 from kafkaguard.audit.spark import main as analyze_main
-from kafkaguard.audit.spark.trail.facts import FACTS_DIR, FACTS_SCHEMA, current_facts, rows_per_hour
+from kafkaguard.audit.spark.trail.facts import (
+    DAILY_DIR,
+    FACTS_DIR,
+    FACTS_SCHEMA,
+    current_days,
+    current_facts,
+    rows_per_hour,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -166,7 +173,9 @@ def test_the_jobs_run_on_it_and_the_hourly_facts_shrink_it(
     with_facts, from_records = tmp_path / "facts.yaml", tmp_path / "records.yaml"
     analyze(spark, "propose", *common, "--acl-file", str(with_facts))
     report = analyze(spark, "report", *common, "--html", str(tmp_path / "report.html"))
-    shutil.rmtree(compacted / FACTS_DIR)  # the compacted records are read
+    assert current_days(compacted) == dict.fromkeys(sorted({h.date for h in stored}), True)
+    for tree in (FACTS_DIR, DAILY_DIR):  # the compacted records are read
+        shutil.rmtree(compacted / tree)
     analyze(spark, "propose", *common, "--acl-file", str(from_records))
     assert with_facts.read_text(encoding="utf-8") == from_records.read_text(encoding="utf-8")
     assert "User:svc-0001" in with_facts.read_text(encoding="utf-8")

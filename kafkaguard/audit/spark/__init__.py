@@ -16,7 +16,7 @@ be imported by the proxy. Laid out by role (issue 36), each an import layer
     what the jobs share to run: the common arguments, the session, caches, progress, result
     tables, the decision replay.
 ``trail/``
-    the audit trail itself: schema, reading a window, hour directories, hourly facts.
+    the audit trail itself: schema, reading a window, hour directories, hourly and daily facts.
 
 Only :mod:`.main` is imported eagerly (by ``kafkaguard.cli``); it, the jobs' command lines
 (``jobs/*/__init__.py``), :mod:`.runtime.command` and :mod:`.trail.hours` (``compact``'s

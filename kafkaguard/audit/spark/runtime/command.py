@@ -208,30 +208,38 @@ def read_options(args: argparse.Namespace) -> ReadOptions:
 
 @contextmanager
 def window_input(
-    session: LazySession, args: argparse.Namespace, *, facts: bool
+    session: LazySession, args: argparse.Namespace, *, facts: bool, daily: bool = True
 ) -> Iterator[tuple[SparkSession, DataFrame]]:
     """The session and the window's input of a windowed job, with its caches and progress.
 
     It names what is read and skipped on stderr (propose writes its ACL file to stdout), then
-    reads the window: with ``facts`` the hourly facts ``compact`` wrote where present and the
-    records elsewhere (:func:`kafkaguard.audit.spark.trail.facts.read_facts`: for a job that
-    only sums counts per hour), otherwise the records. What the job caches is released when
-    it ends (:mod:`kafkaguard.audit.spark.runtime.cache`); on a terminal each finished Spark
-    stage is a line (:mod:`kafkaguard.audit.spark.runtime.progress`).
+    reads the window: with ``facts`` the daily facts ``compact`` wrote for its whole days
+    (unless not ``daily``: a job that needs every hour), the hourly facts for the whole hours
+    of the others and the records elsewhere, and names them on stderr too
+    (:func:`kafkaguard.audit.spark.trail.facts.read_facts`: for a job that only sums counts),
+    otherwise the records. What the job caches is released when it ends
+    (:mod:`kafkaguard.audit.spark.runtime.cache`); on a terminal each finished Spark stage is
+    a line (:mod:`kafkaguard.audit.spark.runtime.progress`).
     """
     from kafkaguard.audit.spark.runtime.cache import job_caches
     from kafkaguard.audit.spark.runtime.progress import stage_progress
-    from kafkaguard.audit.spark.trail.facts import read_facts
+    from kafkaguard.audit.spark.trail.facts import describe_facts, read_facts
     from kafkaguard.audit.spark.trail.source import describe_input, read_audit
 
     spark = session.get()
-    described = describe_input(
-        args.input, window(args), compacted=args.compacted, json_only=args.json_only
-    )
-    if described is not None:
-        sys.stderr.write(described + "\n")
-    events = (read_facts if facts else read_audit)(
-        spark, args.input, window(args), **read_options(args)
+    span, compacted, json_only = window(args), args.compacted, args.json_only
+    described = [describe_input(args.input, span, compacted=compacted, json_only=json_only)]
+    if facts:
+        described.append(
+            describe_facts(args.input, span, compacted=compacted, json_only=json_only, daily=daily)
+        )
+    for line in described:
+        if line is not None:
+            sys.stderr.write(line + "\n")
+    events = (
+        read_facts(spark, args.input, span, daily=daily, **read_options(args))
+        if facts
+        else read_audit(spark, args.input, span, **read_options(args))
     )
     with job_caches(), stage_progress(spark, sys.stderr):
         yield spark, events

@@ -352,7 +352,7 @@ def describe_input(
     if files is None:
         return None
     stored = frozenset() if json_only else _compacted_hours(compacted or compacted_path(path))
-    inside = {h for h in files if _overlaps(h, window)}
+    inside = {h for h in files if hour_overlaps(h, window)}
     read = inside - stored
     closed = sum(files[h][0] for h in read)
     live = sum(files[h][1] for h in read)
@@ -362,7 +362,7 @@ def describe_input(
             f" and {_files(live, IN_PROGRESS)} (being written: read up to the last complete line)"
         )
     parts[0] += f" of {_hours(len(read))}"
-    from_parquet = {h for h in stored if _overlaps(h, window)}
+    from_parquet = {h for h in stored if hour_overlaps(h, window)}
     if from_parquet:
         parts.append(f"{_hours(len(from_parquet))} compacted: from Parquet (their JSON not read)")
     outside = len(set(files) - inside)
@@ -371,7 +371,7 @@ def describe_input(
     return "; ".join(parts)
 
 
-def _overlaps(hour: int, window: TimeRange) -> bool:
+def hour_overlaps(hour: int, window: TimeRange) -> bool:
     """Whether the hour :func:`hour_number` ``hour`` has instants inside ``window``."""
     start = hour * 3600
     return (window.until is None or start < window.until.timestamp()) and (
@@ -389,7 +389,7 @@ def _json_records(
     time in a fresh process)."""
     if skip:
         local = local_json_hours(path)
-        if local is not None and not any(_overlaps(h, window) for h in local - skip):
+        if local is not None and not any(hour_overlaps(h, window) for h in local - skip):
             return None
     df = normalized(
         spark.read.schema(READ_SCHEMA)

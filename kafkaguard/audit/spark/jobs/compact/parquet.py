@@ -9,7 +9,8 @@ is moved into place with one rename; readers
 (:func:`kafkaguard.audit.spark.trail.source.read_audit`) take the hours present from Parquet and the
 others from JSON. Runs are incremental (compacted hours are skipped) and idempotent (a second run
 finds nothing to do); then the hourly facts ``propose`` and ``report`` read are written for every
-compacted hour that lacks current ones (:mod:`kafkaguard.audit.spark.trail.facts`). A crash leaves a
+compacted hour that lacks current ones, and the daily facts of every whole day (all 24 hours
+compacted) that lacks them (:mod:`kafkaguard.audit.spark.trail.facts`). A crash leaves a
 staging directory that the next run deletes, and the hours it had not moved are compacted again.
 
 The Parquet holds the records :func:`kafkaguard.audit.spark.trail.source.valid_records` keeps,
@@ -42,6 +43,7 @@ from kafkaguard.audit.spark.trail.facts import (
     FACT_KEYS,
     FACTS_MAX_SHARE,
     rows_per_hour,
+    write_daily_facts,
     write_facts,
 )
 from kafkaguard.audit.spark.trail.hours import (
@@ -227,12 +229,30 @@ def compact(
             else set()
         )
         written, kept = write_facts(session, output, no_facts)
-        if written:
-            line = f"hourly facts (for propose and report) of {written} hours written"
-            if kept < written:
-                line += (
-                    f"; {written - kept} of them read from their records (facts above "
-                    f"{FACTS_MAX_SHARE:.0%} of the records)"
-                )
-            lines.append(line)
+        share = f"{FACTS_MAX_SHARE:.0%}"
+        lines += _facts_line(
+            "hourly",
+            written,
+            "hours",
+            written - kept,
+            f"read from their records (facts above {share} of the records)",
+        )
+        days, kept_days = write_daily_facts(session, output)
+        lines += _facts_line(
+            "daily",
+            days,
+            "whole days",
+            days - kept_days,
+            f"read from their hours (daily facts above {share} of the hourly facts and"
+            " records they replace)",
+        )
         return lines
+
+
+def _facts_line(kind: str, count: int, unit: str, dropped: int, why: str) -> list[str]:
+    """What a run wrote of one kind of facts (nothing written: no line), and how many of the
+    ``count`` keep no facts (``dropped``) and ``why``."""
+    if not count:
+        return []
+    line = f"{kind} facts (for propose and report) of {count} {unit} written"
+    return [line + (f"; {dropped} of them {why}" if dropped else "")]

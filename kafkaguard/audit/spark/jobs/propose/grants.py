@@ -30,7 +30,7 @@ from kafkaguard.audit.spark.solver.proposal import (
     group_proposal,
     principal_roles,
 )
-from kafkaguard.audit.spark.trail.facts import to_facts
+from kafkaguard.audit.spark.trail.facts import host_ranks, to_facts
 from kafkaguard.policy.model import (
     WILDCARD_HOST,
     AccessControlEntry,
@@ -49,16 +49,17 @@ GRANT_KEYS = ("principal", "host", "operation", "resource_type", "resource_name"
 
 def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFrame:
     """Distinct proposable accesses with their decision counts, from records or, unless
-    ``exact_hosts``, hourly facts (:mod:`kafkaguard.audit.spark.trail.facts`: they keep no client
-    address but the smallest); unordered (:func:`sorted_grants` for a table).
+    ``exact_hosts``, hourly or daily facts (:mod:`kafkaguard.audit.spark.trail.facts`: they
+    keep no client address but the smallest); unordered (:func:`sorted_grants` for a table).
 
     Columns: principal, host (``*`` unless ``exact_hosts``), operation, resource_type,
     resource_name, decisions, would_deny, deny_acl (bool), sample_host, first_seen, last_seen.
 
     One ``HashAggregate`` (issue 36): Spark hashes only fixed-width aggregation buffers, and
     ``min`` of a string is not one, so the smallest client address is taken as the smallest
-    *rank* of it in the sorted distinct addresses (:func:`_host_ranks`, a small broadcast
-    table) and turned back into the address after the aggregation. With ``min(sample_host)``
+    *rank* of it in the sorted distinct addresses
+    (:func:`kafkaguard.audit.spark.trail.facts.host_ranks`, a small broadcast table) and
+    turned back into the address after the aggregation. With ``min(sample_host)``
     Spark planned a ``SortAggregate``, sorting every record on keys whose sort prefix
     (``User:...``) decides nothing.
     """
@@ -73,7 +74,7 @@ def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFram
         ((F.col("result") == "ALLOWED") & (F.coalesce(F.col("reason"), F.lit("")) != "SuperUser"))
         | F.col("would_deny")
     )
-    ranks = _host_ranks(proposable)
+    ranks = host_ranks(proposable)
     ranked = proposable.join(F.broadcast(ranks), "sample_host", "left")
     grants = ranked.groupBy(*GRANT_KEYS).agg(
         F.sum("count").alias("decisions"),
@@ -94,21 +95,6 @@ def observed_grants(events: DataFrame, *, exact_hosts: bool = False) -> DataFram
     )
 
 
-def _host_ranks(rows: DataFrame) -> DataFrame:
-    """(sample_host, host_rank): the distinct client addresses of ``rows`` numbered in
-    Spark's string order (UTF-8 bytes, which is Python's code point order), so that the
-    smallest rank is ``min(sample_host)``. Client addresses are few (a fleet's hosts, not
-    its records): one narrow scan and a distinct, sorted and numbered on the driver."""
-    spark = rows.sparkSession
-    hosts = sorted(
-        r[0] for r in rows.select("sample_host").distinct().collect() if r[0] is not None
-    )
-    schema = StructType(
-        [StructField("sample_host", StringType(), False), StructField("host_rank", LongType())]
-    )
-    return spark.createDataFrame([(h, i) for i, h in enumerate(hosts)], schema)
-
-
 def sorted_grants(grants: DataFrame) -> DataFrame:
     """:func:`observed_grants` in key order, for the ``observed_grants`` table (a global sort
     in Spark only where a table is written, issue 36)."""
@@ -122,7 +108,7 @@ def _grant_order(row: dict[str, Any]) -> tuple[tuple[bool, str], ...]:
 
 def enforced_refusals(events: DataFrame) -> DataFrame:
     """Distinct (principal, operation, resource) an enforcing listener refused (from records
-    or hourly facts)."""
+    or hourly or daily facts)."""
     return (
         to_facts(events)
         .where((F.col("result") == "DENIED") & ~F.col("would_deny"))

@@ -9,7 +9,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from kafkaguard.audit.spark.runtime.command import Job, LazySession, Out, window, window_input
+from kafkaguard.audit.spark.runtime.command import (
+    Job,
+    LazySession,
+    Out,
+    read_options,
+    window,
+    window_input,
+)
 
 HELP: Final = "decisions by principal/resource/operation/listener"
 """The job's line in ``kafkaguard analyze --help``."""
@@ -37,9 +44,12 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
     from kafkaguard.audit.spark.jobs.report.cube import LARGE_TABLES, build_report, iso, report_data
     from kafkaguard.audit.spark.render.html import render
     from kafkaguard.audit.spark.runtime.output import write_tables
+    from kafkaguard.audit.spark.trail.facts import stored_hour_totals
     from kafkaguard.audit.spark.trail.source import parse_time
 
-    with window_input(session, args, facts=True) as (_, events):
+    # The written cube (table ``hourly``) needs every hour: with --output no daily facts.
+    daily = not args.output
+    with window_input(session, args, facts=True, daily=daily) as (_, events):
         span = window(args)
         baseline = parse_time(args.baseline_until) if args.baseline_until else None
         built = build_report(
@@ -48,6 +58,7 @@ def _run(session: LazySession, args: argparse.Namespace, out: Out) -> int:
             top_n=args.top,
             baseline_until=baseline,
             baseline_days=args.baseline_days,
+            hour_totals=stored_hour_totals(args.input, span, daily=daily, **read_options(args)),
         )
         if args.output:
             writing = time.perf_counter()

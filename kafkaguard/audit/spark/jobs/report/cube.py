@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Final
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
@@ -60,7 +60,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kafkaguard.audit.spark.trail.facts import to_facts
+from kafkaguard.audit.spark.trail.facts import outcome_sums, to_facts
 from kafkaguard.audit.spark.trail.schema import AUDIT_SCHEMA
 from kafkaguard.audit.spark.trail.source import TimeRange
 
@@ -80,24 +80,19 @@ _BUCKETS: Final = (1, 2, 3, 4, 6, 8, 12, 24)
 """Bucket widths in hours up to a day: each divides 24, so buckets start at fixed UTC hours."""
 
 
-def _outcome_sums() -> list[Column]:
-    count = F.col("count")
-    return [
-        F.sum(F.when(F.col("result") == "ALLOWED", count).otherwise(0)).alias("allowed"),
-        F.sum(F.when(F.col("result") == "DENIED", count).otherwise(0)).alias("denied"),
-        F.sum(F.when(F.col("would_deny"), count).otherwise(0)).alias("would_deny"),
-    ]
-
-
 def hourly_cube(events: DataFrame) -> DataFrame:
     """Decisions per hour and per (principal, listener, protocol, operation, resource), from records
     or hourly facts (:mod:`kafkaguard.audit.spark.trail.facts`): the ``hourly`` table, only for
-    ``--output``."""
+    ``--output``. A daily fact (no hour) fails the job: its hours are not there to split it."""
+    hour = F.col("hour_start")
+    no_hour = F.raise_error(F.lit("the hourly table needs every hour: read without daily facts"))
     return (
         to_facts(events)
-        .groupBy("hour_start", *CUBE_DIMENSIONS)
+        .groupBy(
+            F.when(hour.isNull(), no_hour).otherwise(hour).alias("hour_start"), *CUBE_DIMENSIONS
+        )
         .agg(
-            *_outcome_sums(),
+            *outcome_sums(),
             F.min("first_seen").alias("first_seen"),
             F.max("last_seen").alias("last_seen"),
         )
@@ -111,7 +106,7 @@ def window_cube(events: DataFrame) -> DataFrame:
         to_facts(events)
         .groupBy(*CUBE_DIMENSIONS)
         .agg(
-            *_outcome_sums(),
+            *outcome_sums(),
             F.min("first_seen").alias("first_seen"),
             F.max("last_seen").alias("last_seen"),
             F.sum("records").alias("records"),  # events read (:attr:`WindowSummary.records`)
@@ -120,8 +115,10 @@ def window_cube(events: DataFrame) -> DataFrame:
 
 
 def hourly_totals(events: DataFrame) -> DataFrame:
-    """Decisions per hour (the chart's series): the second aggregation."""
-    return to_facts(events).groupBy("hour_start").agg(*_outcome_sums())
+    """Decisions per hour (the chart's series): the second aggregation. Daily facts (no hour)
+    are left out: their hours come from beside them (:func:`build_report`'s ``hour_totals``)."""
+    hourly = to_facts(events).where(F.col("hour_start").isNotNull())
+    return hourly.groupBy("hour_start").agg(*outcome_sums())
 
 
 Cell = dict[str, Any]
@@ -454,13 +451,19 @@ def build_report(
     top_n: int = 10,
     baseline_until: datetime | None = None,
     baseline_days: float | None = None,
+    hour_totals: Sequence[Cell] = (),
 ) -> Report:
-    """Every report table from two aggregations collected once (the module's docstring)."""
+    """Every report table from two aggregations collected once (the module's docstring).
+
+    ``hour_totals``: the hours of the days ``events`` has as daily facts
+    (:func:`kafkaguard.audit.spark.trail.facts.stored_hour_totals`); the series must add up
+    to the window's decisions, or the report is refused rather than drawn short."""
     started = time.perf_counter()
     cube = _collected(window_cube(events))
-    totals = _collected(hourly_totals(events))
+    totals = _collected(hourly_totals(events)) + list(hour_totals)
     read = time.perf_counter() - started
     summary = summarize(cube)
+    _check_series(totals, summary)
     baseline = baseline_window(window, summary, baseline_until, baseline_days)
     cutoff = baseline.cutoff
     hours = bucket_hours(summary.first_event, summary.last_event)
@@ -480,6 +483,19 @@ def build_report(
         "roll up the tables": time.perf_counter() - started - read,
     }
     return Report(rows, summary, cutoff, hours, baseline, timings, started, events)
+
+
+def _check_series(totals: Sequence[Cell], summary: WindowSummary) -> None:
+    """The per-hour series holds every decision of the window's cube: daily facts whose hours
+    were not given (or given twice) would draw a chart that does not match the totals."""
+    series = [sum(int(t[name] or 0) for t in totals) for name in OUTCOMES]
+    window = [summary.allowed, summary.denied, summary.would_deny]
+    if series != window:
+        raise ValueError(
+            f"the hourly series sums to {series} (allowed, denied, would-deny) but the"
+            f" window's decisions to {window}: daily facts read without their hours"
+            " (the trail compacted during the read? run the job again)"
+        )
 
 
 HEATMAP_LIMIT = 25
