@@ -44,6 +44,9 @@ COMPILED_MODULES: Final = (
     "kafkaguard.policy.acl_index",
     "kafkaguard.policy.internal_topics",
     "kafkaguard.policy.standard",
+    # Kafka's topic-name rule the internal-topics rule applies to every question
+    # (Topic.unifyCollisionChars), below the policy and the topic tables that share it.
+    "kafkaguard.topic_names",
 )
 """Modules compiled by mypyc, by full name: the allowed Produce and Fetch path from the bytes
 read to the bytes written, and what it calls per request (docs/design.md#the-compiled-modules)."""
