@@ -23,6 +23,7 @@ COMPILED_MODULES: Final = (
     "kafkaguard.protocol.skim.produce",
     "kafkaguard.protocol.skim.share",
     "kafkaguard.protocol.skim.tails",
+    "kafkaguard.protocol.skim.metadata",
     # The allowed path above it, compiled with it as one unit (issue 39, item 3): the exchange
     # and its counters, the decision (dispatch), the KIP-504 context, the handlers' contract,
     # the Produce and Fetch handlers' two phases and what they call per request, and the

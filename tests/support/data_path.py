@@ -124,7 +124,6 @@ def fetch_frames(
     return request, response
 
 
-
 def metadata_frames(
     correlation_id: int,
     version: int,
