@@ -29,13 +29,15 @@ COMPILED_MODULES: Final = (
     # the Produce and Fetch handlers' two phases and what they call per request, and the
     # authorizer's allow path down to the ACL index lookup, and the internal-topics rule every
     # question passes first (policy/internal_topics.InternalTopicGuard, issue 26); the
-    # connection's Session, whose request_context builds every request's KIP-504 context.
+    # connection's Session, whose request_context builds every request's KIP-504 context; the
+    # Metadata handler, whose allowed answer the Metadata skim splices (issue 39).
     "kafkaguard.proxy.core.commands",
     "kafkaguard.proxy.core.context",
     "kafkaguard.proxy.core.dispatch",
     "kafkaguard.proxy.core.exchange",
     "kafkaguard.proxy.core.stats",
     "kafkaguard.proxy.handlers.fetch",
+    "kafkaguard.proxy.handlers.metadata",
     "kafkaguard.proxy.handlers.produce",
     "kafkaguard.proxy.handlers.support.addresses",
     "kafkaguard.proxy.handlers.support.authz",

@@ -28,7 +28,14 @@ from typing import Final
 from uuid import UUID
 
 from kafkaguard.protocol.guard import uvarint_bytes
-from kafkaguard.protocol.skim.reading import I16, I32, Truncated, length_at, tags_end
+from kafkaguard.protocol.skim.reading import (
+    I16,
+    I32,
+    Truncated,
+    size_at,
+    string_span,
+    tags_end,
+)
 
 LAST_WALKED_VERSION: Final = 13
 FIRST_FLEXIBLE_VERSION: Final = 9
@@ -38,8 +45,6 @@ NOT_REQUESTED: Final = -2147483648
 AddressRewrite = Callable[[int, str, int], tuple[str, int]]
 """``(node_id, host, port) -> (host, port)`` the client may see (``advertise_node``)."""
 
-_MAX_STRING: Final = 0x7FFF
-"""The generated readers refuse a longer string ("had invalid length")."""
 _ZERO_ID: Final = bytes(16)
 
 
@@ -254,11 +259,7 @@ def _no_tags(view: memoryview, pos: int) -> int:
 def _count(view: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
     """A non-nullable array's count (null refused), bounded by the bytes left (every entry
     takes one at least: a hostile count)."""
-    if flexible:
-        count, pos = length_at(view, pos)
-    else:
-        count = _int32(view, pos)
-        pos += 4
+    count, pos = size_at(view, pos, flexible, wide=True)
     if count < 0 or count > len(view) - pos:
         raise Truncated
     return count, pos
@@ -273,19 +274,9 @@ def _int32s(view: memoryview, pos: int, flexible: bool) -> int:
 def _string(
     view: memoryview, pos: int, flexible: bool, *, nullable: bool
 ) -> tuple[str | None, int]:
-    if flexible:
-        length, pos = length_at(view, pos)
-    else:
-        length = I16.unpack_from(view, pos)[0]
-        pos += 2
-    if length < 0:
-        if not nullable:
-            raise Truncated
-        return None, pos
-    stop = pos + length
-    if length > _MAX_STRING or stop > len(view):
-        raise Truncated
-    return bytes(view[pos:stop]).decode("utf-8"), stop
+    """The string at ``pos``: UTF-8 only (another is decoded whole, as Kafka reads it)."""
+    start, stop = string_span(view, pos, flexible, nullable)
+    return (None if start < 0 else bytes(view[start:stop]).decode("utf-8")), stop
 
 
 # -- requests --------------------------------------------------------------------------------
@@ -367,11 +358,7 @@ def _request_topics(
     view: memoryview, pos: int, version: int
 ) -> tuple[tuple[MetadataRequestTopicSkim, ...] | None, int]:
     """``topics``: nullable from v1 (a negative count), refused as null in v0."""
-    if version >= FIRST_FLEXIBLE_VERSION:
-        count, pos = length_at(view, pos)
-    else:
-        count = _int32(view, pos)
-        pos += 4
+    count, pos = size_at(view, pos, version >= FIRST_FLEXIBLE_VERSION, wide=True)
     if count < 0:
         if version == 0:
             raise Truncated
