@@ -8,11 +8,12 @@ same instructions however loaded the machine is. So every figure here is either 
 
 What runs. One allowed Produce v11 (one topic, one partition, one ~1 KiB record batch) and one
 allowed sessionless Fetch v16 (one topic by id, one partition; a ~1 KiB answer, buffered) go
-through the real parts, and so do two Metadata requests: ``metadata``, v1 with no topics
-(``proxy_bench.py``'s ``metadata-rtt``) answered by a single-node cluster, and
-``metadata-topic``, v12 for one topic (a client's per-topic lookup) answered with its one
-partition. They pass a :class:`~kafkaguard.policy.standard.StandardAuthorizer` holding 1,000
-ACLs (``authorizer_bench.make_acls``) plus the client's PREFIXED ALLOW, the sans-I/O
+through the real parts, and so do three Metadata requests: ``metadata``, v1 with no topics
+(``proxy_bench.py``'s ``metadata-rtt``) answered by a single-node cluster; ``metadata-tansu``,
+the same answered as Tansu answers it, with every topic (ten); and ``metadata-topic``, v12 for
+one topic (a client's per-topic lookup) answered with its one partition. They pass a
+:class:`~kafkaguard.policy.standard.StandardAuthorizer` holding 1,000 ACLs
+(``authorizer_bench.make_acls``) plus the client's PREFIXED ALLOW, the sans-I/O
 :class:`~kafkaguard.proxy.core.exchange.Exchange`, and the asyncio shell's two protocols
 (:class:`~kafkaguard.proxy.net.connection.ClientConnection` / ``UpstreamConnection``) with
 transports whose ``write``/``writelines`` are C no-ops (``deque(maxlen=0)``), so the figures
@@ -92,7 +93,10 @@ TOPIC = "bench-orders"
 TOPIC_ID = uuid.UUID(int=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0)
 PRODUCE_VERSION = 11
 FETCH_VERSION = 16
-METADATA_VERSIONS = {"metadata": 1, "metadata-topic": 12}
+METADATA_VERSIONS = {"metadata": 1, "metadata-topic": 12, "metadata-tansu": 1}
+TANSU_TOPICS = tuple(f"other-{i}" for i in range(10))
+"""What Tansu answers ``metadata-tansu``'s empty list with: every topic it holds (ten here),
+which the proxy drops (none was asked for)."""
 CLIENT_ID = "rdkafka"
 ITERATIONS = 2000
 """Iterations per stage under callgrind (instructions per iteration are exact; more only
@@ -119,6 +123,8 @@ def frames(api: str, correlation_id: int) -> tuple[bytes, bytes]:
         return fetch_frames(correlation_id)
     topics = (TOPIC,) if api == "metadata-topic" else ()
     version = METADATA_VERSIONS[api]
+    if api == "metadata-tansu":
+        return data_path.metadata_frames(correlation_id, version, (), answered=TANSU_TOPICS)
     return data_path.metadata_frames(correlation_id, version, topics, (TOPIC_ID,)[: len(topics)])
 
 
@@ -542,7 +548,7 @@ RESPONSE_STAGES: dict[str, Callable[[Path_], Callable[[], None]]] = {
 """For the APIs whose responses a decoded rewrite changes (``metadata …``): the decoded path
 and its three parts."""
 
-APIS = ("produce", "fetch", "metadata", "metadata-topic")
+APIS = ("produce", "fetch", "metadata", "metadata-topic", "metadata-tansu")
 
 STAGES = [f"{api} {name}" for api in APIS for name in STAGE_FACTORIES]
 STAGES += [f"{api} {name}" for api in APIS[2:] for name in RESPONSE_STAGES]

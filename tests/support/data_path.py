@@ -130,12 +130,14 @@ def metadata_frames(
     topics: Sequence[str],
     topic_ids: Sequence[UUID] = (),
     *,
+    answered: Sequence[str] | None = None,
     client_id: str = "rdkafka",
 ) -> tuple[bytes, bytes]:
     """A Metadata request for ``topics`` by name (none: an empty list, as
     ``bench/proxy_bench.py``'s ``metadata-rtt`` sends), and a single-node cluster's answer:
     its one broker and each topic with one partition led by it (``topic_ids`` from v10; the
-    fields a version lacks are left out)."""
+    fields a version lacks are left out). ``answered``: the topics the broker answers with
+    instead (Tansu answers an empty list with every topic)."""
     entry = nested(codec.request_schema(3, version), "topics")
     request = codec.encode_request(
         req(3, version, topics=tuple(entity(entry, name=n) for n in topics)),
@@ -151,10 +153,11 @@ def metadata_frames(
         replica_nodes=(1,),
         isr_nodes=(1,),
     )
-    ids = list(topic_ids) or [UUID(int=0)] * len(topics)
-    answered = tuple(
+    names = topics if answered is None else answered
+    ids = list(topic_ids) or [UUID(int=0)] * len(names)
+    entries = tuple(
         entity(nested(rschema, "topics"), name=n, topic_id=i, partitions=(partition,))
-        for n, i in zip(topics, ids, strict=True)
+        for n, i in zip(names, ids, strict=True)
     )
-    body = entity(rschema, brokers=(broker,), cluster_id="bench", controller_id=1, topics=answered)
+    body = entity(rschema, brokers=(broker,), cluster_id="bench", controller_id=1, topics=entries)
     return request, codec.encode_response(body, correlation_id)

@@ -257,6 +257,13 @@ def _name(entry: _Named) -> Hashable:
     return entry.name
 
 
+def _asked_for(plan: _Plan, topics: Sequence[_N]) -> list[_N]:
+    """The broker's entries of the names sent upstream: a broker may read an empty list as
+    "all topics" (Tansu does, even on v1+), and nothing unrequested may reach the client."""
+    forwarded = plan.forwarded
+    return [t for t in topics if t.name in forwarded]
+
+
 def _kio_body(request: Request[MetadataBody]) -> MetadataBody:
     """kio's decode of the request, for the paths that send a changed request upstream
     (``codec.replace`` rebuilds a kio entity; the skim is read only)."""
@@ -475,7 +482,8 @@ class MetadataHandler(ApiHandler[MetadataBody]):
             if plan.all_topics:
                 topics = _describable(ctx, request, walk.topics, log_if_denied=False)
             else:
-                topics = list(merge_in_request_order(plan.request_keys, {}, walk.topics, _name))
+                asked = _asked_for(plan, walk.topics)
+                topics = list(merge_in_request_order(plan.request_keys, {}, asked, _name))
             cluster_ops = _cluster_ops(ctx, request, want_cluster_ops)
             ops = [_topic_ops(ctx, request, want_topic_ops, t.name) for t in topics]
             return walk.splice(frame, ctx.advertise_node, topics, ops, cluster_ops)
@@ -499,9 +507,7 @@ class MetadataHandler(ApiHandler[MetadataBody]):
             elif plan.by_id:
                 broker = self._filter_by_id(request, ctx, plan, broker, described)
             else:
-                # Only what was asked: a broker may read an empty list as "all topics" (Tansu
-                # does, even on v1+), and nothing unrequested may reach the client.
-                broker = [t for t in broker if t.name in plan.forwarded] + list(plan.asked)
+                broker = _asked_for(plan, broker) + list(plan.asked)
                 for i, t in enumerate(broker):
                     if t.name is not None and t.name in plan.no_create and t.error_code in _MISSING:
                         broker[i] = self._create_denied(request, t.name)
