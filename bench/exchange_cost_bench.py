@@ -8,8 +8,12 @@ same instructions however loaded the machine is. So every figure here is either 
 
 What runs. One allowed Produce v11 (one topic, one partition, one ~1 KiB record batch) and one
 allowed sessionless Fetch v16 (one topic by id, one partition; a ~1 KiB answer, buffered) go
-through the real parts: a :class:`~kafkaguard.policy.standard.StandardAuthorizer` holding 1,000
-ACLs (``authorizer_bench.make_acls``) plus the client's PREFIXED ALLOW, the sans-I/O
+through the real parts, and so do three Metadata requests: ``metadata``, v1 with no topics
+(``proxy_bench.py``'s ``metadata-rtt``) answered by a single-node cluster; ``metadata-tansu``,
+the same answered as Tansu answers it, with every topic (ten); and ``metadata-topic``, v12 for
+one topic (a client's per-topic lookup) answered with its one partition. They pass a
+:class:`~kafkaguard.policy.standard.StandardAuthorizer` holding 1,000 ACLs
+(``authorizer_bench.make_acls``) plus the client's PREFIXED ALLOW, the sans-I/O
 :class:`~kafkaguard.proxy.core.exchange.Exchange`, and the asyncio shell's two protocols
 (:class:`~kafkaguard.proxy.net.connection.ClientConnection` / ``UpstreamConnection``) with
 transports whose ``write``/``writelines`` are C no-ops (``deque(maxlen=0)``), so the figures
@@ -66,10 +70,18 @@ from kafkaguard.protocol.header import peek_correlation_id, peek_request_header 
 from kafkaguard.protocol.inflight import Slot  # noqa: E402
 from kafkaguard.proxy.config import HostPort  # noqa: E402
 from kafkaguard.proxy.core.commands import SendBroker, SendClient  # noqa: E402
-from kafkaguard.proxy.core.dispatch import _verdict, handle_request  # noqa: E402
+from kafkaguard.proxy.core.dispatch import (  # noqa: E402
+    _verdict,
+    handle_request,
+    response_transform,
+)
 from kafkaguard.proxy.handlers import REGISTRY  # noqa: E402
 from kafkaguard.proxy.handlers.support.authz import topic  # noqa: E402
-from kafkaguard.proxy.handlers.support.base import Request  # noqa: E402
+from kafkaguard.proxy.handlers.support.base import (  # noqa: E402
+    Forward,
+    Request,
+    ResponseRewrite,
+)
 from kafkaguard.proxy.net.connection import ClientConnection, UpstreamConnection  # noqa: E402
 from tests.support import data_path  # noqa: E402
 from tests.support.data_path import nested  # noqa: E402
@@ -81,6 +93,10 @@ TOPIC = "bench-orders"
 TOPIC_ID = uuid.UUID(int=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0)
 PRODUCE_VERSION = 11
 FETCH_VERSION = 16
+METADATA_VERSIONS = {"metadata": 1, "metadata-topic": 12, "metadata-tansu": 1}
+TANSU_TOPICS = tuple(f"other-{i}" for i in range(10))
+"""What Tansu answers ``metadata-tansu``'s empty list with: every topic it holds (ten here),
+which the proxy drops (none was asked for)."""
 CLIENT_ID = "rdkafka"
 ITERATIONS = 2000
 """Iterations per stage under callgrind (instructions per iteration are exact; more only
@@ -97,6 +113,19 @@ def produce_frames(correlation_id: int) -> tuple[bytes, bytes]:
 
 def fetch_frames(correlation_id: int) -> tuple[bytes, bytes]:
     return data_path.fetch_frames(correlation_id, FETCH_VERSION, TOPIC_ID)
+
+
+def frames(api: str, correlation_id: int) -> tuple[bytes, bytes]:
+    """The request and the broker's answer of ``api`` (a key of :data:`APIS`)."""
+    if api == "produce":
+        return produce_frames(correlation_id)
+    if api == "fetch":
+        return fetch_frames(correlation_id)
+    topics = (TOPIC,) if api == "metadata-topic" else ()
+    version = METADATA_VERSIONS[api]
+    if api == "metadata-tansu":
+        return data_path.metadata_frames(correlation_id, version, (), answered=TANSU_TOPICS)
+    return data_path.metadata_frames(correlation_id, version, topics, (TOPIC_ID,)[: len(topics)])
 
 
 API_VERSIONS_VERSION = 3
@@ -171,7 +200,7 @@ class Path_:
         self.driver.cluster.learn_topic_names([(TOPIC_ID, TOPIC)])
         self.driver.connect()
         self.exchange = self.driver.exchange
-        self.request, self.response = (produce_frames if api == "produce" else fetch_frames)(7)
+        self.request, self.response = frames(api, 7)
         client = ClientConnection(None, None, 0.0)  # type: ignore[arg-type]
         client.exchange = self.exchange
         client._transport = _sink()  # type: ignore[assignment]
@@ -390,6 +419,58 @@ def _response_transform(p: Path_) -> Callable[[], None]:
     return step
 
 
+def _rewrite(p: Path_) -> ResponseRewrite:
+    """The rewrite of the allowed request's verdict."""
+    frame = memoryview(p.request)
+    request = Request(p.header, frame, p.handler.read_request(p.header, frame))
+    verdict = _verdict(p.handler, request, p.context)
+    assert isinstance(verdict, Forward) and verdict.rewrite is not None, verdict
+    return verdict.rewrite
+
+
+def _response_decoded(p: Path_) -> Callable[[], None]:
+    """The response through its decoded rewrite: decode, rewrite, encode
+    (``dispatch.response_transform``), what runs where no transform on the raw bytes does."""
+    transform = response_transform(_rewrite(p), p.header)
+    frame = memoryview(p.response)
+
+    def step() -> None:
+        transform(frame)
+
+    return step
+
+
+def _response_decode(p: Path_) -> Callable[[], None]:
+    header, frame = p.header, memoryview(p.response)
+
+    def step() -> None:
+        codec.decode_response(frame, header.api_key, header.api_version)
+
+    return step
+
+
+def _response_rewrite(p: Path_) -> Callable[[], None]:
+    """The handler's rewrite of the decoded response (a new entity each time)."""
+    rewrite = _rewrite(p)
+    body = codec.decode_response(memoryview(p.response), p.header.api_key, p.header.api_version)
+
+    def step() -> None:
+        rewrite(body)
+
+    return step
+
+
+def _response_encode(p: Path_) -> Callable[[], None]:
+    rewrite = _rewrite(p)
+    body = codec.decode_response(memoryview(p.response), p.header.api_key, p.header.api_version)
+    new, correlation_id = rewrite(body), p.header.correlation_id
+
+    def step() -> None:
+        codec.encode_response(new, correlation_id)
+
+    return step
+
+
 def _shell(p: Path_) -> Callable[[], None]:
     """The shell carrying out one SendBroker and one SendClient (dispatch by command type)."""
     run = p.client._run
@@ -456,9 +537,21 @@ STAGE_FACTORIES: dict[str, Callable[[Path_], Callable[[], None]]] = {
     "response transform": _response_transform,
     "shell": _shell,
 }
-"""Per API (``produce …`` / ``fetch …``)."""
+"""Per API (``produce …`` / ``fetch …`` / ``metadata …`` / ``metadata-topic …``)."""
 
-STAGES = [f"{api} {name}" for api in ("produce", "fetch") for name in STAGE_FACTORIES]
+RESPONSE_STAGES: dict[str, Callable[[Path_], Callable[[], None]]] = {
+    "response decoded": _response_decoded,
+    "response decode": _response_decode,
+    "response rewrite": _response_rewrite,
+    "response encode": _response_encode,
+}
+"""For the APIs whose responses a decoded rewrite changes (``metadata …``): the decoded path
+and its three parts."""
+
+APIS = ("produce", "fetch", "metadata", "metadata-topic", "metadata-tansu")
+
+STAGES = [f"{api} {name}" for api in APIS for name in STAGE_FACTORIES]
+STAGES += [f"{api} {name}" for api in APIS[2:] for name in RESPONSE_STAGES]
 STAGES += ["relay round trip", "api_versions round trip", "empty"]
 
 
@@ -470,7 +563,7 @@ def build(stage: str, paths: dict[str, Path_]) -> Callable[[], None]:
     if stage == "api_versions round trip":
         return _api_versions(paths["produce"])
     api, name = stage.split(" ", 1)
-    return STAGE_FACTORIES[name](paths[api])
+    return {**STAGE_FACTORIES, **RESPONSE_STAGES}[name](paths[api])
 
 
 def measured_loop(step: Callable[[], None], n: int) -> Callable[[], None]:
@@ -488,7 +581,10 @@ def measured_loop(step: Callable[[], None], n: int) -> Callable[[], None]:
 def run_stages(stages: list[str], iterations: int, timer: bool) -> dict[str, float]:
     """Run each stage's loop through ``operator.call`` (callgrind's toggle); with ``timer``,
     the best of 5 ``process_time`` readings, in µs per iteration."""
-    paths = {"produce": Path_("produce"), "fetch": Path_("fetch")}
+    # Each API's connection only when one of its stages runs; produce's always (the relay's,
+    # api_versions' and the empty loop's stages run on it).
+    wanted = {"produce", *(api for api in APIS for s in stages if s.startswith(f"{api} "))}
+    paths = {api: Path_(api) for api in APIS if api in wanted}
     out: dict[str, float] = {}
     for stage in stages:
         step = build(stage, paths)

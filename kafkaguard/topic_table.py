@@ -54,6 +54,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kafkaguard.topic_names import unify_collision_chars
+
 log = logging.getLogger("kafkaguard.topic_table")
 
 EXTRA: Final = "kafka"
@@ -76,12 +78,6 @@ class TopicTableError(RuntimeError):
 class TopicRefused(TopicTableError):
     """The topic cannot serve as the table as the cluster has it (a colliding name, unsafe
     settings): retrying cannot help, the operator must act; the message says how."""
-
-
-def unify_collision_chars(topic: str) -> str:
-    """Kafka's ``Topic.unifyCollisionChars``: two topics whose names are equal after this
-    cannot both exist (their metrics names would collide), ``.`` and ``_`` being one."""
-    return topic.replace(".", "_")
 
 
 def import_confluent_kafka() -> Any:

@@ -37,7 +37,7 @@ from kafkaguard.policy.model import (
     ResourcePattern,
     ResourceType,
 )
-from kafkaguard.topic_table import unify_collision_chars
+from kafkaguard.topic_names import unify_collision_chars
 
 INTERNAL_TOPIC_PREFIX = "_kafkaguard-"
 """Every topic whose name starts so is the proxy's (docs/acl-store.md, docs/audit.md)."""

@@ -23,18 +23,21 @@ COMPILED_MODULES: Final = (
     "kafkaguard.protocol.skim.produce",
     "kafkaguard.protocol.skim.share",
     "kafkaguard.protocol.skim.tails",
+    "kafkaguard.protocol.skim.metadata",
     # The allowed path above it, compiled with it as one unit (issue 39, item 3): the exchange
     # and its counters, the decision (dispatch), the KIP-504 context, the handlers' contract,
     # the Produce and Fetch handlers' two phases and what they call per request, and the
     # authorizer's allow path down to the ACL index lookup, and the internal-topics rule every
     # question passes first (policy/internal_topics.InternalTopicGuard, issue 26); the
-    # connection's Session, whose request_context builds every request's KIP-504 context.
+    # connection's Session, whose request_context builds every request's KIP-504 context; the
+    # Metadata handler, whose allowed answer the Metadata skim splices (issue 39).
     "kafkaguard.proxy.core.commands",
     "kafkaguard.proxy.core.context",
     "kafkaguard.proxy.core.dispatch",
     "kafkaguard.proxy.core.exchange",
     "kafkaguard.proxy.core.stats",
     "kafkaguard.proxy.handlers.fetch",
+    "kafkaguard.proxy.handlers.metadata",
     "kafkaguard.proxy.handlers.produce",
     "kafkaguard.proxy.handlers.support.addresses",
     "kafkaguard.proxy.handlers.support.authz",
@@ -44,6 +47,9 @@ COMPILED_MODULES: Final = (
     "kafkaguard.policy.acl_index",
     "kafkaguard.policy.internal_topics",
     "kafkaguard.policy.standard",
+    # Kafka's topic-name rule the internal-topics rule applies to every question
+    # (Topic.unifyCollisionChars), below the policy and the topic tables that share it.
+    "kafkaguard.topic_names",
 )
 """Modules compiled by mypyc, by full name: the allowed Produce and Fetch path from the bytes
 read to the bytes written, and what it calls per request (docs/design.md#the-compiled-modules)."""

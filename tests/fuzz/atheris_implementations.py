@@ -5,10 +5,11 @@ client or broker sends (docs/design.md#the-compiled-protocol-modules). mypyc kee
 not always its semantics (a type check at a call, an integer kept native, a set where a
 frozenset was typed), so the two are run side by side on the same hostile inputs: framing
 in pieces, the request header peek, the Produce request skim, the Fetch and Produce response
-walks and tail rewrites (buffered and streamed), the share response skim, Java's string
-decoding and the in-flight queue. Each must return equal values, or raise the same exception
-with the same message; anything else is a finding. The process runs under ``RLIMIT_AS``, so an
-allocation sized by a claimed length fails as a crash.
+walks and tail rewrites (buffered and streamed), the share response skim, the Metadata
+request skim and response walk and splice, Java's string decoding and the in-flight queue.
+Each must return equal values, or raise the same exception with the same message; anything
+else is a finding. The process runs under ``RLIMIT_AS``, so an allocation sized by a claimed
+length fails as a crash.
 
 The input is a selector byte (which entry point), a parameter byte (version, frame size limit)
 and a cut byte (where a stream is split), then the frame. Seeds are valid frames encoded by
@@ -36,6 +37,7 @@ from kafkaguard import protocol
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.build import COMPILED_MODULES
 from tests.fuzz.atheris_codec import ADDRESS_SPACE_LIMIT, mutants
+from tests.support import data_path
 
 Modules = dict[str, ModuleType]
 
@@ -114,7 +116,7 @@ def cuts(frame: bytes, cut: int) -> list[bytes]:
 def run_one(m: Modules, selector: int, param: int, cut: int, frame: bytes) -> Any:  # noqa: C901 - one case per entry point
     """One entry point of implementation ``m`` on ``frame``: its outcomes, in order."""
     tails = m["skim.tails"]
-    match selector % 9:
+    match selector % 10:
         case 0:  # framing, the frame cut into reads, a limit from ``param``
             buffer = m["framing"].FrameBuffer(param * 16)
             out = [outcome(lambda piece=piece: buffer.feed(piece)) for piece in cuts(frame, cut)]
@@ -174,6 +176,23 @@ def run_one(m: Modules, selector: int, param: int, cut: int, frame: bytes) -> An
                 outcome(lambda: tails.rewrite_node_endpoints(frame, advertise)),
                 outcome(lambda: tails.fit_tail([(0, frame[:40]), (3, frame[40:])], param * 4)),
             )
+        case 8:  # the Metadata request skim, the response walk and its splice (param: version)
+            metadata = m["skim.metadata"]
+            version = param % 16
+            try:
+                end = m["header"].peek_request_header(frame).client_id_end
+            except Exception:  # noqa: BLE001 - compared in case 1; here any offset will do
+                end = param
+            walk = metadata.walk_metadata_response(frame, version)
+            out = [
+                outcome(lambda: metadata.skim_metadata_request(frame, version, end)),
+                outcome(lambda: walk),
+            ]
+            if walk is not None:
+                topics = walk.topics[::-1]
+                ops = [param - 128] * len(topics)
+                out.append(outcome(lambda: walk.splice(frame, advertise, topics, ops, param)))
+            return out
         case _:  # the in-flight queue driven by the bytes: forward, respond, ask, claim, take
             inflight = m["inflight"]
             queue = inflight.InflightQueue(param % 8 + 1)
@@ -267,6 +286,8 @@ def seeds() -> list[bytes]:
     share = codec.encode_response(
         codec.make_entity(codec.response_schema(78, 1), throttle_time=timedelta(0)), 7
     )
+    metadata_request, metadata_response = data_path.metadata_frames(7, 12, ("orders",))
+    metadata_v4 = data_path.metadata_frames(7, 4, ("orders", "b"))
     return [
         bytes([0, 255, 3]) + produce + fetch,
         bytes([1, 0, 0]) + produce,
@@ -277,7 +298,11 @@ def seeds() -> list[bytes]:
         bytes([4, 11, 0]) + produce_response,
         bytes([6, 1 + 4, 0]) + share,
         bytes([7, 0, 0]) + fetch[-30:],
-        bytes([8, 3, 0]) + bytes(range(64)),
+        bytes([8, 12, 0]) + metadata_response,
+        bytes([8, 12, 0]) + metadata_request,
+        bytes([8, 4, 0]) + metadata_v4[1],
+        bytes([8, 4, 0]) + metadata_v4[0],
+        bytes([9, 3, 0]) + bytes(range(64)),
     ]
 
 

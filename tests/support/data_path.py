@@ -13,6 +13,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from kafkaguard.protocol import codec
+from kafkaguard.proxy.handlers.support.responses import entity
 from tests.support.entities import req, resp
 
 
@@ -121,3 +122,42 @@ def fetch_frames(
     rtopic = _topic(answer, key, "partitions", **_ANSWERED, records=record_batch(record_size))
     response = codec.encode_response(resp(1, version, responses=(rtopic,)), correlation_id)
     return request, response
+
+
+def metadata_frames(
+    correlation_id: int,
+    version: int,
+    topics: Sequence[str],
+    topic_ids: Sequence[UUID] = (),
+    *,
+    answered: Sequence[str] | None = None,
+    client_id: str = "rdkafka",
+) -> tuple[bytes, bytes]:
+    """A Metadata request for ``topics`` by name (none: an empty list, as
+    ``bench/proxy_bench.py``'s ``metadata-rtt`` sends), and a single-node cluster's answer:
+    its one broker and each topic with one partition led by it (``topic_ids`` from v10; the
+    fields a version lacks are left out). ``answered``: the topics the broker answers with
+    instead (Tansu answers an empty list with every topic)."""
+    entry = nested(codec.request_schema(3, version), "topics")
+    request = codec.encode_request(
+        req(3, version, topics=tuple(entity(entry, name=n) for n in topics)),
+        correlation_id,
+        client_id,
+    )
+    rschema = codec.response_schema(3, version)
+    broker = entity(nested(rschema, "brokers"), node_id=1, host="broker-1.internal", port=9092)
+    partition = entity(
+        nested(rschema, "topics", "partitions"),
+        leader_id=1,
+        leader_epoch=0,
+        replica_nodes=(1,),
+        isr_nodes=(1,),
+    )
+    names = topics if answered is None else answered
+    ids = list(topic_ids) or [UUID(int=0)] * len(names)
+    entries = tuple(
+        entity(nested(rschema, "topics"), name=n, topic_id=i, partitions=(partition,))
+        for n, i in zip(names, ids, strict=True)
+    )
+    body = entity(rschema, brokers=(broker,), cluster_id="bench", controller_id=1, topics=entries)
+    return request, codec.encode_response(body, correlation_id)

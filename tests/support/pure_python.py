@@ -41,6 +41,7 @@ SELECTED_FILES: Final = (
     "tests/policy/test_authorizer_properties.py",  # the authorizer against Kafka's rules
     "tests/policy/test_internal_topics.py",  # InternalTopicGuard, the rule asked first
     "tests/proxy/test_session.py",  # Session.request_context, the KIP-504 context per request
+    "tests/test_topic_names.py",  # Topic.unifyCollisionChars, which the internal-topics rule calls
 )
 """The compiled authorizer modules' own tests, outside the directories."""
 

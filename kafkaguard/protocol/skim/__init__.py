@@ -14,6 +14,10 @@ of the proxy's CPU per consumed message (bench/RESULTS.md, issue 13). What the p
   (:mod:`.produce`), the record batches left as views of the original frame.
 * **ShareFetch and ShareAcknowledge responses**: their partitions, so that one is decoded only
   when the proxy must change it (:mod:`.share`).
+* **Metadata requests and responses** (issue 39): the request's topics and flags for the
+  handler, and the response rebuilt from its own bytes when the proxy lets the request through
+  whole, its broker addresses and KIP-430 fields spliced in (:mod:`.metadata`): decoding and
+  re-encoding it cost most of a Metadata round trip.
 
 What every walk reads by (varints, lengths, tagged fields at a position) is in :mod:`.reading`.
 
@@ -24,7 +28,8 @@ length or count null, a negative tagged-field count no field, unknown tagged fie
 by their size (a negative size refused), bytes after a request's body ignored.
 
 Fail closed. A walk that cannot make sense of a buffered frame answers ``None`` and the caller
-decodes it whole as before; a streamed response that turns out malformed raises
+decodes it whole as before (the Metadata walk also for a frame it does not take on: any tagged
+field, a string that is not UTF-8); a streamed response that turns out malformed raises
 :class:`~kafkaguard.protocol.errors.MalformedFrame` before its tail leaves, so a
 ``node_endpoints`` field is never passed on unrewritten. No I/O (sans-I/O, like the rest of
 :mod:`kafkaguard.protocol`).

@@ -14,6 +14,8 @@ from kafkaguard.protocol.skim.reading import (
     I32,
     Truncated,
     length_at,
+    size_at,
+    string_span,
     tags_end,
 )
 from kafkaguard.protocol.strings import read_string
@@ -146,11 +148,7 @@ def _produce_topic(
 def _produce_partitions(
     view: memoryview, pos: int, flexible: bool
 ) -> tuple[tuple[ProducePartitionSkim, ...], int]:
-    if flexible:
-        count, pos = length_at(view, pos)
-    else:
-        count = I32.unpack_from(view, pos)[0]
-        pos += 4
+    count, pos = size_at(view, pos, flexible, wide=True)
     if count < 0:
         raise MalformedFrame("non-nullable field partition_data was serialized as null")
     if count > len(view) - pos:
@@ -175,28 +173,11 @@ def _produce_partitions(
     return tuple(partitions), pos
 
 
-_MAX_STRING: Final = 0x7FFF
-"""The generated readers refuse a longer string ("had invalid length")."""
-
-
 def _compact_string(view: memoryview, pos: int) -> tuple[str | None, int]:
-    length, pos = length_at(view, pos)
-    if length < 0:
-        return None, pos
-    stop = pos + length
-    if length > _MAX_STRING or stop > len(view):
-        raise Truncated
-    return read_string(bytes(view[pos:stop])), stop
+    start, stop = string_span(view, pos, True, True)
+    return (None if start < 0 else read_string(bytes(view[start:stop]))), stop
 
 
 def _string(view: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
-    length = I16.unpack_from(view, pos)[0]
-    pos += 2
-    if length < 0:
-        if not nullable:
-            raise Truncated
-        return None, pos
-    stop = pos + length
-    if stop > len(view):
-        raise Truncated
-    return read_string(bytes(view[pos:stop])), stop
+    start, stop = string_span(view, pos, False, nullable)
+    return (None if start < 0 else read_string(bytes(view[start:stop]))), stop

@@ -74,6 +74,40 @@ def tags_end(buf: bytes | memoryview, pos: int) -> int:
     return pos
 
 
+def size_at(buf: bytes | memoryview, pos: int, flexible: bool, *, wide: bool) -> tuple[int, int]:
+    """A length or count at ``pos`` and the offset after it: compact (``flexible``), else an
+    ``int32`` (``wide``: an array's count, a bytes length) or an ``int16`` (a string's length);
+    negative is null."""
+    if flexible:
+        return length_at(buf, pos)
+    if wide:
+        value: int = I32.unpack_from(buf, pos)[0]
+        return value, pos + 4
+    value = I16.unpack_from(buf, pos)[0]
+    return value, pos + 2
+
+
+MAX_STRING: Final = 0x7FFF
+"""The generated readers refuse a longer string ("had invalid length")."""
+
+
+def string_span(
+    buf: bytes | memoryview, pos: int, flexible: bool, nullable: bool
+) -> tuple[int, int]:
+    """Where the string at ``pos`` lies, compact (``flexible``) or after an ``int16`` length:
+    ``(start, stop)``, ``start`` -1 for null (refused where not ``nullable``, as a string longer
+    than :data:`MAX_STRING` or past the end of ``buf`` is)."""
+    length, pos = size_at(buf, pos, flexible, wide=False)
+    if length < 0:
+        if not nullable:
+            raise Truncated
+        return -1, pos
+    stop = pos + length
+    if length > MAX_STRING or stop > len(buf):
+        raise Truncated
+    return pos, stop
+
+
 def compact_end(buf: bytes | memoryview, pos: int, nullable: bool) -> int:
     """The offset after the compact string/bytes at ``pos``."""
     length, pos = length_at(buf, pos)

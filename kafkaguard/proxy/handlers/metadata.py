@@ -25,6 +25,12 @@ Metadata follows ``KafkaApis.handleTopicMetadataRequest``:
   29/100 entries) and v8–10 ``cluster_authorized_operations`` (0 without DESCRIBE CLUSTER) when
   requested; the "not requested" sentinel otherwise, whatever the broker sent.
 * Always: broker addresses rewritten, topic id ↔ name pairs learned for Fetch/Produce v13+.
+
+When the proxy synthesizes no topic entry (by name, every name describable, none held back
+from auto-creation; or all topics), the broker's answer is not decoded: it is walked by
+lengths and rebuilt from its own bytes, the brokers' addresses and the KIP-430 fields
+replaced (``protocol/skim/metadata.py``), the topics chosen by the same code as the decoded
+path's. A frame the walk does not take on is decoded and rewritten whole.
 """
 
 from __future__ import annotations
@@ -37,7 +43,20 @@ from typing import Protocol, TypeVar, cast
 from kafkaguard.policy.model import AclOperation, ResourceType
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import Entity, ErrorCode, RequestPayload, ResponsePayload
-from kafkaguard.proxy.handlers.support.addresses import NodeAddress, rewrite_metadata_brokers
+from kafkaguard.protocol.framing import Frame
+from kafkaguard.protocol.header import RequestHeaderInfo
+from kafkaguard.protocol.inflight import ResponseTransform
+from kafkaguard.protocol.skim.metadata import (
+    NOT_REQUESTED,
+    MetadataRequestSkim,
+    skim_metadata_request,
+    walk_metadata_response,
+)
+from kafkaguard.proxy.handlers.support.addresses import (
+    NodeAddress,
+    decoded_transform,
+    rewrite_metadata_brokers,
+)
 from kafkaguard.proxy.handlers.support.authz import (
     CLUSTER,
     INTERNAL_TOPICS,
@@ -60,8 +79,6 @@ from kafkaguard.proxy.handlers.support.fields import ErrorCoded, Named, Partitio
 from kafkaguard.proxy.handlers.support.responses import convert, entity, merge_in_request_order
 
 ZERO_UUID = uuid.UUID(int=0)
-NOT_REQUESTED = -2147483648
-"""``Int.MinValue``: the schema default of the KIP-430 fields."""
 _MISSING = (ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_topic_exception)
 _DENIED = ErrorCode.topic_authorization_failed
 
@@ -171,12 +188,13 @@ def _describable(
     return [t for t in topics if t.name in visible]
 
 
-def learn_topic_ids(ctx: HandlerContext, topics: Sequence[_ResponseTopic]) -> None:
-    """Feed the id → name cache from a response's topic entries (non-zero ids only)."""
+def learn_topic_ids(ctx: HandlerContext, topics: Sequence[_Named]) -> None:
+    """Feed the id → name cache from a response's topic entries (non-zero ids only; decoded,
+    or the skim's :class:`~kafkaguard.protocol.skim.metadata.TopicEntry`)."""
     pairs = [
-        (t.topic_id, t.name)
+        (topic_id, t.name)
         for t in topics
-        if getattr(t, "topic_id", None) is not None and t.topic_id.int and t.name
+        if (topic_id := getattr(t, "topic_id", None)) is not None and topic_id.int and t.name
     ]
     if pairs:
         ctx.learn_topic_names(pairs)
@@ -203,23 +221,82 @@ class _Plan:
     asked: tuple[_ResponseTopic, ...] = ()
     """Entries of the ``no_create`` names, from the proxy's question to the broker."""
 
+    @property
+    def skimmed(self) -> bool:
+        """The answer needs no entry of the proxy's own: the skim's splice makes it."""
+        return not (self.by_id or self.denied or self.no_create or self.asked)
+
+
+def _cluster_ops(ctx: HandlerContext, request: Request, wanted: bool) -> int:
+    """v8–10 ``cluster_authorized_operations``: 0 without DESCRIBE CLUSTER."""
+    if not wanted:
+        return NOT_REQUESTED
+    if not is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER):
+        return 0
+    return ctx.authorized_operations(request, CLUSTER)
+
+
+def _topic_ops(ctx: HandlerContext, request: Request, wanted: bool, name: str | None) -> int:
+    """``topic_authorized_operations`` of a described topic (v8+)."""
+    if not wanted or name is None:
+        return NOT_REQUESTED
+    return ctx.authorized_operations(request, topic(name))
+
+
+def _wanted(request: Request[MetadataBody]) -> tuple[bool, bool]:
+    """Whether the request asks for the KIP-430 topic and cluster operations."""
+    body = request.body
+    version = request.header.api_version
+    return (
+        version >= 8 and bool(body.include_topic_authorized_operations),
+        8 <= version <= 10 and bool(body.include_cluster_authorized_operations),
+    )
+
+
+def _name(entry: _Named) -> Hashable:
+    return entry.name
+
+
+def _asked_for(plan: _Plan, topics: Sequence[_N]) -> list[_N]:
+    """The broker's entries of the names sent upstream: a broker may read an empty list as
+    "all topics" (Tansu does, even on v1+), and nothing unrequested may reach the client."""
+    forwarded = plan.forwarded
+    return [t for t in topics if t.name in forwarded]
+
+
+def _kio_body(request: Request[MetadataBody]) -> MetadataBody:
+    """kio's decode of the request, for the paths that send a changed request upstream
+    (``codec.replace`` rebuilds a kio entity; the skim is read only)."""
+    body = request.body
+    if isinstance(body, MetadataRequestSkim):
+        decoded = codec.decode_request(request.frame, 3, request.header.api_version)
+        return cast(MetadataBody, decoded)
+    return body
+
 
 class MetadataHandler(ApiHandler[MetadataBody]):
     api_key = 3
-    decode_request = True
+
+    def read_request(self, header: RequestHeaderInfo, frame: Frame) -> MetadataBody:
+        """The skim of the request (``protocol/skim/metadata.py``), or kio's decode of a frame
+        the skim does not take on."""
+        skim = skim_metadata_request(frame, header.api_version, header.client_id_end)
+        # (the skim has the fields the handler reads, not a kio entity's: _kio_body rebuilds)
+        body = skim or codec.decode_request(frame, 3, header.api_version)
+        return cast(MetadataBody, body)
 
     def on_request(self, request: Request[MetadataBody], ctx: HandlerContext) -> Verdict:
         body = request.body
         version = request.header.api_version
         topics = body.topics
         if topics is None or (version == 0 and not topics):
-            return Forward(rewrite=self._rewriter(request, ctx, _Plan(all_topics=True)))
+            return self._forward(request, ctx, _Plan(all_topics=True))
         if version < 12 and any(self._id_of(t) is not None for t in topics):
             # handleTopicMetadataRequest: InvalidRequestException → getErrorResponse.
             return Respond(self._error_response(request, topics, ErrorCode.invalid_request))
         ids = [i for t in topics if (i := self._id_of(t)) is not None]
         if ids:
-            return self._by_id(request, ctx, body, topics, ids)
+            return self._by_id(request, ctx, ids)
         if any(t.name is None for t in topics):
             return Respond(self._error_response(request, topics, ErrorCode.invalid_request))
         return self._by_name(request, ctx, body, topics)
@@ -246,14 +323,11 @@ class MetadataHandler(ApiHandler[MetadataBody]):
         )
 
     def _by_id(
-        self,
-        request: Request[MetadataBody],
-        ctx: HandlerContext,
-        body: MetadataBody,
-        topics: Sequence[_RequestTopic],
-        ids: list[uuid.UUID],
+        self, request: Request[MetadataBody], ctx: HandlerContext, ids: list[uuid.UUID]
     ) -> Verdict:
-        request_type: Callable[..., _RequestTopic] = type(topics[0])
+        body = _kio_body(request)
+        assert body.topics  # (ids were listed)
+        request_type: Callable[..., _RequestTopic] = type(body.topics[0])
         distinct = first_seen(ids)
         upstream = codec.replace(
             body,
@@ -261,7 +335,7 @@ class MetadataHandler(ApiHandler[MetadataBody]):
             allow_auto_topic_creation=False,  # an id cannot be auto-created; be explicit
         )
         plan = _Plan(by_id=True, request_keys=list(distinct))
-        return Forward(request=_payload(upstream), rewrite=self._rewriter(request, ctx, plan))
+        return self._forward(request, ctx, plan, upstream)
 
     def _by_name(
         self,
@@ -277,10 +351,9 @@ class MetadataHandler(ApiHandler[MetadataBody]):
             ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, distinct
         )
         plan = _Plan(request_keys=list(names))
-        topic_type = self._topic_type(request)
         for name in distinct:
             if name not in allowed:
-                plan.denied[name] = [_topic_error(topic_type, _DENIED, name)]
+                plan.denied[name] = [_topic_error(self._topic_type(request), _DENIED, name)]
         describable = [n for n in distinct if n in allowed]
         auto_create = version < 4 or bool(body.allow_auto_topic_creation)
         no_create: set[str] = set()
@@ -301,17 +374,18 @@ class MetadataHandler(ApiHandler[MetadataBody]):
         plan.forwarded = frozenset(describable)
         plan.no_create = frozenset(no_create)
         if not no_create and not plan.denied:
-            return Forward(rewrite=self._rewriter(request, ctx, plan))
+            return self._forward(request, ctx, plan)
         if no_create and (version < 4 or len(no_create) < len(describable)):
             # One request cannot let the broker create some names and not others (and v0–3
             # cannot switch creation off): ask about the names lacking CREATE first.
             return self._ask_then_forward(request, ctx, plan)
+        body = _kio_body(request)
         upstream = codec.replace(
             body,
-            topics=tuple(t for t in topics if t.name in plan.forwarded),
+            topics=tuple(t for t in body.topics or () if t.name in plan.forwarded),
             **({"allow_auto_topic_creation": False} if no_create else {}),
         )
-        return Forward(request=_payload(upstream), rewrite=self._rewriter(request, ctx, plan))
+        return self._forward(request, ctx, plan, upstream)
 
     def _ask_then_forward(
         self, request: Request[MetadataBody], ctx: HandlerContext, plan: _Plan
@@ -358,11 +432,11 @@ class MetadataHandler(ApiHandler[MetadataBody]):
     ) -> Verdict:
         """Only ``plan.forwarded`` goes up (possibly none: the broker still supplies the
         brokers and cluster of the answer)."""
-        body = request.body
+        body = _kio_body(request)
         upstream = codec.replace(
             body, topics=tuple(t for t in body.topics or () if t.name in plan.forwarded)
         )
-        return Forward(request=_payload(upstream), rewrite=self._rewriter(request, ctx, plan))
+        return self._forward(request, ctx, plan, upstream)
 
     def _create_denied(self, request: Request, name: str) -> _ResponseTopic:
         """Kafka's unauthorizedForCreateTopicMetadata entry."""
@@ -370,13 +444,57 @@ class MetadataHandler(ApiHandler[MetadataBody]):
             self._topic_type(request), _DENIED, name, is_internal=name in INTERNAL_TOPICS
         )
 
+    def _forward(
+        self,
+        request: Request[MetadataBody],
+        ctx: HandlerContext,
+        plan: _Plan,
+        upstream: Entity | None = None,
+    ) -> Forward:
+        """Forward the client's request (or ``upstream``); the answer's rewrite made on its
+        raw bytes (:meth:`_spliced`) when the plan lets it, decoded otherwise."""
+        rewrite = self._rewriter(request, ctx, plan)
+        return Forward(
+            request=None if upstream is None else _payload(upstream),
+            rewrite=rewrite,
+            transform=self._spliced(request, ctx, plan, rewrite) if plan.skimmed else None,
+        )
+
+    def _spliced(
+        self,
+        request: Request[MetadataBody],
+        ctx: HandlerContext,
+        plan: _Plan,
+        rewrite: ResponseRewrite,
+    ) -> ResponseTransform:
+        """:meth:`_rewriter`'s change for a plan that synthesizes no entry, on the raw frame:
+        the same topics (describable ones of all; the asked ones, in request order), the same
+        KIP-430 fields and addresses, the same ids learned; every other byte the broker's."""
+        version = request.header.api_version
+        want_topic_ops, want_cluster_ops = _wanted(request)
+        decoded = decoded_transform(request, rewrite)
+
+        def transform(frame: Frame) -> Frame:
+            walk = walk_metadata_response(frame, version)
+            if walk is None:
+                return decoded(frame)
+            learn_topic_ids(ctx, walk.topics)
+            if plan.all_topics:
+                topics = _describable(ctx, request, walk.topics, log_if_denied=False)
+            else:
+                asked = _asked_for(plan, walk.topics)
+                topics = list(merge_in_request_order(plan.request_keys, {}, asked, _name))
+            cluster_ops = _cluster_ops(ctx, request, want_cluster_ops)
+            ops = [_topic_ops(ctx, request, want_topic_ops, t.name) for t in topics]
+            return walk.splice(frame, ctx.advertise_node, topics, ops, cluster_ops)
+
+        return transform
+
     def _rewriter(  # noqa: C901 - the nested rewrite: one step per field KafkaApis.handleTopicMetadataRequest fills
         self, request: Request[MetadataBody], ctx: HandlerContext, plan: _Plan
     ) -> ResponseRewrite:
-        body = request.body
         version = request.header.api_version
-        want_topic_ops = version >= 8 and bool(body.include_topic_authorized_operations)
-        want_cluster_ops = 8 <= version <= 10 and bool(body.include_cluster_authorized_operations)
+        want_topic_ops, want_cluster_ops = _wanted(request)
 
         def rewrite(response: _MR) -> _MR:  # noqa: C901 - as _rewriter
             learn_topic_ids(ctx, response.topics)
@@ -389,9 +507,7 @@ class MetadataHandler(ApiHandler[MetadataBody]):
             elif plan.by_id:
                 broker = self._filter_by_id(request, ctx, plan, broker, described)
             else:
-                # Only what was asked: a broker may read an empty list as "all topics" (Tansu
-                # does, even on v1+), and nothing unrequested may reach the client.
-                broker = [t for t in broker if t.name in plan.forwarded] + list(plan.asked)
+                broker = _asked_for(plan, broker) + list(plan.asked)
                 for i, t in enumerate(broker):
                     if t.name is not None and t.name in plan.no_create and t.error_code in _MISSING:
                         broker[i] = self._create_denied(request, t.name)
@@ -399,27 +515,19 @@ class MetadataHandler(ApiHandler[MetadataBody]):
                         described.add(i)
             changes: dict[str, object] = {}
             if 8 <= version <= 10:
-                cluster_ops = NOT_REQUESTED
-                if want_cluster_ops:
-                    cluster_ops = (
-                        ctx.authorized_operations(request, CLUSTER)
-                        if is_allowed(ctx, request, AclOperation.DESCRIBE, CLUSTER)
-                        else 0
-                    )
+                cluster_ops = _cluster_ops(ctx, request, want_cluster_ops)
                 if response.cluster_authorized_operations != cluster_ops:
                     changes["cluster_authorized_operations"] = cluster_ops
             if version >= 8:
                 for i, t in enumerate(broker):
-                    ops = NOT_REQUESTED
-                    if want_topic_ops and i in described and t.name is not None:  # named
-                        ops = ctx.authorized_operations(request, topic(t.name))
+                    ops = _topic_ops(ctx, request, want_topic_ops and i in described, t.name)
                     if t.topic_authorized_operations != ops:
                         broker[i] = codec.replace(t, topic_authorized_operations=ops)
             if plan.all_topics:
                 topics: Sequence[_ResponseTopic] = broker
             else:
                 key: Callable[[_ResponseTopic], Hashable] = (
-                    (lambda t: t.topic_id) if plan.by_id else (lambda t: t.name)
+                    (lambda t: t.topic_id) if plan.by_id else _name
                 )
                 topics = merge_in_request_order(plan.request_keys, plan.denied, broker, key)
             if not _same(topics, response.topics):

@@ -6,6 +6,7 @@ import uuid
 from datetime import timedelta
 from typing import Any, cast
 
+import pytest
 from kio.schema.describe_topic_partitions.v0 import request as dtp_req
 from kio.schema.describe_topic_partitions.v0 import response as dtp_resp
 from kio.schema.errors import ErrorCode
@@ -17,7 +18,13 @@ from kio.schema.metadata.v10 import response as resp10
 from kio.schema.metadata.v12 import request as req12
 from kio.schema.metadata.v12 import response as resp12
 
+from kafkaguard.protocol import codec
+from kafkaguard.protocol.header import RequestHeaderInfo
+from kafkaguard.protocol.skim.metadata import walk_metadata_response
+from kafkaguard.proxy.core.dispatch import response_transform
 from kafkaguard.proxy.handlers.support.base import AskFirst, Forward, Respond
+from kafkaguard.proxy.handlers.support.responses import entity
+from tests.support.data_path import nested
 from tests.support.handler_harness import HandlerHarness, acl
 
 ZERO = uuid.UUID(int=0)
@@ -370,3 +377,159 @@ def test_unrequested_broker_topics_never_reach_the_client() -> None:
     verdict = h.send(v12("secret"))
     out = h.complete(verdict, reply12(("a", 0), ("secret", 0)))
     assert summary(out) == [("secret", 29, ZERO)]
+
+
+# -- the answer rewritten on its bytes (protocol/skim/metadata.py) ---------------------------
+#
+# Where the proxy adds no entry of its own, the transform splices the broker's frame; the
+# client must receive exactly the bytes the decoded rewrite would send, after the same checks.
+
+SKIMMED_VERSIONS = (1, 4, 8, 9, 10, 12, 13)
+EVERYTHING = [acl("User:alice", "ALL", "TOPIC", "*"), acl("User:alice", "ALL", "CLUSTER", "*")]
+
+
+def request_for(version: int, names: tuple[str, ...] | None, **flags: bool) -> Any:
+    schema = codec.request_schema(3, version)
+    topics = (
+        None if names is None else tuple(entity(nested(schema, "topics"), name=n) for n in names)
+    )
+    return entity(schema, topics=topics, **flags)
+
+
+def answer_for(version: int, *names: str) -> Any:
+    schema = codec.response_schema(3, version)
+    topic_t = nested(schema, "topics")
+    partition = entity(
+        nested(topic_t, "partitions"), leader_id=1, replica_nodes=(1,), isr_nodes=(1,)
+    )
+    return entity(
+        schema,
+        brokers=(
+            entity(nested(schema, "brokers"), node_id=1, host="broker-1.internal", port=9092),
+        ),
+        cluster_id="c",
+        controller_id=1,
+        topics=tuple(
+            entity(
+                topic_t,
+                name=n,
+                topic_id=IDS.get(n, ZERO),
+                partitions=(partition,),
+                topic_authorized_operations=12345,  # whatever an authorizer-less broker says
+            )
+            for n in names
+        ),
+        cluster_authorized_operations=7,
+    )
+
+
+def spliced_and_decoded(
+    h: HandlerHarness, verdict: Any, answer: Any
+) -> tuple[bytes, bytes, list[Any], list[Any]]:
+    """(the transform's frame, the decoded rewrite's frame, the checks each made)."""
+    assert isinstance(verdict, Forward) and verdict.transform is not None, verdict
+    assert verdict.rewrite is not None
+    version = int(answer.__version__)
+    frame = codec.encode_response(answer, 7)
+    assert walk_metadata_response(frame, version) is not None  # spliced, not decoded
+    h.checks.clear()
+    spliced = bytes(verdict.transform(frame))
+    spliced_checks = list(h.checks)
+    h.checks.clear()
+    header = RequestHeaderInfo(3, version, 7, "", 0)
+    decoded = bytes(response_transform(verdict.rewrite, header)(frame))
+    return spliced, decoded, spliced_checks, list(h.checks)
+
+
+@pytest.mark.parametrize("version", SKIMMED_VERSIONS)
+def test_an_allowed_by_name_answer_is_spliced_as_the_decoded_path_encodes_it(version: int) -> None:
+    h = HandlerHarness(EVERYTHING)
+    verdict = h.send(request_for(version, ("a", "b", "a"), allow_auto_topic_creation=True))
+    # The broker answers in its own order, once per name, and with a topic never asked for.
+    spliced, decoded, *_ = spliced_and_decoded(h, verdict, answer_for(version, "b", "c", "a"))
+    assert spliced == decoded
+    out = codec.decode_response(spliced, 3, version)
+    assert [t.name for t in out.topics] == ["a", "b"]
+    assert [(b.host, b.port) for b in out.brokers] == [("proxy.test", 30001)]
+    assert h.advertised == {1: ("proxy.test", 30001)}
+    if version >= 8:
+        assert {t.topic_authorized_operations for t in out.topics} == {MIN}
+    if version >= 10:  # ids learned, the unrequested topic's too (as the decoded path does)
+        assert h.topic_names == {IDS["a"]: "a", IDS["b"]: "b", IDS["c"]: "c"}
+
+
+@pytest.mark.parametrize("version", [8, 9, 10, 12])
+def test_kip430_operations_are_spliced_as_the_decoded_path_computes_them(version: int) -> None:
+    h = HandlerHarness(
+        [
+            acl("User:alice", "DESCRIBE", "TOPIC", "a"),
+            acl("User:alice", "WRITE", "TOPIC", "a"),
+            acl("User:alice", "DESCRIBE", "CLUSTER", "kafka-cluster"),
+        ]
+    )
+    flags = {
+        "include_topic_authorized_operations": True,
+        "include_cluster_authorized_operations": True,
+    }
+    verdict = h.send(request_for(version, ("a",), allow_auto_topic_creation=False, **flags))
+    spliced, decoded, spliced_checks, decoded_checks = spliced_and_decoded(
+        h, verdict, answer_for(version, "a")
+    )
+    assert spliced == decoded and spliced_checks == decoded_checks
+    out = codec.decode_response(spliced, 3, version)
+    assert out.topics[0].topic_authorized_operations == (1 << 4) | (1 << 8)
+
+
+@pytest.mark.parametrize("version", SKIMMED_VERSIONS)
+def test_all_topics_are_filtered_on_the_splice_as_on_the_decoded_path(version: int) -> None:
+    h = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    verdict = h.send(request_for(version, None, allow_auto_topic_creation=False))
+    spliced, decoded, spliced_checks, decoded_checks = spliced_and_decoded(
+        h, verdict, answer_for(version, "secret", "a", "b")
+    )
+    assert spliced == decoded and spliced_checks == decoded_checks
+    assert [t.name for t in codec.decode_response(spliced, 3, version).topics] == ["a"]
+    assert [(a.resource_pattern.name, a.log_if_denied) for a, _ in spliced_checks] == [
+        ("secret", False),
+        ("a", False),
+        ("b", False),
+    ]
+
+
+def test_a_frame_the_walk_does_not_take_on_is_decoded() -> None:
+    """An unknown tagged field on a broker entry: the decoded path's answer (which drops it)."""
+    h = HandlerHarness(EVERYTHING)
+    verdict = h.send(request_for(12, ("a",)))
+    assert isinstance(verdict, Forward) and verdict.transform is not None
+    frame = codec.encode_response(answer_for(12, "a"), 7)
+    broker_end = frame.index(b"broker-1.internal") + len("broker-1.internal") + 4 + 1
+    assert frame[broker_end] == 0  # the broker entry's tagged fields (after port, null rack)
+    body = frame[4:broker_end] + b"\x01\x05\x00" + frame[broker_end + 1 :]
+    tagged = len(body).to_bytes(4, "big") + body
+    assert walk_metadata_response(tagged, 12) is None
+    header = RequestHeaderInfo(3, 12, 7, "", 0)
+    assert verdict.rewrite is not None
+    assert bytes(verdict.transform(tagged)) == bytes(
+        response_transform(verdict.rewrite, header)(tagged)
+    )
+    assert b"broker-1" not in bytes(verdict.transform(tagged))
+
+
+def test_the_decoded_path_is_kept_wherever_the_proxy_adds_entries() -> None:
+    """A denied name, a name lacking CREATE, a lookup by id, an answer merged with the
+    proxy's question: each answer is decoded (no transform)."""
+    denied = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "a")])
+    no_create = HandlerHarness([acl("User:alice", "DESCRIBE", "TOPIC", "*")])
+    by_id = HandlerHarness(EVERYTHING, topic_ids={IDS["a"]: "a"})
+    asked = HandlerHarness(
+        [acl("User:alice", "DESCRIBE", "TOPIC", "*"), acl("User:alice", "CREATE", "TOPIC", "a")]
+    )
+    verdicts = [
+        denied.send(v12("a", "b")),
+        no_create.send(v12("a")),
+        by_id.send(v12(ids=(IDS["a"],))),
+        asked.answer_metadata(asked.send(v12("a", "new")), {}),
+    ]
+    for verdict in verdicts:
+        assert isinstance(verdict, Forward) and verdict.rewrite is not None, verdict
+        assert verdict.transform is None, verdict

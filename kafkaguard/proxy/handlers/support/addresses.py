@@ -27,6 +27,7 @@ from kafkaguard.protocol import codec
 from kafkaguard.protocol.codec import Entity
 from kafkaguard.protocol.framing import Frame
 from kafkaguard.protocol.header import peek_correlation_id
+from kafkaguard.protocol.inflight import ResponseTransform
 from kafkaguard.protocol.skim.tails import NodeEndpointsTail, fetch_response_has_node_endpoints
 from kafkaguard.proxy.handlers.support.base import (
     FORWARD,
@@ -169,6 +170,15 @@ def node_endpoints_transform(
         if rewrite is None:
             return None
     header = request.header
+    decoded = decoded_transform(request, rewrite)
+    return NodeEndpointsTail(header.api_key, header.api_version, ctx.advertise_node, decoded)
+
+
+def decoded_transform(request: Request, rewrite: ResponseRewrite) -> ResponseTransform:
+    """The fallback of a raw-frame transform for a frame its walk does not take on: the
+    response to ``request`` decoded whole, passed through ``rewrite`` and encoded again (the
+    broker's own frame when ``rewrite`` changed nothing)."""
+    header = request.header
     api_key, version = header.api_key, header.api_version
 
     def decoded(frame: Frame) -> Frame:
@@ -176,7 +186,7 @@ def node_endpoints_transform(
         new = rewrite(body)
         return frame if new is body else codec.encode_response(new, peek_correlation_id(frame))
 
-    return NodeEndpointsTail(api_key, version, ctx.advertise_node, decoded)
+    return decoded
 
 
 class _AllowedForwards:

@@ -326,8 +326,8 @@ class HandlerContext(Protocol):
         ...
 
 
-# Compiled (kafkaguard/protocol/build.py) with the Produce and Fetch handlers; every other
-# handler, and the tests' own, subclass it in Python.
+# Compiled (kafkaguard/protocol/build.py) with the Produce, Fetch and Metadata handlers; every
+# other handler, and the tests' own, subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class ApiHandler(Generic[B, St]):
     """Base of the per-API handlers. It forwards nothing: a handler that does not decide
