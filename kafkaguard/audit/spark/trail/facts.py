@@ -295,7 +295,12 @@ def write_facts(
                 F.date_format("hour_start", "yyyy-MM-dd").alias("date"),
                 F.date_format("hour_start", "HH").alias("hour"),
             )
-            facts.coalesce(1).write.partitionBy("date", "hour").parquet(str(staging))
+            # One file per hour, the aggregation left in its shuffle partitions: coalesce(1)
+            # would run the final aggregation in one task, which at 10M records (5M facts)
+            # spilled and ran out of a 1 GB heap merging its spills (bench/RESULTS.md, issue 36).
+            facts.repartition("date", "hour").write.partitionBy("date", "hour").parquet(
+                str(staging)
+            )
             counted = rows_per_hour(spark, staging, FACTS_SCHEMA)
             members = _members_per_hour(records)
         for hour in stale:
@@ -489,7 +494,7 @@ def _stage_days(
     daily = summed(found.facts, day).select(
         F.lit(None).cast(TimestampType()).alias("hour_start"), *FACT_COLUMNS[1:], "date"
     )
-    daily.coalesce(1).write.partitionBy("date").parquet(str(staging))
+    daily.repartition("date").write.partitionBy("date").parquet(str(staging))  # as write_facts
     counted: dict[str, int] = {}
     if any(staging.glob("date=*/*.parquet")):
         written = spark.read.schema(FACTS_SCHEMA).option("basePath", str(staging))
