@@ -34,6 +34,7 @@ from typing import Any, Final, TypeVar
 from kafkaguard.protocol import codec
 from kafkaguard.protocol.errors import MalformedFrame, ProtocolError
 from kafkaguard.protocol.header import peek_correlation_id, peek_request_header
+from kafkaguard.protocol.skim.metadata import MetadataRequestSkim
 from kafkaguard.protocol.skim.produce import IdTopicSkim, ProduceRequestSkim
 from kafkaguard.proxy.core.dispatch import decide
 from kafkaguard.proxy.handlers import REGISTRY
@@ -300,6 +301,35 @@ def compare_skim(skim: ProduceRequestSkim, theirs: dict[str, Any], out: list[str
             compare_value(p.records, q["records"], "records", f"topicData[{i}][{j}].records", out)
 
 
+def compare_metadata_skim(
+    skim: MetadataRequestSkim, theirs: dict[str, Any], out: list[str]
+) -> None:
+    """The Metadata skim's fields against ``MetadataRequestData``'s; a flag the version lacks
+    is not in Kafka's reading (``JsonConverter`` writes a version's fields only), and the skim
+    holds it at its default, which the handler does not read there."""
+    for name in (
+        "allow_auto_topic_creation",
+        "include_cluster_authorized_operations",
+        "include_topic_authorized_operations",
+    ):
+        key = _kafka_key(name, theirs)
+        if key is not None:
+            compare_value(getattr(skim, name), theirs[key], "bool", key, out)
+    topics = theirs.get("topics")
+    if skim.topics is None or topics is None:
+        compare_value(skim.topics, topics, "", "topics", out)
+        return
+    if len(skim.topics) != len(topics):
+        out.append(f"topics: proxy {len(skim.topics)}, Kafka {len(topics)} topics")
+        return
+    for i, (topic, kafka_topic) in enumerate(zip(skim.topics, topics, strict=True)):
+        if "topicId" in kafka_topic:
+            compare_value(
+                topic.topic_id, kafka_topic["topicId"], "uuid", f"topics[{i}].topicId", out
+            )
+        compare_value(topic.name, kafka_topic.get("name"), "string", f"topics[{i}].name", out)
+
+
 def read_values(theirs: Any, harness: HandlerHarness) -> set[str]:
     """Every string Kafka read, and the name of every topic id it read that the proxy knows."""
     found: set[str] = {CLUSTER_NAME}
@@ -364,6 +394,8 @@ def compare(
             differences.append(f"Produce split: proxy: {exc}")
         else:
             compare_entity(decoded, kafka["body"], "split", differences)
+    elif isinstance(mine.body, MetadataRequestSkim):
+        compare_metadata_skim(mine.body, kafka["body"], differences)
     elif mine.body is not None:
         compare_entity(mine.body, kafka["body"], "", differences)
     if differences:
