@@ -614,15 +614,6 @@ def choose_facts(
     return FactsChoice(output, tuple(days), tuple(stored_hours))
 
 
-def fact_hours(
-    path: str, window: TimeRange, *, compacted: str | None = None, json_only: bool = False
-) -> tuple[Path, list[Hour]] | None:
-    """Where the facts are and the hours :func:`read_facts` takes from hourly facts
-    (:func:`choose_facts`; None: no local compacted directory)."""
-    choice = choose_facts(path, window, compacted=compacted, json_only=json_only)
-    return None if choice is None else (choice.output, list(choice.hours))
-
-
 def _plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 

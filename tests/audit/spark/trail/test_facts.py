@@ -29,7 +29,6 @@ from kafkaguard.audit.spark.trail.facts import (
     HOUR_TOTALS_FILE,
     MEMBERS_FILE,
     choose_facts,
-    fact_hours,
     read_facts,
     read_membership,
     stored_hour_totals,
@@ -65,8 +64,8 @@ def _repeated(records: list[AuditEvent]) -> list[AuditEvent]:
 
 def _from_facts(spark: SparkSession, trail: Path, window: TimeRange) -> set[str]:
     """The hours a read takes from facts (the results are compared with the records')."""
-    found = fact_hours(str(trail), window)
-    return {h.relative for h in found[1]} if found else set()
+    found = choose_facts(str(trail), window)
+    return {h.relative for h in found.hours} if found else set()
 
 
 def _same_results(spark: SparkSession, trail: Path, window: TimeRange) -> None:
