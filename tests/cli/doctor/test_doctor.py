@@ -33,7 +33,7 @@ from kafkaguard.policy.model import (
 from kafkaguard.policy.stores.base import AclStore
 from kafkaguard.policy.stores.kafka_topic import KafkaTopicAclStore
 from kafkaguard.policy.stores.zookeeper import ZooKeeperAclStore
-from kafkaguard.proxy.config import HostPort
+from kafkaguard.proxy.config import BASE_RANGE_NODES, HostPort
 from kafkaguard.tansu import NODE_ID, TansuBroker, free_port
 from kafkaguard.topic_table import topic_cleanup_policy
 from tests.support.kafka_broker import KafkaBroker
@@ -67,6 +67,14 @@ acls:
 """
 
 
+def _bootstrap_port() -> int:
+    """A free port outside the node range (0..99) of ``broker_ports`` base 20000: one inside it
+    makes doctor warn, as it should (``config_warnings``), and the test's run fail."""
+    while (port := free_port()) in range(20000, 20000 + BASE_RANGE_NODES):
+        pass
+    return port
+
+
 def write_config(
     directory: Path,
     servers: list[HostPort],
@@ -84,7 +92,7 @@ def write_config(
         "  connect_timeout_s: 5\n"
         "listeners:\n"
         "  - name: P\n"
-        f"    port: {free_port()}\n"
+        f"    port: {_bootstrap_port()}\n"
         "    broker_ports: {base: 20000}\n"
         + "".join(f"    {line}\n" for line in listener.splitlines())
         + f"acl_store: {{type: file, path: {acl_file}}}\n"
