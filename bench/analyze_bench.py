@@ -53,10 +53,14 @@ without them (both facts directories removed: the compacted records are read; th
 and the report's totals compared). Wall time from the process's
 start to its exit; CPU seconds of its processes (on a shared machine the steadier figure);
 peak RSS: the highest ``VmHWM`` of the process's JVM (and of its Python), polled while it
-runs. ``--conf KEY=VALUE`` passes a Spark setting to every job (e.g. JVM options to
-compare). With ``--duckdb`` the reference computes the same tables from the raw JSON lines,
-once. ``--spark-connect`` adds ``propose`` and ``report --html`` as fresh ``--remote``
-clients of one Spark Connect server kept running (:func:`connect_jobs`).
+runs. The driver JVM's class archive (:mod:`kafkaguard.audit.spark.runtime.class_archive`)
+is there as it is for a user after a first job: when missing, a first ``report`` over half
+an hour writes it before the timed jobs, and its line says so. ``--conf KEY=VALUE`` passes a
+Spark setting to every job (e.g. JVM options to compare; ``spark.driver.extraJavaOptions``
+replaces kafkaguard's own, the archive included). With ``--duckdb`` the reference computes
+the same tables from the raw JSON lines, once. ``--spark-connect`` adds ``propose`` and
+``report --html`` as fresh ``--remote`` clients of one Spark Connect server kept running
+(:func:`connect_jobs`).
 
 Peak memory: the kernel's high-water mark of resident memory (``VmHWM`` in
 ``/proc/<pid>/status``) of the driver JVM (the Python process's ``java`` child; in local mode
@@ -97,6 +101,7 @@ from kafkaguard.audit.spark.jobs.report.cube import (  # noqa: E402
     report_data,
 )
 from kafkaguard.audit.spark.render.html import render  # noqa: E402
+from kafkaguard.audit.spark.runtime.class_archive import class_archive  # noqa: E402
 from kafkaguard.audit.spark.runtime.output import write_tables  # noqa: E402
 from kafkaguard.audit.spark.runtime.session import build_session  # noqa: E402
 from kafkaguard.audit.spark.solver.proposal import render_acl_file  # noqa: E402
@@ -779,6 +784,15 @@ def cold(
     acls = out / "acls.yaml"
     acls.write_text(COLD_ACLS, encoding="utf-8")
     settings = [arg for setting in conf for arg in ("--conf", setting)]
+    archive = class_archive()
+    if archive is not None and archive.writing:  # as users run jobs: after the first one
+        first = min(data.glob("date=*/hour=*"))
+        since = f"{first.parent.name[5:]}T{first.name[5:]}:00Z"
+        until = f"{first.parent.name[5:]}T{first.name[5:]}:30Z"
+        warm = cold_job("report", "--input", str(data), "--since", since, "--until", until)
+        print(f"class archive written by a first job ({warm.seconds:.1f} s): {archive.path}")
+    else:
+        print(f"class archive: {archive.path if archive else 'off'}")
     common = ("--input", str(data), "--compacted", str(compacted), *settings)
 
     def show(label: str, result: Cold, rate: bool = False) -> None:

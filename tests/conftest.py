@@ -16,6 +16,12 @@ pytest.register_assert_rewrite("tests.support")
 
 import asyncio
 import os
+
+# A fresh `kafkaguard analyze` run by a test maps no class archive and writes none
+# (kafkaguard/audit/spark/runtime/class_archive.py's ARCHIVE_ENV, not imported: it imports
+# pyspark): what such a test prints must not depend on which test ran first. The archive's
+# own tests (tests/audit/spark/runtime/test_class_archive.py) give their directory.
+os.environ["KAFKAGUARD_SPARK_CLASS_ARCHIVE"] = "off"
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import importlib
 import ipaddress
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
@@ -203,6 +203,15 @@ class RequestContext(_RequestContextFields):
                 groups,
             ),
         )
+
+    def named_in(self, principals: Collection[str]) -> bool:
+        """Whether ``principals`` names this context's principal or one of its groups: as
+        ``super.users`` names a principal (Kafka's ``AclAuthorizer.isSuperUser``), where a
+        group stands for every member (docs/groups.md). With none named (the usual case) the
+        groups are not walked."""
+        if not principals:
+            return False
+        return self.principal.text in principals or any(g.text in principals for g in self.groups)
 
 
 _new_context: Final = tuple.__new__

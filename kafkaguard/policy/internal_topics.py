@@ -76,12 +76,7 @@ class InternalTopics:
         """Whether ``principals`` names the connection: its principal or one of its groups, as
         ``super_users`` is matched (kafkaguard/policy/standard.py; a group named there stands
         for every member, docs/groups.md)."""
-        principals = self.principals
-        if not principals:
-            return False
-        return context.principal.text in principals or any(
-            g.text in principals for g in context.groups
-        )
+        return context.named_in(self.principals)
 
     def refused(self, context: RequestContext, topic: str) -> bool:
         """Whether ``context``'s principals may not touch ``topic`` at all."""

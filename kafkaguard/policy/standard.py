@@ -210,11 +210,9 @@ class StandardAuthorizer:
         listener = self.decision_listener
         groups = context.groups
         super_users = policy.super_users
-        # Kafka's super.users check (AclAuthorizer.isSuperUser) for the principal, then for each
-        # group; with no super user at all (the usual case) the groups are not walked.
-        if context.principal.text in super_users or (
-            groups and super_users and any(g.text in super_users for g in groups)
-        ):
+        # Kafka's super.users check (AclAuthorizer.isSuperUser); with no super user at all (the
+        # usual case) not even called, on the allowed path of every request.
+        if super_users and context.named_in(super_users):
             for action in actions:
                 check_literal(action)
                 self._record(context, action, ALLOWED, DecisionReason.SUPER_USER, None, listener)

@@ -222,12 +222,30 @@ def test_local_mode_is_sized_from_the_machine(
     assert settings["spark.driver.memory"] == "1024m"  # a quarter, at most 1 GB
     assert settings["spark.ui.enabled"] == "false"
     assert "spark.driver.memory" not in session.local_settings("local[3]", jvm_running=True)
-    assert "spark.driver.extraJavaOptions" not in settings  # compact and watch: C2 too
+    options = settings["spark.driver.extraJavaOptions"]  # compact and watch: C2 too
+    assert options == session.DRIVER_JVM_OPTIONS and "-XX:+UseParallelGC" in options
     quick = session.local_settings("local[3]", quick_jit=True)
-    assert quick["spark.driver.extraJavaOptions"] == session.QUICK_JIT_OPTIONS
+    assert quick["spark.driver.extraJavaOptions"].split() == [
+        *session.DRIVER_JVM_OPTIONS.split(),
+        *session.QUICK_JIT_OPTIONS.split(),
+    ]
     assert "-XX:Tier4CompileThreshold=150000" in session.QUICK_JIT_OPTIONS
+    from kafkaguard.audit.spark.runtime.class_archive import ClassArchive
+
+    mapped = ClassArchive(tmp_path / "a.jsa", writing=False)
+    written = ClassArchive(tmp_path / "a.jsa", writing=True)
+    with_archive = session.local_settings("local[3]", archive=mapped)
+    assert (
+        f"-XX:SharedArchiveFile={tmp_path / 'a.jsa'}"
+        in with_archive["spark.driver.extraJavaOptions"].split()
+    )
+    dumping = session.local_settings("local[3]", archive=written)["spark.driver.extraJavaOptions"]
+    assert f"-XX:ArchiveClassesAtExit={written.part}" in dumping.split()
     running = session.local_settings("local[3]", jvm_running=True, quick_jit=True)
     assert "spark.driver.extraJavaOptions" not in running  # spark-submit's JVM runs already
+    assert session.wants_class_archive(None, {}) and session.wants_class_archive("local[2]", {})
+    assert not session.wants_class_archive("spark://h:7077", {})
+    assert not session.wants_class_archive(None, {"spark.driver.extraJavaOptions": "-Xss2m"})
     monkeypatch.setattr(session.os, "cpu_count", lambda: 5)
     assert session.local_settings("local[*]")["spark.sql.shuffle.partitions"] == "10"
     monkeypatch.setattr(session, "machine_memory_bytes", lambda: 0)  # unknown: the minimum

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from kafkaguard.audit.spark.runtime.class_archive import ClassArchive
     from kafkaguard.audit.spark.trail.source import ReadOptions, TimeRange
 
 Out = Callable[[str], None]
@@ -49,28 +50,44 @@ class LazySession:
         self._given, self._master, self._conf, self._kafka = given, master, conf, kafka
         self._remote, self._quick_jit, self.jvm_log = remote, quick_jit, jvm_log
         self._built: SparkSession | None = None
+        self._archive: ClassArchive | None = None
 
     def get(self) -> SparkSession:
         if self._given is not None:
             return self._given
         if self._built is None:  # no JVM (no Java >= 17) fails here, as a PySparkException
-            from kafkaguard.audit.spark.runtime.session import build_remote_session, build_session
+            from kafkaguard.audit.spark.runtime.class_archive import announce, class_archive
+            from kafkaguard.audit.spark.runtime.session import (
+                build_remote_session,
+                build_session,
+                wants_class_archive,
+            )
 
             if self._remote is not None:
                 self._built = build_remote_session(self._remote, self._conf)
             else:
+                if wants_class_archive(self._master, self._conf):
+                    self._archive = class_archive()
+                    if self._archive is not None:
+                        announce(self._archive)
                 self._built = build_session(
                     self._master,
                     self._conf,
                     kafka=self._kafka,
                     quick_jit=self._quick_jit,
                     jvm_log=self.jvm_log,
+                    archive=self._archive,
                 )
         return self._built
 
     def close(self) -> None:
         if self._built is not None:
             self._built.stop()
+            if self._archive is not None:
+                from pyspark import SparkContext
+
+                gateway = SparkContext._gateway
+                self._archive.finish(getattr(gateway, "proc", None))
 
 
 def _no_check(args: argparse.Namespace) -> None:

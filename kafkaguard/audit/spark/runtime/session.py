@@ -33,6 +33,8 @@ from typing import Final
 import pyspark
 from pyspark.sql import SparkSession
 
+from kafkaguard.audit.spark.runtime.class_archive import ClassArchive
+
 DEFAULT_MASTER = "local[*]"
 LOOPBACK = "127.0.0.1"
 DRIVER_MEMORY_SHARE: Final = 4
@@ -60,6 +62,13 @@ default, 68 s with C1 only, 49 s with these; bench/RESULTS.md, issue 29). ``comp
 ``watch`` keep the default (JSON parsing is one long hot loop; a stream runs for days).
 ``--conf spark.driver.extraJavaOptions=-XX:+TieredCompilation`` restores the default for one
 job."""
+DRIVER_JVM_OPTIONS: Final = "-XX:+UseParallelGC -Xlog:disable -Xlog:all=warning:stderr"
+"""Every local driver JVM's options. ParallelGC: a batch job wants throughput, and on two
+cores G1's concurrent threads and write barriers took ~10% of ``compact``'s task CPU (10M
+records: 168.5 to 105 s with the Parquet change of issue 36; ``propose`` 17.8 to 17.1 s),
+within the same 1 GB heap. The JVM's own warnings (unified logging, stdout by default) go to
+stderr, which is the JVM's log file (:func:`_jvm_output`): a job's stdout may be its result
+(``propose`` without ``--acl-file``)."""
 _CGROUP_LIMITS: Final = (
     Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
     Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1
@@ -124,12 +133,17 @@ def driver_memory_mb(memory_bytes: int) -> int:
 
 
 def local_settings(
-    master: str, *, jvm_running: bool = False, quick_jit: bool = False
+    master: str,
+    *,
+    jvm_running: bool = False,
+    quick_jit: bool = False,
+    archive: ClassArchive | None = None,
 ) -> dict[str, str]:
     """Spark settings for a local master: loopback, no UI, shuffle partitions = 2 × cores
     (enough tasks to balance two stragglers per core, not 200 tiny ones), the driver's
-    memory from the machine and, with ``quick_jit``, :data:`QUICK_JIT_OPTIONS` — unless its
-    JVM already runs (``spark-submit``), when the driver's settings can no longer change
+    memory from the machine and its JVM options (:data:`DRIVER_JVM_OPTIONS`, with
+    ``quick_jit`` :data:`QUICK_JIT_OPTIONS`, the class ``archive``'s option) — unless its JVM
+    already runs (``spark-submit``), when the driver's settings can no longer change
     anything."""
     settings = {
         "spark.driver.host": LOOPBACK,
@@ -139,9 +153,21 @@ def local_settings(
     }
     if not jvm_running:
         settings["spark.driver.memory"] = f"{driver_memory_mb(machine_memory_bytes())}m"
-        if quick_jit:
-            settings["spark.driver.extraJavaOptions"] = QUICK_JIT_OPTIONS
+        options = [DRIVER_JVM_OPTIONS, QUICK_JIT_OPTIONS if quick_jit else ""]
+        options.append(archive.option if archive is not None else "")
+        settings["spark.driver.extraJavaOptions"] = " ".join(o for o in options if o)
     return settings
+
+
+def wants_class_archive(master: str | None, conf: Mapping[str, str]) -> bool:
+    """Whether a session built with ``master`` and ``conf`` starts a local driver JVM with
+    kafkaguard's options (:func:`local_settings`), where a class archive applies: not under
+    ``spark-submit``, not for another master, not when ``conf`` brings its own options."""
+    return (
+        not under_spark_submit()
+        and (master is None or master.startswith("local"))
+        and "spark.driver.extraJavaOptions" not in conf
+    )
 
 
 KAFKA_JARS_ENV: Final = "KAFKAGUARD_SPARK_KAFKA_JARS"
@@ -264,6 +290,7 @@ def build_session(
     kafka: bool = False,
     quick_jit: bool = False,
     jvm_log: Path | None = None,
+    archive: ClassArchive | None = None,
 ) -> SparkSession:
     """Create (or join) the session.
 
@@ -278,6 +305,8 @@ def build_session(
         jvm_log: a JVM started here writes its output to this file instead of the terminal
             (:func:`_jvm_output`; a JVM already running, e.g. under ``spark-submit``, keeps
             its own).
+        archive: a local driver JVM maps (or writes) this class archive
+            (:mod:`.class_archive`; the caller finishes it once the session stopped).
     """
     extra = kafka_settings(conf or {}) if kafka else {}
     if master is None and not under_spark_submit():
@@ -299,7 +328,9 @@ def build_session(
         # the driver's interpreter (the one with kafkaguard installed).
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        settings |= local_settings(effective, jvm_running=under_spark_submit(), quick_jit=quick_jit)
+        settings |= local_settings(
+            effective, jvm_running=under_spark_submit(), quick_jit=quick_jit, archive=archive
+        )
     settings |= dict(conf or {}) | extra
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -22,10 +22,10 @@ records and reading them adds a second listing and a union for nothing (bench/RE
 issue 29: 922,055 facts from 1M records made ``propose`` and ``report`` slower). Such an
 hour's facts directory holds the marker alone: current, so not computed again, and its
 records are read. The compaction's scan estimates the distinct decisions of the hours it
-compacts (HyperLogLog, in the same pass): when they clearly exceed that share of the records
-read (:data:`ESTIMATE_MARGIN`), those hours are not summed at all (an hourly run decides per
-hour; a backfill of many hours on their average). Otherwise each hour's facts are counted
-and kept or dropped.
+compacts (HyperLogLog, in the same pass, :data:`ESTIMATE_RSD`): when they exceed that share
+of the records read, those hours are not summed at all (an hourly run decides per hour; a
+backfill of many hours on their average). Otherwise each hour's facts are counted and kept or
+dropped.
 
 :func:`read_facts` takes an hour's facts when they are current, stored and the hour lies
 wholly inside the window, and the records (Parquet or JSON, :func:`.source.read_audit`) for
@@ -124,11 +124,15 @@ job about what a record does (fewer columns, but a second tree of files and a un
 the jobs were slower with facts than without. Where decisions repeat (producers and consumers
 check the same ACL thousands of times an hour; ``audit.allowed: aggregate`` writes one record
 per distinct check and window) facts are a small fraction of the records."""
-ESTIMATE_MARGIN: Final = 0.1
-"""The compaction skips summing its hours only when its estimate of their facts exceeds
-:data:`FACTS_MAX_SHARE` + this share of their records: HyperLogLog's estimate is within a
-few percent (5% relative standard deviation), and the count of each summed hour decides
-exactly."""
+ESTIMATE_RSD: Final = 0.01
+"""The relative standard deviation of the compaction's estimate of its hours' facts
+(``approx_count_distinct``: HyperLogLog++ with 2^14 registers, 16 KB a task). The hours are
+not summed when the estimate exceeds :data:`FACTS_MAX_SHARE` of their records, with no margin:
+only hours within a few percent of the share can be misjudged, and for those the facts save
+at most about half of the rows either way (their days' facts are written regardless). A margin
+for Spark's default 5% (0.1 of the records) made the bench's varied trail, 0.515 facts per
+record, sum all its hours and then drop them: 62.5 s of 228 s of task CPU at 10M records
+(bench/RESULTS.md, issue 36)."""
 DAILY_DIR: Final = "_facts_daily"
 """Where the daily facts are: ``<compacted>/_facts_daily/date=`` (hidden by the ``_``)."""
 DAY_MARKER: Final = "_kafkaguard_daily.json"

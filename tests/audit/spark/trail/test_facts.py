@@ -226,8 +226,10 @@ DAILY_LINE = "daily facts (for propose and report) of 1 whole days written"
 
 def _day(missing: int | None = None) -> list[AuditEvent]:
     """Every hour of :data:`DAY` but ``missing``: the same few decisions twice or more (each
-    hour keeps hourly facts, the day's are fewer still), from several client hosts, with
-    groups that change at noon, and a principal first seen at 18:00 (new principals)."""
+    hour keeps hourly facts, 3 or 4 of 7 or 9 records: below the share, as the compaction's
+    estimate of all hours must be for them to be summed; the day's are fewer still), from
+    several client hosts, with groups that change at noon, and a principal first seen at 18:00
+    (new principals)."""
     out = []
     for h in (h for h in range(24) if h != missing):
         bob = (ENG, ONCALL) if h < 12 else (ENG,)
@@ -235,6 +237,8 @@ def _day(missing: int | None = None) -> list[AuditEvent]:
             rec(D.format(h, "05:00"), "User:app", "WRITE", "TOPIC", "orders", count=h + 2,
                 host=f"10.0.0.{h % 3 + 1}", groups=(ENG,)),
             rec(D.format(h, "05:30"), "User:app", "WRITE", "TOPIC", "orders", host="10.0.1.9",
+                groups=(ENG,)),
+            rec(D.format(h, "05:45"), "User:app", "WRITE", "TOPIC", "orders", host="10.0.1.9",
                 groups=(ENG,)),
             rec(D.format(h, "20:00"), "User:bob", "READ", "TOPIC", "orders", "DENIED",
                 mode="log_only", groups=bob),
@@ -300,8 +304,8 @@ def test_daily_facts_are_read_for_whole_days_and_give_the_records_results(
     members = json.loads((stored / MEMBERS_FILE).read_text(encoding="utf-8"))
     assert members["members"] == {"User:app": [ENG], "User:bob": [ENG, ONCALL]}
     totals = json.loads((stored / HOUR_TOTALS_FILE).read_text(encoding="utf-8"))["hours"]
-    assert totals["05"] == {"allowed": 8, "denied": 4, "would_deny": 2}
-    assert totals["18"] == {"allowed": 23, "denied": 4, "would_deny": 2}
+    assert totals["05"] == {"allowed": 9, "denied": 4, "would_deny": 2}
+    assert totals["18"] == {"allowed": 24, "denied": 4, "would_deny": 2}
 
     windows = {  # window: (days from daily facts, hours from hourly facts)
         TimeRange(): ((DAY,), set()),

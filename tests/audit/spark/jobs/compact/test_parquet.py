@@ -332,3 +332,32 @@ def test_compaction_reads_the_root_with_a_filter_on_its_files(
     assert scan_statistics(lines)["numFiles"] == len(files)
     hours = {(r.date, r.hour) for r in lines.select("date", "hour").distinct().collect()}
     assert hours == {("2026-11-22", "10"), ("2026-11-22", "12")}
+
+
+def test_columns_unique_per_record_are_written_without_a_dictionary(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A record's time and correlation id are new in every record: written plainly (the
+    dictionary's hashing and its fallback were a fifth of the write, issue 36); the
+    columns that repeat keep Parquet's dictionary encoding."""
+    import pyarrow.parquet as pq
+
+    ops = ("READ", "WRITE", "DESCRIBE")
+    records = [  # an hour of a few principals' repeated checks, each at its own time
+        rec(f"2026-11-22T10:{i // 60:02d}:{i % 60:02d}.000Z", f"User:app{i % 4}", ops[i % 3],
+            "TOPIC", f"t{i % 5}")
+        for i in range(600)
+    ]  # fmt: skip
+    trail = _trail(tmp_path / "audit", records, junk=False)
+    _compact(spark, trail)
+    (first,) = sorted((trail / "_compacted").glob("date=*/hour=*/*.parquet"))
+    chunks = pq.ParquetFile(first).metadata.row_group(0)
+    encodings = {
+        chunks.column(i).path_in_schema: set(chunks.column(i).encodings)
+        for i in range(chunks.num_columns)
+    }
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    for unique in ("time", "event_time", "correlation_id"):
+        assert not encodings[unique] & dictionary, (unique, encodings[unique])
+    for repeating in ("principal", "operation", "resource_name"):
+        assert encodings[repeating] & dictionary, (repeating, encodings[repeating])
