@@ -790,6 +790,8 @@ def cold(
         since = f"{first.parent.name[5:]}T{first.name[5:]}:00Z"
         until = f"{first.parent.name[5:]}T{first.name[5:]}:30Z"
         warm = cold_job("report", "--input", str(data), "--since", since, "--until", until)
+        if not archive.path.is_file():
+            raise RuntimeError(f"the first job wrote no class archive at {archive.path}")
         print(f"class archive written by a first job ({warm.seconds:.1f} s): {archive.path}")
     else:
         print(f"class archive: {archive.path if archive else 'off'}")

@@ -222,13 +222,22 @@ def test_local_mode_is_sized_from_the_machine(
     assert settings["spark.driver.memory"] == "1024m"  # a quarter, at most 1 GB
     assert settings["spark.ui.enabled"] == "false"
     assert "spark.driver.memory" not in session.local_settings("local[3]", jvm_running=True)
-    options = settings["spark.driver.extraJavaOptions"]  # compact and watch: C2 too
-    assert options == session.DRIVER_JVM_OPTIONS and "-XX:+UseParallelGC" in options
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    settings = session.local_settings("local[3]")
+    options = settings["spark.driver.extraJavaOptions"].split()  # compact and watch: C2 too
+    assert options == [*session.DRIVER_JVM_OPTIONS.split(), "-XX:+UseParallelGC"]
     quick = session.local_settings("local[3]", quick_jit=True)
     assert quick["spark.driver.extraJavaOptions"].split() == [
-        *session.DRIVER_JVM_OPTIONS.split(),
+        *options,
         *session.QUICK_JIT_OPTIONS.split(),
     ]
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:+UseG1GC")  # HotSpot refuses two collectors
+    assert "GC" not in session.local_settings("local[3]")["spark.driver.extraJavaOptions"]
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS")
+    chosen = {"spark.driver.defaultJavaOptions": "-Xss4m -XX:+UseZGC"}
+    with_zgc = session.local_settings("local[3]", conf=chosen)["spark.driver.extraJavaOptions"]
+    assert "Parallel" not in with_zgc
     assert "-XX:Tier4CompileThreshold=150000" in session.QUICK_JIT_OPTIONS
     from kafkaguard.audit.spark.runtime.class_archive import ClassArchive
 

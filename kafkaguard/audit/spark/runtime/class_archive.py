@@ -11,10 +11,12 @@ JVM that cannot use an archive says so in its log and starts without it (``-Xsha
 HotSpot's default), so a wrong archive costs time, never a failure.
 
 The first local job of a digest writes the archive (about 10 s more at its exit, said on
-stderr) to a name of its own (``.tmp-<pid>``), which the job renames into place once its JVM
-has exited (:meth:`ClassArchive.finish`): a job reading the archive never sees a part of one,
-and two first runs at once each write their own. A job whose JVM did not exit in time leaves
-its part, which a later run deletes.
+stderr) to a name of its own (``.tmp-<host>-<pid>``), which the job renames into place once
+its JVM has exited cleanly (:meth:`ClassArchive.finish`): a job reading the archive never
+sees a part of one, and two first runs at once each write their own. A part whose JVM did
+not exit in time, or not cleanly, is deleted by a later run. Archives of other JDKs or
+pyspark versions are deleted once unused for 30 days. A process whose JVM already runs (a
+second session in one Python process) reads and writes no archive: its options are set.
 
 Where: ``$KAFKAGUARD_SPARK_CLASS_ARCHIVE`` (a directory; ``off`` turns it off), else
 ``$XDG_CACHE_HOME/kafkaguard`` or ``~/.cache/kafkaguard``. Under ``spark-submit`` (its JVM
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -37,9 +40,12 @@ import pyspark
 
 ARCHIVE_ENV: Final = "KAFKAGUARD_SPARK_CLASS_ARCHIVE"
 """A directory for the archive, or ``off``."""
+PREFIX: Final = "spark-"
 SUFFIX: Final = ".jsa"
 STALE_PART_S: Final = 600.0
 """A part (``.tmp-<pid>``) this old is a dump that never finished: deleted."""
+UNUSED_S: Final = 30 * 86400.0
+"""An archive of another JDK or pyspark not mapped for this long is deleted."""
 EXIT_WAIT_S: Final = 120.0
 """How long :meth:`ClassArchive.finish` waits for the JVM to write the archive and exit."""
 
@@ -91,7 +97,9 @@ class ClassArchive:
 
     @property
     def part(self) -> Path:
-        return self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        """Where a writing JVM dumps: this host's and process's own name beside the archive."""
+        host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())
+        return self.path.with_name(f"{self.path.name}.tmp-{host}-{os.getpid()}")
 
     @property
     def option(self) -> str:
@@ -103,7 +111,8 @@ class ClassArchive:
     def finish(self, jvm: subprocess.Popen[bytes] | None) -> None:
         """After the session stopped: let a writing JVM exit (its stdin closed, as
         PySpark's gateway exits on end of input), wait for its dump and rename it into
-        place. Nothing to do for a JVM that mapped the archive."""
+        place, only when the JVM exited cleanly (a JVM killed while dumping leaves a part,
+        deleted later). Nothing to do for a JVM that mapped the archive."""
         if not self.writing or jvm is None:
             return
         try:
@@ -112,16 +121,32 @@ class ClassArchive:
             jvm.wait(timeout=EXIT_WAIT_S)
         except (OSError, subprocess.TimeoutExpired):
             return  # the part is left; a later run deletes it
-        if self.part.is_file() and self.part.stat().st_size > 0:
-            os.replace(self.part, self.path)
-            for other in self.path.parent.glob(f"*{SUFFIX}"):
-                if other != self.path:  # another JDK's or pyspark's: not used again
-                    other.unlink(missing_ok=True)
+        try:
+            if jvm.returncode == 0 and self.part.is_file() and self.part.stat().st_size > 0:
+                os.replace(self.part, self.path)
+                _remove_unused_archives(self.path)
+            else:
+                self.part.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _remove_unused_archives(kept: Path) -> None:
+    """Archives of other JDKs or pyspark versions not mapped for :data:`UNUSED_S` (their
+    last access: HotSpot maps them at each start). Two installations sharing the
+    directory keep each their own."""
+    now = time.time()
+    for other in kept.parent.glob(f"{PREFIX}*{SUFFIX}"):
+        try:
+            if other != kept and now - other.stat().st_atime > UNUSED_S:
+                other.unlink()
+        except OSError:
+            pass
 
 
 def _remove_stale_parts(directory: Path) -> None:
     now = time.time()
-    for part in directory.glob(f"*{SUFFIX}.tmp-*"):
+    for part in directory.glob(f"{PREFIX}*{SUFFIX}.tmp-*"):
         try:
             if now - part.stat().st_mtime > STALE_PART_S:
                 part.unlink()
@@ -131,19 +156,21 @@ def _remove_stale_parts(directory: Path) -> None:
 
 def class_archive() -> ClassArchive | None:
     """The archive for this JDK and pyspark (:func:`archive_key`): to map when written,
-    else to write; None when turned off, when no ``java`` or directory can be found, or
-    when the directory cannot be written (then jobs simply start without one)."""
+    else to write; None when turned off, when no ``java`` or directory can be found, when
+    the directory cannot be written, or when its path has a blank or a quote (Spark splits
+    ``spark.driver.extraJavaOptions`` at blanks): then jobs simply start without one."""
     directory = _directory()
     java = _java()
-    if directory is None or java is None:
+    if directory is None or java is None or any(c in str(directory) for c in " \t\n'\""):
         return None
     try:
         key = archive_key(java, Path(pyspark.__file__).parent / "jars")
-        path = directory / f"spark-{key}{SUFFIX}"
+        path = directory / f"{PREFIX}{key}{SUFFIX}"
+        if directory.is_dir():
+            _remove_stale_parts(directory)
         if path.is_file():
             return ClassArchive(path, writing=False)
         directory.mkdir(parents=True, exist_ok=True)
-        _remove_stale_parts(directory)
         if not os.access(directory, os.W_OK):
             return None
     except OSError:

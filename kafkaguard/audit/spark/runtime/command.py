@@ -66,7 +66,11 @@ class LazySession:
             if self._remote is not None:
                 self._built = build_remote_session(self._remote, self._conf)
             else:
-                if wants_class_archive(self._master, self._conf):
+                from pyspark import SparkContext
+
+                # A JVM of this process already runs (an earlier session): its options are set.
+                fresh = SparkContext._gateway is None
+                if fresh and wants_class_archive(self._master, self._conf):
                     self._archive = class_archive()
                     if self._archive is not None:
                         announce(self._archive)
@@ -83,11 +87,13 @@ class LazySession:
     def close(self) -> None:
         if self._built is not None:
             self._built.stop()
-            if self._archive is not None:
+            if self._archive is not None and self._archive.writing:
                 from pyspark import SparkContext
 
                 gateway = SparkContext._gateway
                 self._archive.finish(getattr(gateway, "proc", None))
+                # That JVM has exited: a later session of this process starts another.
+                SparkContext._gateway = SparkContext._jvm = None
 
 
 def _no_check(args: argparse.Namespace) -> None:

@@ -62,13 +62,28 @@ default, 68 s with C1 only, 49 s with these; bench/RESULTS.md, issue 29). ``comp
 ``watch`` keep the default (JSON parsing is one long hot loop; a stream runs for days).
 ``--conf spark.driver.extraJavaOptions=-XX:+TieredCompilation`` restores the default for one
 job."""
-DRIVER_JVM_OPTIONS: Final = "-XX:+UseParallelGC -Xlog:disable -Xlog:all=warning:stderr"
-"""Every local driver JVM's options. ParallelGC: a batch job wants throughput, and on two
-cores G1's concurrent threads and write barriers took ~10% of ``compact``'s task CPU (10M
-records: 168.5 to 105 s with the Parquet change of issue 36; ``propose`` 17.8 to 17.1 s),
-within the same 1 GB heap. The JVM's own warnings (unified logging, stdout by default) go to
-stderr, which is the JVM's log file (:func:`_jvm_output`): a job's stdout may be its result
-(``propose`` without ``--acl-file``)."""
+DRIVER_JVM_OPTIONS: Final = "-Xlog:disable -Xlog:all=warning:stderr"
+"""Every local driver JVM's options: its own warnings (unified logging, stdout by default) go
+to stderr, which is the JVM's log file (:func:`_jvm_output`), since a job's stdout may be its
+result (``propose`` without ``--acl-file``)."""
+BATCH_GC_OPTION: Final = "-XX:+UseParallelGC"
+"""The collector of every local driver JVM: a job is a batch, and on two cores G1's
+concurrent threads and write barriers took ~10% of ``compact``'s task CPU (10M records:
+168.5 to 105 s with the Parquet change of issue 36; ``propose`` 17.8 to 17.1 s), within the
+same 1 GB heap. Left out when the environment already chooses one (:func:`_collector_chosen`):
+HotSpot refuses to start with two."""
+_JVM_ENVIRONMENT: Final = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+_COLLECTOR: Final = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def _collector_chosen(conf: Mapping[str, str]) -> bool:
+    """Whether the JVM's environment or ``spark.driver.defaultJavaOptions`` picks a
+    collector (``-XX:+UseG1GC`` and the like)."""
+    texts = [os.environ.get(name, "") for name in _JVM_ENVIRONMENT]
+    texts.append(conf.get("spark.driver.defaultJavaOptions", ""))
+    return any(_COLLECTOR.search(text) for text in texts)
+
+
 _CGROUP_LIMITS: Final = (
     Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
     Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1
@@ -138,10 +153,12 @@ def local_settings(
     jvm_running: bool = False,
     quick_jit: bool = False,
     archive: ClassArchive | None = None,
+    conf: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Spark settings for a local master: loopback, no UI, shuffle partitions = 2 × cores
     (enough tasks to balance two stragglers per core, not 200 tiny ones), the driver's
-    memory from the machine and its JVM options (:data:`DRIVER_JVM_OPTIONS`, with
+    memory from the machine and its JVM options (:data:`DRIVER_JVM_OPTIONS`,
+    :data:`BATCH_GC_OPTION` unless the environment or ``conf`` chose a collector, with
     ``quick_jit`` :data:`QUICK_JIT_OPTIONS`, the class ``archive``'s option) — unless its JVM
     already runs (``spark-submit``), when the driver's settings can no longer change
     anything."""
@@ -153,7 +170,8 @@ def local_settings(
     }
     if not jvm_running:
         settings["spark.driver.memory"] = f"{driver_memory_mb(machine_memory_bytes())}m"
-        options = [DRIVER_JVM_OPTIONS, QUICK_JIT_OPTIONS if quick_jit else ""]
+        gc = "" if _collector_chosen(conf or {}) else BATCH_GC_OPTION
+        options = [DRIVER_JVM_OPTIONS, gc, QUICK_JIT_OPTIONS if quick_jit else ""]
         options.append(archive.option if archive is not None else "")
         settings["spark.driver.extraJavaOptions"] = " ".join(o for o in options if o)
     return settings
@@ -329,7 +347,11 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         settings |= local_settings(
-            effective, jvm_running=under_spark_submit(), quick_jit=quick_jit, archive=archive
+            effective,
+            jvm_running=under_spark_submit(),
+            quick_jit=quick_jit,
+            archive=archive,
+            conf=conf or {},
         )
     settings |= dict(conf or {}) | extra
     for key, value in settings.items():

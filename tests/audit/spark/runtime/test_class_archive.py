@@ -54,28 +54,39 @@ def test_a_fresh_job_writes_the_class_archive_once_then_maps_it(
     assert timeless[0] == timeless[1] and "read 1 events" in timeless[0]  # the same report
 
 
+@pytest.mark.spark  # needs a java (the archive's name is a digest of it)
 def test_a_class_archive_is_renamed_into_place_only_once_its_jvm_exited(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """:meth:`ClassArchive.finish` closes the JVM's stdin (PySpark's gateway exits on end of
-    input), waits, and only then renames the part; another key's archive is removed, a
-    stale part of an earlier run is deleted, and ``off`` turns the archive off. A ``cat``
-    stands in for the JVM: it exits on end of input as the gateway does."""
+    input), waits, and only then renames the part, and only after a clean exit; another
+    installation's archive is removed once unused for 30 days, kept before; a stale part of
+    an earlier run is deleted; ``off`` turns the archive off. A shell stands in for the JVM:
+    it writes the part after end of input, as HotSpot dumps at its exit."""
     monkeypatch.setenv(ARCHIVE_ENV, str(tmp_path))
-    old = tmp_path / "spark-old.jsa"
-    old.write_bytes(b"x")
-    stale = tmp_path / "spark-old.jsa.tmp-1"
+    unused, recent = tmp_path / "spark-old.jsa", tmp_path / "spark-other.jsa"
+    unused.write_bytes(b"x")
+    recent.write_bytes(b"x")
+    os.utime(unused, (1.0, 1.0))
+    stale = tmp_path / "spark-old.jsa.tmp-host-1"
     stale.write_bytes(b"x")
     os.utime(stale, (1.0, 1.0))
     archive = class_archive()
     assert archive is not None and archive.writing and not stale.exists()
-    archive.part.write_bytes(b"dumped")
-    jvm = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    archive.finish(jvm)
-    assert jvm.returncode == 0
+
+    def stand_in(status: int) -> subprocess.Popen[bytes]:
+        script = f"cat >/dev/null; printf dumped > '{archive.part}'; exit {status}"
+        return subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE)
+
+    archive.finish(stand_in(1))  # killed while dumping: nothing renamed, the part removed
+    assert not archive.path.exists() and not archive.part.exists()
+    archive.finish(stand_in(0))
     assert archive.path.read_bytes() == b"dumped" and not archive.part.exists()
-    assert not old.exists()
+    assert not unused.exists() and recent.exists()
     again = class_archive()
     assert again == ClassArchive(archive.path, writing=False)
+    assert again.option == f"-XX:SharedArchiveFile={archive.path}"
+    monkeypatch.setenv(ARCHIVE_ENV, str(tmp_path / "a b"))  # Spark splits options at blanks
+    assert class_archive() is None
     monkeypatch.setenv(ARCHIVE_ENV, "off")
     assert class_archive() is None
