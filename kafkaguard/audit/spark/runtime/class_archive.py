@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,7 +44,7 @@ ARCHIVE_ENV: Final = "KAFKAGUARD_SPARK_CLASS_ARCHIVE"
 PREFIX: Final = "spark-"
 SUFFIX: Final = ".jsa"
 STALE_PART_S: Final = 600.0
-"""A part (``.tmp-<pid>``) this old is a dump that never finished: deleted."""
+"""A part (``.tmp-<host>-<pid>``) this old is a dump that never finished: deleted."""
 UNUSED_S: Final = 30 * 86400.0
 """An archive of another JDK or pyspark not mapped for this long is deleted."""
 EXIT_WAIT_S: Final = 120.0
@@ -55,11 +56,8 @@ def _java() -> Path | None:
     home = os.environ.get("JAVA_HOME")
     if home:
         return Path(home, "bin", "java")
-    for directory in os.environ.get("PATH", "").split(os.pathsep):
-        candidate = Path(directory or ".", "java")
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    found = shutil.which("java")
+    return None if found is None else Path(found)
 
 
 def archive_key(java: Path, jars: Path) -> str:
@@ -124,32 +122,23 @@ class ClassArchive:
         try:
             if jvm.returncode == 0 and self.part.is_file() and self.part.stat().st_size > 0:
                 os.replace(self.part, self.path)
-                _remove_unused_archives(self.path)
+                # Other JDKs' or pyspark versions' archives; another installation's in use stays.
+                _remove_old(self.path.parent, f"{PREFIX}*{SUFFIX}", UNUSED_S, kept=self.path)
             else:
                 self.part.unlink(missing_ok=True)
         except OSError:
             pass
 
 
-def _remove_unused_archives(kept: Path) -> None:
-    """Archives of other JDKs or pyspark versions not mapped for :data:`UNUSED_S` (their
-    last access: HotSpot maps them at each start). Two installations sharing the
-    directory keep each their own."""
+def _remove_old(directory: Path, pattern: str, age_s: float, *, kept: Path | None = None) -> None:
+    """Delete the files of ``directory`` matching ``pattern`` (but ``kept``) whose last access
+    is more than ``age_s`` ago: a part's is its dump (HotSpot writes it once, at exit), an
+    archive's its last mapping (HotSpot maps it at each start)."""
     now = time.time()
-    for other in kept.parent.glob(f"{PREFIX}*{SUFFIX}"):
+    for found in directory.glob(pattern):
         try:
-            if other != kept and now - other.stat().st_atime > UNUSED_S:
-                other.unlink()
-        except OSError:
-            pass
-
-
-def _remove_stale_parts(directory: Path) -> None:
-    now = time.time()
-    for part in directory.glob(f"{PREFIX}*{SUFFIX}.tmp-*"):
-        try:
-            if now - part.stat().st_mtime > STALE_PART_S:
-                part.unlink()
+            if found != kept and now - found.stat().st_atime > age_s:
+                found.unlink()
         except OSError:
             pass
 
@@ -167,7 +156,7 @@ def class_archive() -> ClassArchive | None:
         key = archive_key(java, Path(pyspark.__file__).parent / "jars")
         path = directory / f"{PREFIX}{key}{SUFFIX}"
         if directory.is_dir():
-            _remove_stale_parts(directory)
+            _remove_old(directory, f"{PREFIX}*{SUFFIX}.tmp-*", STALE_PART_S)
         if path.is_file():
             return ClassArchive(path, writing=False)
         directory.mkdir(parents=True, exist_ok=True)
